@@ -1,0 +1,3 @@
+from rmqtool.cli import main
+
+main()

@@ -1,0 +1,107 @@
+"""The ``rmqtool`` command: one click group; commands live in modules by concern.
+
+Errors become one line on stderr (``rmqtool: error: ...``) and an exit status from ExitCode;
+``--traceback`` (anywhere on the command line) shows the Python trace instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from rmqtool import __version__
+from rmqtool.cli.exitcodes import EXIT_STATUS_HELP, ExitCode
+from rmqtool.errors import FormatError, EncodeError, RmqError
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _exit_status_epilog() -> str:
+    lines = ["\b", "Exit status:"]
+    lines += [f"  {int(code):<4} {text}" for code, text in EXIT_STATUS_HELP.items()]
+    return "\n".join(lines)
+
+
+class RmqCliError(click.ClickException):
+    """A RmqError on its way out: one line, the right exit status."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file=None) -> None:
+        click.echo(f"rmqtool: error: {self.message}", err=True)
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    if isinstance(exc, (FormatError, EncodeError)):
+        return ExitCode.BAD_INPUT
+    if isinstance(exc, (RmqError, OSError)):
+        return ExitCode.IO_ERROR
+    return ExitCode.INTERNAL
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, RmqError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}"
+    if isinstance(exc, RmqError):
+        return str(exc)
+    return f"internal error: {type(exc).__name__}: {exc} (rerun with --traceback)"
+
+
+class RmqGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("rmqtool: interrupted", err=True)
+            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
+        except BrokenPipeError:
+            _silence_stdout()
+            raise click.exceptions.Exit(ExitCode.OK) from None
+        except Exception as exc:
+            if ctx.obj and ctx.obj.get("traceback"):
+                raise
+            raise RmqCliError(_message(exc), exit_code_for(exc)) from None
+
+
+def _silence_stdout() -> None:
+    """After the reader went away (``| head``), point stdout at /dev/null so exit is quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+@click.group(cls=RmqGroup, context_settings=CONTEXT_SETTINGS, epilog=_exit_status_epilog())
+@click.version_option(__version__, "-V", "--version", prog_name="rmqtool")
+@click.option("--traceback", is_flag=True, help="Show the Python traceback of an error.")
+@click.pass_context
+def cli(ctx: click.Context, traceback: bool) -> None:
+    """Read, verify, repair and rebuild Apache RocketMQ broker store directories offline."""
+    ctx.ensure_object(dict)["traceback"] = traceback
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--traceback" in args:   # accepted anywhere on the command line
+        args.remove("--traceback")
+        args.insert(0, "--traceback")
+    try:
+        cli.main(args=args, prog_name="rmqtool")
+    except BrokenPipeError:
+        _silence_stdout()
+        sys.exit(ExitCode.OK)
+
+
+def _register() -> None:
+    from rmqtool.cli import read  # noqa: F401  (commands register themselves on import)
+
+
+_register()

@@ -1,0 +1,27 @@
+"""Exit statuses, one enum for every command."""
+
+from __future__ import annotations
+
+import enum
+
+
+@enum.unique
+class ExitCode(enum.IntEnum):
+    OK = 0            # success; found; verify clean
+    FINDINGS = 1      # nothing found (query commands) or problems found (verify)
+    USAGE = 2         # bad options or arguments
+    BAD_INPUT = 3     # input that does not decode (or encode)
+    IO_ERROR = 4      # missing path, permission, disk full; store layout problems; refused writes
+    INTERNAL = 70     # a bug in rmqtool (EX_SOFTWARE); rerun with --traceback
+    INTERRUPTED = 130
+
+
+EXIT_STATUS_HELP = {
+    ExitCode.OK: "success (for queries: something was found; for verify: no problem)",
+    ExitCode.FINDINGS: "nothing found (queries) or problems found (verify)",
+    ExitCode.USAGE: "usage error: bad option or argument",
+    ExitCode.BAD_INPUT: "bad or unreadable input: a file that does not decode",
+    ExitCode.IO_ERROR: "I/O error: missing path, permission, refused or failed write",
+    ExitCode.INTERNAL: "internal error (a bug); rerun with --traceback and report it",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}

@@ -1,0 +1,83 @@
+"""Message IDs: the broker's offsetMsgId and the client's UNIQ_KEY (MessageDecoder, MessageClientIDSetter)."""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import datetime as dt
+import ipaddress
+import struct
+
+from rmqtool.errors import FormatError
+from rmqtool.format.hosts import Host
+
+
+def create_message_id(store_host: Host, physical_offset: int) -> str:
+    """MessageDecoder.createMessageId: address, port (int32), offset (int64), upper-case hex."""
+    return (store_host.address + struct.pack(">iq", store_host.port, physical_offset)).hex().upper()
+
+
+def _hex_bytes(text: str, lengths: tuple[int, ...], what: str) -> bytes:
+    if len(text) not in lengths:
+        raise FormatError(f"{what} must have {' or '.join(map(str, lengths))} hex characters, "
+                          f"got {len(text)}")
+    try:
+        return bytes.fromhex(text)
+    except ValueError as exc:
+        raise FormatError(f"{what} is not hexadecimal: {text!r}") from exc
+
+
+def decode_message_id(msg_id: str) -> tuple[Host, int]:
+    """MessageDecoder.decodeMessageId: (store host, physical offset) from a 32 or 56 hex-char ID."""
+    raw = _hex_bytes(msg_id, (32, 56), "offsetMsgId")
+    addr_len = 4 if len(raw) == 16 else 16
+    port, offset = struct.unpack_from(">iq", raw, addr_len)
+    return Host(raw[:addr_len], port), offset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UniqKey:
+    """UNIQ_KEY fields: client IP, low 16 bits of the pid, class-loader hash, ms since the producer's
+    local month start, and the per-ID counter."""
+
+    ip: str
+    pid: int
+    class_loader_hash: int
+    time_diff: int
+    counter: int
+
+    def timestamp(self, born_timestamp: int | None = None) -> int:
+        """The creation time in epoch ms, anchored on the record's born time when given."""
+        return anchor_month_diff(self.time_diff, born_timestamp)
+
+
+def decode_uniq_key(uniq_key: str) -> UniqKey:
+    raw = _hex_bytes(uniq_key, (32, 56), "UNIQ_KEY")
+    ip_len = 4 if len(raw) == 16 else 16
+    pid, cl_hash, diff, counter = struct.unpack_from(">HiiH", raw, ip_len)
+    return UniqKey(str(ipaddress.ip_address(raw[:ip_len])), pid, cl_hash, diff, counter)
+
+
+def _month_start_ms(year: int, month: int) -> int:
+    return calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
+
+
+def anchor_month_diff(time_diff: int, born_timestamp: int | None = None) -> int:
+    """Pick the month start M (in any UTC offset) with M + diff closest to the born time.
+
+    Without a born time, use the current UTC month (the previous one if that lies in the future),
+    like MessageClientIDSetter.getNearlyTimeFromID.
+    """
+    now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    anchor = now_ms if born_timestamp is None else born_timestamp
+    day = dt.datetime.fromtimestamp(anchor / 1000, dt.timezone.utc)
+    months = []
+    for delta in (-1, 0, 1):
+        y, m = divmod(day.year * 12 + day.month - 1 + delta, 12)
+        months.append(_month_start_ms(y, m + 1))
+    if born_timestamp is None:
+        candidates = [ms + time_diff for ms in months if ms + time_diff <= now_ms]
+        return max(candidates)
+    offsets = range(-14 * 3_600_000, 14 * 3_600_000 + 1, 15 * 60_000)   # UTC-14:00 .. +14:00
+    return min((ms - off + time_diff for ms in months for off in offsets),
+               key=lambda t: abs(t - born_timestamp))

@@ -1,0 +1,1 @@
+"""Store layer: files, names, offsets. Reads through the pure format layer."""

@@ -1,0 +1,104 @@
+"""The commit log on disk: a file queue of records. Maps physical offsets to (file, position), walks
+entries across files, and finds the end of written data (a zero header or a pre-allocated zero file).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
+from rmqtool.store.filequeue import FileQueue, QueueFile, is_offset_name
+
+
+@dataclass(frozen=True)
+class Located:
+    """An entry with where it was read: its real physical offset and file."""
+
+    offset: int
+    file: QueueFile
+    entry: Entry
+
+
+class CommitLog:
+    def __init__(self, queue: FileQueue):
+        self.queue = queue
+
+    @classmethod
+    def open(cls, path: Path, file_size: int | None = None) -> "CommitLog":
+        """A commit-log directory, or one commit-log file (its name gives its start offset, else 0)."""
+        path = Path(path)
+        if path.is_file():
+            start = int(path.name) if is_offset_name(path.name) else 0
+            files = [QueueFile(path, start, path.stat().st_size)]
+            return cls(FileQueue(files, file_size))
+        if not path.exists():
+            raise StoreError("no such file or directory", path=str(path))
+        return cls(FileQueue.from_dir(path, file_size))
+
+    @property
+    def file_size(self) -> int | None:
+        return self.queue.file_size
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    def read_at(self, offset: int, *, check_crc: bool = False) -> Entry:
+        """Decode the entry at a physical offset (which must be a record boundary)."""
+        f, pos = self.queue.locate(offset)
+        buf = f.read()
+        try:
+            return decode_entry(buf, pos, check_crc=check_crc)
+        except FormatError as exc:
+            raise exc.at(path=str(f.path)) from None
+
+    def iter_entries(self, start: int | None = None, *, check_crc: bool = False,
+                     include_blank: bool = True) -> Iterator[Located]:
+        """Entries in commit-log order from ``start`` (default: the first file) to the written end.
+
+        A BLANK moves to the next file; a zero header ends the walk; a damaged record raises a
+        FormatError naming the file and the offset.
+        """
+        files = self.queue.files
+        if not files:
+            return
+        first, pos = (files[0], 0) if start is None else self.queue.locate(start)
+        for f in files[files.index(first):]:
+            buf = f.read()
+            while True:
+                if len(buf) - pos < C.END_FILE_MIN_BLANK_LENGTH:
+                    if pos < len(buf) and any(buf[pos:]):
+                        raise FormatError(f"{len(buf) - pos} stray bytes at the end of the file",
+                                          path=str(f.path), offset=f.start + pos)
+                    break   # file end without a BLANK: next file
+                size, magic = peek_header(buf, pos)
+                if size == 0 and magic == 0:
+                    return  # end of written data
+                try:
+                    entry = decode_entry(buf, pos, check_crc=check_crc)
+                except FormatError as exc:
+                    exc.offset = f.start + pos
+                    raise exc.at(path=str(f.path)) from None
+                if isinstance(entry, Blank):
+                    entry = Blank(entry.total_size, entry.padding, f.start + pos)
+                    if include_blank:
+                        yield Located(f.start + pos, f, entry)
+                    break
+                yield Located(f.start + pos, f, entry)
+                pos += entry.total_size
+            pos = 0
+
+    def iter_messages(self, start: int | None = None, *, check_crc: bool = False) -> Iterator[Message]:
+        for loc in self.iter_entries(start, check_crc=check_crc, include_blank=False):
+            yield loc.entry  # type: ignore[misc]
+
+    def written_end(self) -> int:
+        """The physical offset after the last entry (the broker's max offset after recovery)."""
+        end = self.min_offset
+        for loc in self.iter_entries():
+            end = loc.offset + loc.entry.total_size
+        return end

@@ -1,0 +1,107 @@
+"""MappedFileQueue on disk: files named by their 20-digit start offset, all of one size.
+
+The file size is inferred from the files themselves (stores may use any mappedFileSize): the size
+shared by every file but the last; the last file alone decides when it is the only one.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from rmqtool.constants import FILE_NAME_DIGITS
+from rmqtool.errors import StoreError
+
+
+@dataclass(frozen=True)
+class QueueFile:
+    path: Path
+    start: int       # the offset in the file's name
+    length: int      # bytes on disk
+
+    def read(self) -> bytes | mmap.mmap:
+        return map_file(self.path)
+
+
+def map_file(path: Path) -> bytes | mmap.mmap:
+    """Read-only mmap of a file (plain bytes for an empty one)."""
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return b""
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise StoreError(f"cannot read: {exc.strerror or exc}", path=str(path)) from exc
+
+
+def is_offset_name(name: str) -> bool:
+    return len(name) == FILE_NAME_DIGITS and name.isdigit()
+
+
+class FileQueue:
+    """The files of one commit log or consume queue, sorted by start offset."""
+
+    def __init__(self, files: list[QueueFile], file_size: int | None = None):
+        self.files = sorted(files, key=lambda f: f.start)
+        self.file_size = file_size if file_size is not None else infer_file_size(self.files)
+
+    @classmethod
+    def from_dir(cls, directory: Path, file_size: int | None = None) -> "FileQueue":
+        if not directory.is_dir():
+            raise StoreError("not a directory", path=str(directory))
+        files = []
+        for entry in os.scandir(directory):
+            if entry.is_file() and is_offset_name(entry.name):
+                files.append(QueueFile(Path(entry.path), int(entry.name), entry.stat().st_size))
+        return cls(files, file_size)
+
+    def __iter__(self) -> Iterator[QueueFile]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start if self.files else 0
+
+    def locate(self, offset: int) -> tuple[QueueFile, int]:
+        """The file holding ``offset`` and the position inside it."""
+        for f in self.files:
+            if f.start <= offset < f.start + max(f.length, self.file_size or 0):
+                return f, offset - f.start
+        raise StoreError(f"offset {offset} lies in no file "
+                         f"(files cover {self.min_offset}..{self.max_file_end})")
+
+    @property
+    def max_file_end(self) -> int:
+        return self.files[-1].start + self.files[-1].length if self.files else 0
+
+    def problems(self) -> list[tuple[QueueFile | None, str]]:
+        """Wrong-size files and gaps or overlaps between consecutive files."""
+        out: list[tuple[QueueFile | None, str]] = []
+        for i, f in enumerate(self.files):
+            last = i == len(self.files) - 1
+            if self.file_size and f.length != self.file_size and not (last and f.length == 0):
+                out.append((f, f"file is {f.length} bytes, expected {self.file_size}"))
+            if last and f.length == 0:
+                out.append((f, "last file is empty (0 bytes)"))
+            if i and self.file_size and f.start != self.files[i - 1].start + self.file_size:
+                out.append((f, f"starts at {f.start}, expected {self.files[i - 1].start + self.file_size} "
+                               "(missing or misnamed file)"))
+        return out
+
+
+def infer_file_size(files: list[QueueFile]) -> int | None:
+    """The common size of the files (the spacing of their names when sizes disagree)."""
+    sizes = [f.length for f in files if f.length > 0]
+    if not sizes:
+        return None
+    if len(files) >= 2:
+        gaps = {b.start - a.start for a, b in zip(files, files[1:])}
+        if len(gaps) == 1:
+            return gaps.pop()
+    return max(set(sizes), key=sizes.count)

@@ -1,0 +1,200 @@
+"""A broker store directory: commitlog/, consumequeue/<topic>/<queueId>/, consumequeue_ext/, index/,
+checkpoint, abort, lock, config/. Also accepts a bare commit-log directory or file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Iterator
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
+from rmqtool.format.consumequeue import CqUnit, decode_units
+from rmqtool.format.indexfile import (Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
+                                      select_phy_offsets)
+from rmqtool.store.commitlog import CommitLog
+from rmqtool.store.config import read_config
+from rmqtool.store.filequeue import FileQueue, map_file
+
+
+@dataclass(frozen=True)
+class ConsumeQueue:
+    topic: str
+    queue_id: int
+    queue: FileQueue
+
+    def iter_units(self, start: int = 0) -> Iterator[tuple[int, CqUnit]]:
+        """(queue offset, unit) from queue offset ``start`` up to the first unit failing recovery's test."""
+        size = self.queue.file_size
+        for f in self.queue:
+            buf = f.read()
+            try:
+                units = decode_units(buf)
+            except FormatError as exc:
+                raise exc.at(path=str(f.path)) from None
+            first = f.start // C.CQ_STORE_UNIT_SIZE
+            for i, unit in enumerate(units):
+                if not unit.is_valid:
+                    return
+                if first + i >= start:
+                    yield first + i, unit
+            if size and len(units) * C.CQ_STORE_UNIT_SIZE < size:
+                return
+
+
+@dataclass(frozen=True)
+class IndexFileRef:
+    path: Path
+    geometry: Geometry
+    header: IndexHeader
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def read(self):
+        return map_file(self.path)
+
+
+class Store:
+    def __init__(self, root: Path, commitlog_path: Path | None = None):
+        self.root = Path(root)
+        self._commitlog_path = commitlog_path or self.root / "commitlog"
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "Store":
+        """A store root, a commitlog/ directory, or a single commit-log file."""
+        path = Path(path)
+        if not path.exists():
+            raise StoreError("no such file or directory", path=str(path))
+        if path.is_file():
+            return cls(path.parent, commitlog_path=path)
+        if (path / "commitlog").is_dir():
+            return cls(path)
+        if path.name == "commitlog" or any(_is_offset_file(p) for p in path.iterdir()):
+            return cls(path.parent, commitlog_path=path)
+        if (path / "consumequeue").is_dir() or (path / "index").is_dir() or (path / "checkpoint").is_file():
+            return cls(path)
+        raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
+                         path=str(path))
+
+    @property
+    def is_store_root(self) -> bool:
+        return self._commitlog_path == self.root / "commitlog"
+
+    @cached_property
+    def commitlog(self) -> CommitLog:
+        if not self._commitlog_path.exists():
+            return CommitLog(FileQueue([]))
+        return CommitLog.open(self._commitlog_path)
+
+    # -- consume queues ---------------------------------------------------------------------------
+    @property
+    def consumequeue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    def topics(self) -> list[str]:
+        d = self.consumequeue_dir
+        if not self.is_store_root or not d.is_dir():
+            return []
+        return sorted(p.name for p in d.iterdir() if p.is_dir())
+
+    def consume_queues(self, topic: str | None = None) -> list[ConsumeQueue]:
+        out = []
+        for t in ([topic] if topic is not None else self.topics()):
+            tdir = self.consumequeue_dir / t
+            if not tdir.is_dir():
+                continue
+            for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()),
+                               key=lambda p: int(p.name)):
+                out.append(ConsumeQueue(t, int(qdir.name), FileQueue.from_dir(qdir)))
+        return out
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        qdir = self.consumequeue_dir / topic / str(queue_id)
+        if not qdir.is_dir():
+            raise StoreError(f"no consume queue {topic}/{queue_id}", path=str(qdir))
+        return ConsumeQueue(topic, queue_id, FileQueue.from_dir(qdir))
+
+    # -- index ------------------------------------------------------------------------------------
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    def index_files(self) -> list[IndexFileRef]:
+        """Index files in name order (= creation order); geometry inferred once, from the fullest file."""
+        d = self.index_dir
+        if not self.is_store_root or not d.is_dir():
+            return []
+        paths = sorted((p for p in d.iterdir() if p.is_file()), key=lambda p: p.name)
+        return index_refs(paths)
+
+    # -- single files -----------------------------------------------------------------------------
+    def checkpoint(self) -> Checkpoint | None:
+        path = self.root / "checkpoint"
+        if not self.is_store_root or not path.is_file():
+            return None
+        try:
+            return decode_checkpoint(path.read_bytes())
+        except FormatError as exc:
+            raise exc.at(path=str(path)) from None
+
+    @property
+    def abort_path(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "lock"
+
+    def config(self, name: str):
+        path = self.root / "config" / name
+        return read_config(path) if path.is_file() else None
+
+
+def _is_offset_file(p: Path) -> bool:
+    return p.is_file() and len(p.name) == C.FILE_NAME_DIGITS and p.name.isdigit()
+
+
+def index_refs(paths: list[Path], geometry: Geometry | None = None) -> list[IndexFileRef]:
+    """Headers and geometry of index files; all files of a store share one geometry."""
+    bufs = [(p, map_file(p)) for p in paths]
+    for p, buf in bufs:
+        if len(buf) < C.INDEX_HEADER_SIZE:
+            raise FormatError(f"index file of {len(buf)} bytes is smaller than its 40-byte header", path=str(p))
+    if geometry is None and bufs:
+        p, buf = max(bufs, key=lambda pb: decode_header(pb[1]).index_count)
+        try:
+            geometry = infer_geometry(buf)
+        except FormatError as exc:
+            raise exc.at(path=str(p)) from None
+    out = []
+    for p, buf in bufs:
+        if geometry is not None and len(buf) != geometry.file_size:
+            raise FormatError(f"index file is {len(buf)} bytes; its siblings' geometry {tuple(geometry)} "
+                              f"needs {geometry.file_size}", path=str(p))
+        out.append(IndexFileRef(p, geometry, decode_header(buf)))
+    return out
+
+
+def query_index(refs: list[IndexFileRef], topic: str, key: str, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
+                begin: int = 0, end: int = 2**63 - 1) -> list[tuple[int, IndexFileRef]]:
+    """IndexService.queryOffset: newest file first, hash-only matches, at most ``max_num`` hits.
+
+    Returns (physical offset, index file) pairs in the broker's order. The broker caps ``max_num`` at
+    maxMsgsNumBatch (64); callers pass that cap themselves.
+    """
+    index_key = f"{topic}#{key}"
+    out: list[tuple[int, IndexFileRef]] = []
+    for ref in reversed(refs):
+        if is_time_matched(ref.header, begin, end):
+            hits = select_phy_offsets(ref.read(), ref.geometry, index_key, begin, end,
+                                      max_num - len(out), ref.header)
+            out.extend((phy, ref) for phy in hits)
+        if ref.header.begin_timestamp < begin or len(out) >= max_num:
+            break
+    return out
