@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _register() -> None:
-    from rmqtool.cli import read  # noqa: F401  (commands register themselves on import)
+    # Commands register themselves on import; each module must keep heavy imports inside functions.
+    from rmqtool.cli import bulk, maintain, pipeline, read  # noqa: F401
 
 
 _register()

@@ -1,0 +1,1 @@
+"""Operations composed from the store and format layers; they return values and print nothing."""

@@ -1,0 +1,99 @@
+"""Records as rows: the documented field names every output uses (jsonl, csv, tables, Parquet, Spark).
+
+Record fields, in order: type, physical_offset, total_size, magic_code, body_crc, queue_id, flag,
+queue_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+prepared_transaction_offset, topic, properties, tags, keys, uniq_key, msg_id, tags_code, body_length,
+body, body_encoding (and crc_ok when checked). Timestamps are epoch milliseconds; hosts are
+"ip:port" or "[ipv6]:port".
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from rmqtool.format.commitlog import Blank, Entry, Message
+from rmqtool.format.java import body_crc
+
+RECORD_FIELDS = [
+    "type", "physical_offset", "total_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset",
+    "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+    "prepared_transaction_offset", "topic", "properties", "tags", "keys", "uniq_key", "msg_id", "tags_code",
+    "body_length", "body", "body_encoding",
+]
+CQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code"]
+INDEX_HIT_FIELDS = ["topic", "key", "physical_offset", "store_timestamp", "index_file"]
+BODY_ENCODINGS = ("text", "hex", "base64", "none")
+
+
+def encode_body(body: bytes, encoding: str) -> str | None:
+    if encoding == "none":
+        return None
+    if encoding == "base64":
+        return base64.b64encode(body).decode("ascii")
+    if encoding == "hex":
+        return body.hex()
+    return body.decode("utf-8", "replace")
+
+
+def decode_body(text: str | None, encoding: str) -> bytes:
+    """The inverse of encode_body (text is lossy for non-UTF-8 bodies)."""
+    if text is None or encoding == "none":
+        return b""
+    if encoding == "base64":
+        return base64.b64decode(text)
+    if encoding == "hex":
+        return bytes.fromhex(text)
+    return text.encode("utf-8")
+
+
+def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base64",
+              check_crc: bool = False, decompress: bool = False) -> dict[str, Any]:
+    """One record as a row. ``physical_offset`` is where it was read; a MESSAGE's stored
+    PHYSICALOFFSET field is the same in a sound store (verify reports when it is not)."""
+    if isinstance(entry, Blank):
+        row: dict[str, Any] = dict.fromkeys(RECORD_FIELDS)
+        row.update(type="blank", physical_offset=physical_offset, total_size=entry.total_size,
+                   magic_code=f"0x{entry.magic_code:08x}")
+        if check_crc:
+            row["crc_ok"] = None
+        return row
+    msg: Message = entry
+    props = msg.properties
+    body = msg.body
+    if decompress and msg.compressed:
+        body = msg.decompressed_body()
+    try:
+        tags_code = msg.tags_code()
+    except ValueError:           # a malformed DELAY: the broker rejects such a record
+        tags_code = None
+    row = {
+        "type": "message",
+        "physical_offset": physical_offset,
+        "total_size": msg.total_size,
+        "magic_code": f"0x{msg.effective_magic:08x}",
+        "body_crc": msg.body_crc,
+        "queue_id": msg.queue_id,
+        "flag": msg.flag,
+        "queue_offset": msg.queue_offset,
+        "sys_flag": msg.sys_flag,
+        "born_timestamp": msg.born_timestamp,
+        "born_host": str(msg.born_host),
+        "store_timestamp": msg.store_timestamp,
+        "store_host": str(msg.store_host),
+        "reconsume_times": msg.reconsume_times,
+        "prepared_transaction_offset": msg.prepared_transaction_offset,
+        "topic": msg.topic,
+        "properties": props,
+        "tags": props.get("TAGS"),
+        "keys": msg.keys,
+        "uniq_key": props.get("UNIQ_KEY"),
+        "msg_id": msg.msg_id,
+        "tags_code": tags_code,
+        "body_length": len(body),
+        "body": encode_body(body, body_encoding),
+        "body_encoding": None if body_encoding == "none" else body_encoding,
+    }
+    if check_crc:
+        row["crc_ok"] = body_crc(msg.body) == msg.body_crc
+    return row

@@ -1,0 +1,60 @@
+"""Shared test helpers: the bundled real-broker fixture stores and their ground truth."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CLEAN_SETS = ["dev-sample", "dev-sample-5x"]
+CRASH_SETS = ["dev-sample-crash", "dev-sample-crash-torn", "dev-sample-5x-crash", "dev-sample-5x-crash-torn"]
+ALL_SETS = CLEAN_SETS + CRASH_SETS
+# Older upstream store files live outside the project (not copied); tests using them skip when absent.
+UPSTREAM = Path(os.environ.get("RMQTOOL_UPSTREAM_FIXTURES", ROOT.parent / "shared" / "fixtures-upstream"))
+
+settings.register_profile("default", max_examples=100, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def store_path(name: str) -> Path:
+    return FIXTURES / name / "store"
+
+
+@lru_cache(maxsize=None)
+def readback(name: str) -> dict:
+    """readback.json of a clean set, or recovery-readback.json of a crash set."""
+    for fname in ("readback.json", "recovery-readback.json"):
+        path = FIXTURES / name / fname
+        if path.exists():
+            return json.loads(path.read_text("utf-8"))
+    raise FileNotFoundError(name)
+
+
+@lru_cache(maxsize=None)
+def manifest(name: str) -> dict:
+    return json.loads((FIXTURES / name / "manifest.json").read_text("utf-8"))
+
+
+def index_queries(rb: dict) -> list[dict]:
+    return next(v for k, v in rb.items() if k.startswith("indexQueries"))
+
+
+@pytest.fixture
+def store_copy(tmp_path):
+    """Copy a fixture store (by set name, optionally 'recovered-store') into a writable temp dir."""
+    def make(name: str, which: str = "store") -> Path:
+        dst = tmp_path / name / which
+        shutil.copytree(FIXTURES / name / which, dst)
+        for p in dst.rglob("*"):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        return dst
+    return make
