@@ -54,14 +54,16 @@ class CommitLog:
         try:
             return decode_entry(buf, pos, check_crc=check_crc)
         except FormatError as exc:
+            exc.offset = offset
             raise exc.at(path=str(f.path)) from None
 
     def iter_entries(self, start: int | None = None, *, check_crc: bool = False,
-                     include_blank: bool = True) -> Iterator[Located]:
+                     include_blank: bool = True, stop_at_damage: bool = False) -> Iterator[Located]:
         """Entries in commit-log order from ``start`` (default: the first file) to the written end.
 
-        A BLANK moves to the next file; a zero header ends the walk; a damaged record raises a
-        FormatError naming the file and the offset.
+        A BLANK moves to the next file; a zero header ends the walk. A damaged record raises a
+        FormatError naming the file and the offset, or with ``stop_at_damage`` ends the walk there,
+        as the broker's recovery does (it treats the first invalid record as the end of data).
         """
         files = self.queue.files
         if not files:
@@ -81,6 +83,8 @@ class CommitLog:
                 try:
                     entry = decode_entry(buf, pos, check_crc=check_crc)
                 except FormatError as exc:
+                    if stop_at_damage:
+                        return
                     exc.offset = f.start + pos
                     raise exc.at(path=str(f.path)) from None
                 if isinstance(entry, Blank):

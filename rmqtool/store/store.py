@@ -27,8 +27,12 @@ class ConsumeQueue:
     queue_id: int
     queue: FileQueue
 
-    def iter_units(self, start: int = 0) -> Iterator[tuple[int, CqUnit]]:
-        """(queue offset, unit) from queue offset ``start`` up to the first unit failing recovery's test."""
+    def iter_units(self, start: int = 0, commitlog_end: int | None = None) -> Iterator[tuple[int, CqUnit]]:
+        """(queue offset, unit) from queue offset ``start`` up to the first unit failing recovery's test.
+
+        With ``commitlog_end``, also stop at the first unit starting at or beyond it: the broker drops such
+        dirty units on load (truncateDirtyLogicFiles), though truncation leaves their bytes on disk.
+        """
         size = self.queue.file_size
         for f in self.queue:
             buf = f.read()
@@ -38,7 +42,7 @@ class ConsumeQueue:
                 raise exc.at(path=str(f.path)) from None
             first = f.start // C.CQ_STORE_UNIT_SIZE
             for i, unit in enumerate(units):
-                if not unit.is_valid:
+                if not unit.is_valid or (commitlog_end is not None and unit.physical_offset >= commitlog_end):
                     return
                 if first + i >= start:
                     yield first + i, unit
@@ -67,7 +71,7 @@ class Store:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":
-        """A store root, a commitlog/ directory, or a single commit-log file."""
+        """A store root, or just a commit log: its directory or one of its files."""
         path = Path(path)
         if not path.exists():
             raise StoreError("no such file or directory", path=str(path))
@@ -76,7 +80,7 @@ class Store:
         if (path / "commitlog").is_dir():
             return cls(path)
         if path.name == "commitlog" or any(_is_offset_file(p) for p in path.iterdir()):
-            return cls(path.parent, commitlog_path=path)
+            return cls(path, commitlog_path=path)   # the commit log alone: no queues, index or checkpoint
         if (path / "consumequeue").is_dir() or (path / "index").is_dir() or (path / "checkpoint").is_file():
             return cls(path)
         raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",

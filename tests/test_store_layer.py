@@ -1,0 +1,174 @@
+"""Store layer: file queues with inferred sizes, offsets across files, end of data, single files, config."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import FIXTURES, UPSTREAM, readback, store_path
+from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.commitlog import Blank, Message, encode_message
+from rmqtool.format.consumequeue import decode_ext_unit, ext_addr_to_offset
+from rmqtool.format.java import java_string_hash
+from rmqtool.store.config import parse_fastjson
+from rmqtool.store.filequeue import FileQueue
+from rmqtool.store.store import Store
+
+
+def test_file_sizes_are_inferred_from_the_files():
+    store = Store.open(store_path("dev-sample"))
+    assert store.commitlog.file_size == 65536
+    assert {q.queue.file_size for q in store.consume_queues()} == {160}
+    crash = Store.open(store_path("dev-sample-crash"))
+    assert {q.queue.file_size for q in crash.consume_queues()} == {800}
+
+
+def test_locate_maps_every_record_offset_to_its_file():
+    store = Store.open(store_path("dev-sample"))
+    for loc in store.commitlog.iter_entries():
+        f, pos = store.commitlog.queue.locate(loc.offset)
+        assert f == loc.file and f.start + pos == loc.offset
+    with pytest.raises(StoreError):
+        store.commitlog.queue.locate(10**12)
+
+
+def test_walk_starts_at_any_record_boundary():
+    store = Store.open(store_path("dev-sample-5x"))
+    offsets = [loc.offset for loc in store.commitlog.iter_entries()]
+    for start in offsets[::17]:
+        assert [loc.offset for loc in store.commitlog.iter_entries(start)] == offsets[offsets.index(start):]
+
+
+def test_end_of_data_in_preallocated_files():
+    """Crash stores end inside a file followed by an all-zero pre-allocated next file."""
+    store = Store.open(store_path("dev-sample-crash"))
+    last_file = store.commitlog.queue.files[-1]
+    assert not any(last_file.path.read_bytes())
+    entries = list(store.commitlog.iter_entries())
+    end = entries[-1].offset + entries[-1].entry.total_size
+    assert store.commitlog.written_end() == end < last_file.start
+    kinds = [type(loc.entry) for loc in entries]
+    assert kinds.count(Blank) == len(store.commitlog.queue) - 2   # every full file ends with a BLANK
+
+
+def test_single_commitlog_file_keeps_its_start_offset(tmp_path):
+    src = store_path("dev-sample") / "commitlog" / "00000000000000065536"
+    store = Store.open(src)
+    entries = list(store.commitlog.iter_entries())
+    expected = [r for r in readback("dev-sample")["commitlogRecords"] if 65536 <= r["physicalOffset"] < 131072]
+    assert [loc.offset for loc in entries] == [r["physicalOffset"] for r in expected]
+    renamed = tmp_path / "segment.bin"          # a file not named by its offset starts at 0
+    shutil.copy(src, renamed)
+    assert list(Store.open(renamed).commitlog.iter_entries())[0].offset == 0
+
+
+def test_commitlog_directory_alone_opens():
+    store = Store.open(store_path("dev-sample") / "commitlog")
+    assert len(list(store.commitlog.iter_entries())) == len(readback("dev-sample")["commitlogRecords"])
+    assert store.consume_queues() == [] and store.index_files() == [] and store.checkpoint() is None
+
+
+def test_wrong_size_and_missing_files_are_reported(store_copy):
+    root = store_copy("dev-sample")
+    (root / "commitlog" / "00000000000000065536").unlink()
+    with open(root / "commitlog" / "00000000000000131072", "ab") as fh:
+        fh.write(b"\0" * 10)
+    queue = FileQueue.from_dir(root / "commitlog")
+    problems = [msg for _, msg in queue.problems()]
+    assert any("expected 131072" in m for m in problems)
+    assert any("65546 bytes" in m for m in problems)
+
+
+def test_damage_in_the_middle_raises_with_path_and_offset(store_copy):
+    root = store_copy("dev-sample")
+    target = readback("dev-sample")["commitlogRecords"][5]["physicalOffset"]
+    path = root / "commitlog" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    data[target + 4:target + 8] = b"\x12\x34\x56\x78"
+    path.write_bytes(bytes(data))
+    store = Store.open(root)
+    with pytest.raises(FormatError) as err:
+        list(store.commitlog.iter_entries())
+    assert err.value.offset == target and err.value.path.endswith("00000000000000000000")
+    assert "bad magic code 0x12345678" in str(err.value)
+    assert len(list(store.commitlog.iter_entries(stop_at_damage=True))) == 5
+
+
+def test_not_a_store_and_missing_paths(tmp_path):
+    with pytest.raises(StoreError):
+        Store.open(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StoreError, match="not a RocketMQ store"):
+        Store.open(tmp_path / "empty")
+
+
+def test_fastjson_config_with_unquoted_integer_keys():
+    assert Store.open(store_path("dev-sample")).config("delayOffset.json") == {"offsetTable": {"1": 2, "2": 2}}
+    text = '{"offsetTable":{"T@G":{0:123,1:456}},"note":"{7:8}","n":-1}'
+    assert parse_fastjson(text) == {"offsetTable": {"T@G": {"0": 123, "1": 456}}, "note": "{7:8}", "n": -1}
+    with pytest.raises(FormatError):
+        parse_fastjson("{nope")
+
+
+def test_5x_checkpoint_has_the_extra_fields():
+    cp = Store.open(store_path("dev-sample-5x")).checkpoint()
+    assert (cp.master_flushed_offset, cp.confirm_phy_offset) == (0, 0)
+    assert cp.physic_msg_timestamp > 0
+
+
+def test_record_after_blank_in_next_file(tmp_path):
+    """A hand-made two-file log: message + BLANK padding, then the next file's records."""
+    size = 512
+    first = encode_message(Message(topic="T", body=b"a" * 100, physical_offset=0))
+    blank_len = size - len(first)
+    f0 = first + blank_len.to_bytes(4, "big") + bytes.fromhex("cbd43194") + bytes(blank_len - 8)
+    second = encode_message(Message(topic="T", body=b"b", physical_offset=size))
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog" / f"{0:020d}").write_bytes(f0)
+    (tmp_path / "commitlog" / f"{size:020d}").write_bytes(second + bytes(size - len(second)))
+    entries = list(Store.open(tmp_path).commitlog.iter_entries())
+    assert [(loc.offset, type(loc.entry).__name__) for loc in entries] == [
+        (0, "Message"), (len(first), "Blank"), (size, "Message")]
+
+
+UPSTREAM_STORES = sorted(p.parent for p in UPSTREAM.glob("*/**/commitlog")) if UPSTREAM.is_dir() else []
+
+
+@pytest.mark.skipif(not UPSTREAM_STORES, reason="upstream store files not present beside the project")
+@pytest.mark.parametrize("root", UPSTREAM_STORES, ids=lambda p: p.relative_to(UPSTREAM).parts[0])
+def test_upstream_stores_decode(root):
+    store = Store.open(root)
+    entries = list(store.commitlog.iter_entries(check_crc=True))
+    messages = [loc.entry for loc in entries if isinstance(loc.entry, Message)]
+    assert len(messages) >= 47 and store.commitlog.file_size == 8192
+    for loc in entries:
+        if isinstance(loc.entry, Message):
+            assert loc.entry.physical_offset == loc.offset
+            assert loc.entry.properties_raw.endswith(b"\x02")      # <= 4.9.0 brokers keep the separator
+            assert loc.entry.properties["TAGS"] == "TAG1"
+
+
+@pytest.mark.skipif(not (UPSTREAM / "EricPanGopher-rocketmq").is_dir(), reason="upstream files not present")
+def test_upstream_consume_queue_ext_addresses_resolve():
+    """A 4.2 store with ConsumeQueueExt: CQ tagsCodes are ext addresses of units holding the real tagsCode."""
+    root = UPSTREAM / "EricPanGopher-rocketmq" / "store" / "unit_test_store"
+    store = Store.open(root)
+    ext_dir = root / "consumequeue_ext" / "abc" / "0"
+    ext = FileQueue.from_dir(ext_dir)
+    (cq,) = store.consume_queues()
+    units = list(cq.iter_units())
+    assert units and all(u.has_ext_address for _, u in units)
+    for _, unit in units:
+        f, pos = ext.locate(ext_addr_to_offset(unit.tags_code))
+        ext_unit = decode_ext_unit(f.read(), pos)
+        msg = store.commitlog.read_at(unit.physical_offset)
+        assert msg.total_size == unit.size
+        assert ext_unit.tags_code == java_string_hash(msg.tags)
+        assert ext_unit.msg_store_time == msg.store_timestamp
+    assert store.checkpoint() is not None and store.abort_path.exists()
+
+
+def test_fixture_sets_are_complete():
+    for name in ("dev-sample", "dev-sample-5x"):
+        assert (FIXTURES / name / "readback.json").is_file()
