@@ -154,9 +154,8 @@ def test_upstream_consume_queue_ext_addresses_resolve():
     """A 4.2 store with ConsumeQueueExt: CQ tagsCodes are ext addresses of units holding the real tagsCode."""
     root = UPSTREAM / "EricPanGopher-rocketmq" / "store" / "unit_test_store"
     store = Store.open(root)
-    ext_dir = root / "consumequeue_ext" / "abc" / "0"
-    ext = FileQueue.from_dir(ext_dir)
     (cq,) = store.consume_queues()
+    ext = store.consume_queue_ext(cq.topic, cq.queue_id)
     units = list(cq.iter_units())
     assert units and all(u.has_ext_address for _, u in units)
     for _, unit in units:

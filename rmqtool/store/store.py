@@ -124,6 +124,11 @@ class Store:
             raise StoreError(f"no consume queue {topic}/{queue_id}", path=str(qdir))
         return ConsumeQueue(topic, queue_id, FileQueue.from_dir(qdir))
 
+    def consume_queue_ext(self, topic: str, queue_id: int) -> FileQueue | None:
+        """The ConsumeQueueExt files of a queue (only with enableConsumeQueueExt), or None."""
+        qdir = self.root / "consumequeue_ext" / topic / str(queue_id)
+        return FileQueue.from_dir(qdir) if self.is_store_root and qdir.is_dir() else None
+
     # -- index ------------------------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
