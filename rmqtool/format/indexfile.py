@@ -212,6 +212,16 @@ class IndexWriter:
         self.header = h
         self.buf[:C.INDEX_HEADER_SIZE] = encode_header(h)
 
+    @classmethod
+    def from_bytes(cls, buf, geometry: Geometry, hash_slot_count_every_put: bool = False) -> "IndexWriter":
+        """Continue putting keys into an existing index file (as the broker does after a restart)."""
+        writer = cls(geometry, hash_slot_count_every_put=hash_slot_count_every_put)
+        if len(buf) != geometry.file_size:
+            raise FormatError(f"index file is {len(buf)} bytes, geometry {geometry} needs {geometry.file_size}")
+        writer.buf[:] = buf
+        writer.header = decode_header(buf)
+        return writer
+
     @property
     def index_count(self) -> int:
         return max(self.header.index_count, 1)
