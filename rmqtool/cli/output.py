@@ -27,7 +27,8 @@ class Format(str, enum.Enum):
 FORMAT_CHOICES = [f.value for f in Format]
 TIMESTAMP_FIELDS = frozenset({"born_timestamp", "store_timestamp", "begin_timestamp", "end_timestamp",
                               "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
-                              "min_store_timestamp", "max_store_timestamp", "deliver_timestamp"})
+                              "min_store_timestamp", "max_store_timestamp", "deliver_timestamp",
+                              "min_timestamp", "min_timestamp_index", "created_timestamp"})
 
 
 def resolve_format(value: str | None) -> Format:
@@ -54,6 +55,30 @@ def format_timestamp(ms: int | None) -> str:
         return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     except (OverflowError, OSError, ValueError):
         return str(ms)
+
+
+class Timestamp(click.ParamType):
+    """A point in time: epoch milliseconds, or ISO-8601 (a time without a zone is UTC)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(f"{value!r} is neither epoch milliseconds nor an ISO-8601 time", param, ctx)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        return (when - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+TIMESTAMP = Timestamp()
 
 
 def _cell(key: str, value: Any) -> str:
@@ -84,7 +109,7 @@ def dumps(row: dict) -> str:
 def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None = None,
                tablefmt: str = "simple", title: str | None = None, out=None) -> int:
     """Write rows in the chosen format; returns the number of rows written."""
-    out = out or click.get_text_stream("stdout")
+    out = out or sys.stdout
     if fmt is Format.JSONL:
         n = 0
         for row in rows:
@@ -161,7 +186,7 @@ def _rich_table(cols: list[str], cells: list[list[str]], title: str | None, out)
 
 def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple") -> None:
     """One object (e.g. a header or a summary): key/value pairs for people, one line for scripts."""
-    out = out or click.get_text_stream("stdout")
+    out = out or sys.stdout
     if fmt in (Format.JSONL, Format.JSON):
         out.write((json.dumps(row, ensure_ascii=False, default=_json_default, indent=2)
                    if fmt is Format.JSON else dumps(row)) + "\n")

@@ -1,0 +1,239 @@
+"""Look-ups by physical offset, key and message ID. They return values; the CLI renders them.
+
+Only the format and store layers are used here (no pyarrow, no pyspark), so look-ups start fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, RmqError
+from rmqtool.format.commitlog import Blank, Message
+from rmqtool.format.consumequeue import decode_units, written_unit_count
+from rmqtool.format.msgid import decode_message_id, decode_uniq_key
+from rmqtool.store.commitlog import CommitLog
+from rmqtool.store.store import Store, query_index
+
+LONG_MAX = 2**63 - 1
+
+
+# -- record boundaries ------------------------------------------------------------------------------
+def nearest_boundaries(commitlog: CommitLog, offset: int) -> tuple[int | None, int | None]:
+    """The record boundaries at or before and at or after ``offset``, walking from the start of its file.
+
+    (offset, offset) when it is a boundary; the written end counts as one, and is the boundary before
+    an offset beyond it (with None after).
+    """
+    f, _ = commitlog.queue.locate(offset)
+    before: int | None = None
+    end = f.start
+    for loc in commitlog.iter_entries(f.start):
+        if loc.offset >= offset:
+            return (loc.offset if loc.offset == offset else before), loc.offset
+        before = loc.offset
+        end = loc.offset + loc.entry.total_size
+    if end == offset:
+        return offset, offset       # the written end: a valid place to start (nothing follows)
+    return (before, end) if end > offset else (end, None)
+
+
+# -- index look-ups ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IndexHit:
+    """One offset of IndexService.queryOffset, with the record read there (None if unreadable)."""
+
+    topic: str
+    key: str
+    physical_offset: int
+    index_file: str
+    record: Message | None
+
+    @property
+    def matches(self) -> bool:
+        """Does the record really carry this topic and key (KEYS element or UNIQ_KEY)?"""
+        r = self.record
+        return r is not None and r.topic == self.topic and (self.key in r.keys or r.uniq_key == self.key)
+
+    def row(self) -> dict:
+        return {"topic": self.topic, "key": self.key, "physical_offset": self.physical_offset,
+                "store_timestamp": self.record.store_timestamp if self.record else None,
+                "index_file": self.index_file}
+
+
+@dataclass
+class KeyLookup:
+    hits: list[IndexHit]                      # the broker's raw list, in its order (newest first)
+    records: list[tuple[int, Message]] = field(default_factory=list)   # matching, each offset once
+    collisions: list[int] = field(default_factory=list)                # hits whose record lacks the key
+
+
+def lookup_key(store: Store, topic: str, key: str, *, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
+               begin: int = 0, end: int = LONG_MAX) -> KeyLookup:
+    """IndexService.queryOffset over every index file, then each hit read and checked against the key."""
+    cl = store.commitlog
+    hits = [IndexHit(topic, key, phy, ref.name, _read_message(cl, phy))
+            for phy, ref in query_index(store.index_files(), topic, key, max_num, begin, end)]
+    result = KeyLookup(hits)
+    seen: set[int] = set()
+    for hit in hits:
+        if not hit.matches:
+            result.collisions.append(hit.physical_offset)
+        elif hit.physical_offset not in seen:
+            seen.add(hit.physical_offset)
+            result.records.append((hit.physical_offset, hit.record))
+    return result
+
+
+def _read_message(cl: CommitLog, offset: int) -> Message | None:
+    try:
+        entry = cl.read_at(offset)
+    except RmqError:
+        return None
+    return None if isinstance(entry, Blank) else entry
+
+
+# -- message IDs ------------------------------------------------------------------------------------
+@dataclass
+class IdLookup:
+    kind: str                                 # "offsetMsgId", "UNIQ_KEY" or "" (nothing found)
+    records: list[tuple[int, Message]]
+    notes: list[str] = field(default_factory=list)
+
+
+def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable[str] | None = None,
+              scan: bool = False, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH) -> IdLookup:
+    """Find records by an offsetMsgId or a UNIQ_KEY (both are 32 or 56 hex characters).
+
+    ``auto`` takes the ID as an offsetMsgId when the record at its decoded offset has exactly that
+    msgId, else as a UNIQ_KEY: looked up in the index under every topic of the store (or ``topics``),
+    and with ``scan`` by reading the whole commit log when the index has nothing.
+    """
+    msg_id = msg_id.strip().upper()
+    notes: list[str] = []
+    near: tuple[int, Message] | None = None
+    if kind in ("auto", "msg-id"):
+        host, offset = decode_message_id(msg_id)
+        found = _read_message(store.commitlog, offset)
+        if found is not None and found.msg_id == msg_id:
+            return IdLookup("offsetMsgId", [(offset, found)])
+        if found is not None and found.physical_offset == offset:
+            near = (offset, found)
+            notes.append(f"the record at offset {offset} was stored by {found.store_host}, "
+                         f"not by {host} as the offsetMsgId says")
+    if kind in ("auto", "uniq-key"):
+        decode_uniq_key(msg_id)
+        records = find_uniq_key(store, msg_id, topics=topics, scan=scan, max_num=max_num)
+        if records:
+            return IdLookup("UNIQ_KEY", records)
+    if near is not None:
+        return IdLookup("offsetMsgId", [near], notes)
+    return IdLookup("", [], notes)
+
+
+def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None = None, scan: bool = False,
+                  max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH) -> list[tuple[int, Message]]:
+    """Records whose UNIQ_KEY is ``uniq_key``, in commit-log order (retries and scheduled copies share it)."""
+    found: dict[int, Message] = {}
+    for topic in (store.topics() if topics is None else topics):
+        for offset, msg in lookup_key(store, topic, uniq_key, max_num=max_num).records:
+            if msg.uniq_key == uniq_key:
+                found[offset] = msg
+    if not found and scan:
+        for loc in store.commitlog.iter_entries(include_blank=False):
+            if loc.entry.uniq_key == uniq_key:
+                found[loc.offset] = loc.entry
+    return sorted(found.items(), key=lambda item: item[0])
+
+
+def describe_id(msg_id: str, born_timestamp: int | None = None) -> dict:
+    """Both readings of a 32/56 hex-character ID: as an offsetMsgId and as a UNIQ_KEY."""
+    msg_id = msg_id.strip().upper()
+    host, offset = decode_message_id(msg_id)
+    uniq = decode_uniq_key(msg_id)
+    return {
+        "id": msg_id,
+        "store_host": str(host),
+        "physical_offset": offset,
+        "client_ip": uniq.ip,
+        "pid": uniq.pid,
+        "class_loader_hash": uniq.class_loader_hash,
+        "time_diff": uniq.time_diff,
+        "counter": uniq.counter,
+        "created_timestamp": uniq.timestamp(born_timestamp),
+    }
+
+
+
+# -- record filters and consume-queue checks --------------------------------------------------------
+@dataclass(frozen=True)
+class RecordFilter:
+    """Which MESSAGE records to keep (None = any). Times are store timestamps in epoch ms, inclusive."""
+
+    topic: str | None = None
+    queue_id: int | None = None
+    tag: str | None = None
+    key: str | None = None
+    since: int | None = None
+    until: int | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self == RecordFilter()
+
+    def matches(self, msg: Message) -> bool:
+        return ((self.topic is None or msg.topic == self.topic)
+                and (self.queue_id is None or msg.queue_id == self.queue_id)
+                and (self.since is None or msg.store_timestamp >= self.since)
+                and (self.until is None or msg.store_timestamp <= self.until)
+                and (self.tag is None or msg.tags == self.tag)
+                and (self.key is None or self.key in msg.keys))
+
+
+def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, unit) -> list[str]:
+    """How a consume-queue unit disagrees with the record it points at (empty when it agrees)."""
+    try:
+        entry = cl.read_at(unit.physical_offset)
+    except RmqError as exc:
+        return [f"no record at offset {unit.physical_offset}: {exc.message}"]
+    if isinstance(entry, Blank):
+        return [f"offset {unit.physical_offset} is a BLANK record"]
+    out = []
+    if entry.total_size != unit.size:
+        out.append(f"size {unit.size} != record size {entry.total_size}")
+    if entry.topic != topic:
+        out.append(f"record topic is {entry.topic!r}")
+    if entry.queue_id != queue_id:
+        out.append(f"record queue id is {entry.queue_id}")
+    if entry.queue_offset != queue_offset:
+        out.append(f"record queue offset is {entry.queue_offset}")
+    if not unit.has_ext_address:
+        try:
+            expected = entry.tags_code()
+        except ValueError:
+            expected = None
+        if expected != unit.tags_code:
+            out.append(f"tagsCode {unit.tags_code} != {expected} computed from the record")
+    return out
+
+
+def dirty_tail_start(cq, cl: CommitLog) -> int | None:
+    """The queue offset where the trailing units whose record is missing begin (None: no such tail).
+
+    After a crash, a consume queue can hold units for records the commit log lost; the broker drops them
+    on load (truncateDirtyLogicFiles). Found from the tail backwards, reading one record per unit.
+    """
+    cut = None
+    for f in reversed(cq.queue.files):
+        try:
+            units = decode_units(f.read())
+        except FormatError as exc:
+            raise exc.at(path=str(f.path)) from None
+        first = f.start // C.CQ_STORE_UNIT_SIZE
+        for i in range(written_unit_count(units) - 1, -1, -1):
+            record = None if units[i].is_filler else _read_message(cl, units[i].physical_offset)
+            if units[i].is_filler or (record is not None and record.total_size == units[i].size):
+                return cut
+            cut = first + i
+    return cut

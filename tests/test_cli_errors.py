@@ -1,0 +1,149 @@
+"""Bad input: one line on stderr, a meaningful exit status, nothing on stdout, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rmqtool.cli import cli
+from rmqtool.cli.exitcodes import ExitCode
+from tests.conftest import FIXTURES
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def assert_error(result, code: ExitCode, *parts: str, stdout: str = "") -> None:
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    assert result.stdout == stdout
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("rmqtool: error: ") and result.stderr.count("\n") == 1, result.stderr
+    for part in parts:
+        assert part in result.stderr
+
+
+STORE_COMMANDS = [["info"], ["cat-commitlog"], ["cat-cq", "{}", "TopicA", "0"], ["cat-index"],
+                  ["query-key", "{}", "TopicA", "k"], ["query-id", "{}", "C0A8000A00002A9F0000000000000000"],
+                  ["checkpoint"]]
+
+
+def _args(command: list[str], path) -> list[str]:
+    return [a.format(path) for a in command] if "{}" in command else command + [str(path)]
+
+
+@pytest.mark.parametrize("command", STORE_COMMANDS, ids=lambda c: c[0])
+def test_missing_path(command, tmp_path):
+    missing = tmp_path / "nope"
+    assert_error(run(*_args(command, missing)), ExitCode.IO_ERROR, f"{missing}: no such file or directory")
+
+
+@pytest.mark.parametrize("command", [c for c in STORE_COMMANDS if c[0] not in ("cat-commitlog", "checkpoint")],
+                         ids=lambda c: c[0])
+def test_empty_directory_is_not_a_store(command, tmp_path):
+    assert_error(run(*_args(command, tmp_path)), ExitCode.IO_ERROR, "not a RocketMQ store")
+
+
+def test_store_with_an_empty_commit_log(tmp_path):
+    (tmp_path / "commitlog").mkdir()
+    result = run("cat-commitlog", tmp_path)
+    assert (result.exit_code, result.stdout, result.stderr) == (ExitCode.FINDINGS, "", "rmqtool: no records\n")
+
+
+def test_file_that_is_not_a_store_file(tmp_path):
+    junk = tmp_path / "notes.txt"
+    junk.write_text("these are not the bytes you are looking for\n" * 3)
+    assert_error(run("cat-commitlog", junk), ExitCode.BAD_INPUT, f"{junk}: offset 0: bad magic code")
+    assert_error(run("cat-index", junk), ExitCode.BAD_INPUT, f"{junk}:")
+    short = tmp_path / "checkpoint"
+    short.write_bytes(b"\x00" * 10)
+    assert_error(run("checkpoint", short), ExitCode.BAD_INPUT, f"{short}: offset 0: truncated checkpoint")
+
+
+def test_commit_log_file_of_the_wrong_size(store_copy):
+    store = store_copy("dev-sample")
+    victim = store / "commitlog" / "00000000000000065536"
+    with open(victim, "r+b") as fh:
+        fh.truncate(40000)
+    assert_error(run("cat-commitlog", store), ExitCode.IO_ERROR, f"{victim}: commit-log file is 40000 bytes")
+
+
+def test_truncated_record_in_the_middle(tmp_path):
+    """A commit-log file cut inside its third record: the first two are printed, then the error."""
+    part = tmp_path / "00000000000000000000"
+    part.write_bytes((FIXTURES / "dev-sample" / "store" / "commitlog" / part.name).read_bytes()[:600])
+    result = run("cat-commitlog", part, "-f", "jsonl", "--fields", "physical_offset")
+    assert_error(result, ExitCode.BAD_INPUT, f"{part}: offset 473: truncated record",
+                 stdout='{"physical_offset":0}\n{"physical_offset":257}\n')
+
+
+def test_damaged_record_in_the_middle_of_a_store(store_copy):
+    store = store_copy("dev-sample")
+    victim = store / "commitlog" / "00000000000000065536"
+    data = bytearray(victim.read_bytes())
+    data[4:8] = b"\x12\x34\x56\x78"                       # the magic code of the file's first record
+    victim.write_bytes(bytes(data))
+    result = run("cat-commitlog", store, "-f", "jsonl", "--fields", "physical_offset")
+    assert result.stdout.count("\n") > 10                 # records of the first file came out first
+    assert_error(result, ExitCode.BAD_INPUT, f"{victim}: offset 65536: bad magic code 0x12345678",
+                 stdout=result.stdout)
+
+
+def test_consume_queue_file_not_a_multiple_of_20(store_copy):
+    store = store_copy("dev-sample")
+    cq_file = store / "consumequeue" / "TopicA" / "1" / "00000000000000000000"
+    with open(cq_file, "ab") as fh:
+        fh.write(b"\x00" * 7)
+    assert_error(run("cat-cq", store, "TopicA", "1"), ExitCode.BAD_INPUT,
+                 f"{cq_file}: consume-queue file size 167 is not a multiple of 20")
+
+
+def test_index_file_of_impossible_size(store_copy, tmp_path):
+    lone = tmp_path / "20260101000000000"
+    lone.write_bytes(b"\x00" * 50)                        # 40-byte header + 10: no slot/entry split fits
+    assert_error(run("cat-index", lone), ExitCode.BAD_INPUT, f"{lone}: index file size 50 fits no geometry")
+    store = store_copy("dev-sample")
+    victim = sorted((store / "index").iterdir())[0]
+    with open(victim, "r+b") as fh:
+        fh.truncate(1000)
+    for args in (["cat-index", store], ["query-key", store, "TopicA", "k"]):
+        assert_error(run(*args), ExitCode.BAD_INPUT, f"{victim}: index file of 1000 bytes")
+
+
+@pytest.mark.parametrize("bad,what", [("C0A8000A00002A9F000000000000000G", "not hexadecimal"),
+                                      ("C0A8000A00002A9F00000000000000", "must have 32 or 56 hex characters")])
+def test_bad_ids(bad, what):
+    store = FIXTURES / "dev-sample" / "store"
+    assert_error(run("query-id", store, bad), ExitCode.BAD_INPUT, what)
+    assert_error(run("decode-id", bad), ExitCode.BAD_INPUT, what)
+
+
+def test_unknown_topic_and_queue():
+    store = FIXTURES / "dev-sample" / "store"
+    assert_error(run("cat-cq", store, "NoSuchTopic", "0"), ExitCode.IO_ERROR, "unknown topic 'NoSuchTopic'",
+                 "TopicA")
+    assert_error(run("cat-cq", store, "TopicA", "7"), ExitCode.IO_ERROR, "topic 'TopicA' has no queue 7",
+                 "queues: 0, 1, 2, 3")
+
+
+def test_missing_checkpoint(store_copy):
+    store = store_copy("dev-sample")
+    (store / "checkpoint").unlink()
+    assert_error(run("checkpoint", store), ExitCode.IO_ERROR, "no checkpoint file")
+
+
+def test_usage_errors_exit_2(tmp_path):
+    store = FIXTURES / "dev-sample" / "store"
+    for args in (["cat-commitlog", store, "--since", "yesterday"], ["cat-cq", store, "TopicA", "x"],
+                 ["cat-index", store, "--entries", "--slots"], ["cat-commitlog", store, "--body", "rot13"]):
+        result = run(*args)
+        assert (result.exit_code, result.stdout) == (ExitCode.USAGE, ""), args
+        assert "Traceback" not in result.stderr
+
+
+def test_traceback_option_shows_the_trace(tmp_path):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x01" * 64)
+    result = CliRunner().invoke(cli, ["--traceback", "cat-commitlog", str(junk)])
+    assert result.exit_code != 0
+    assert type(result.exception).__name__ == "BadMagic"
