@@ -1,1 +1,108 @@
-"""Commands of this concern register themselves on the `cli` group (see rmqtool.cli)."""
+"""Bulk commands: export (commit-log records to Parquet / JSON lines / CSV) and generate (a synthetic
+store for benchmarks and tests). Heavy modules are imported inside the commands."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from rmqtool.cli import cli
+from rmqtool.cli.exitcodes import ExitCode
+from rmqtool.cli.pipeline import engine_options
+from rmqtool.ops.rows import BODY_ENCODINGS
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'1G', '64M', '512K' or a byte count (binary units)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if not m:
+        raise click.BadParameter(f"not a size: {text!r} (e.g. 1G, 64M, 4096)")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+class Size(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, int) else parse_size(value)
+
+
+@cli.command()
+@click.argument("stores", nargs=-1, required=True, type=click.Path())
+@click.option("--to", "to", required=True, type=click.Path(),
+              help="Output file, or a dataset directory (a name without extension, or with --partition-by): "
+                   "one part per commit-log file.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["parquet", "jsonl", "csv"]), default=None,
+              help="Output format [default: from the extension of --to; parquet for a directory].")
+@click.option("--partition-by", metavar="topic,date", help="Hive-partition a dataset directory by topic and/or "
+                                                              "store date (UTC).")
+@engine_options
+@click.option("--crc", is_flag=True, help="Check every body CRC (adds the crc_ok column).")
+@click.option("--body-encoding", type=click.Choice(BODY_ENCODINGS), default="base64", show_default=True,
+              help="How jsonl/csv carry the body (Parquet stores it as binary).")
+@click.option("--stop-at-damage", is_flag=True,
+              help="Export a store's records up to a damaged record instead of failing (exit status 3).")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
+def export(stores, to, fmt, partition_by, engine, master, crc, body_encoding, stop_at_damage, force):
+    """Export the commit-log records of STORES (roots, commitlog dirs or files) to one file, or to a
+    dataset directory with one part per commit-log file (written by Spark tasks with --engine spark).
+
+    Columns are the record fields of cat-commitlog; Parquet keeps native types (timestamps as
+    timestamp[ms], properties as map<string,string>, body and properties_raw as binary).
+    """
+    from rmqtool.cli.pipeline import export_to_dataset, is_dataset_target
+    from rmqtool.ops.export import export as run_export
+
+    options = dict(check_crc=crc, body_encoding=body_encoding, stop_at_damage=stop_at_damage, overwrite=force)
+    if is_dataset_target(to, partition_by):
+        result = export_to_dataset(stores, to, fmt or "parquet", partition_by, engine, master, **options)
+    elif engine == "spark":
+        raise click.BadParameter("the spark engine writes a dataset directory: give --to a name without "
+                                 "extension", param_hint="--to")
+    else:
+        result = run_export(stores, to, fmt, **options)
+    rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0
+    click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "
+               f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log", err=True)
+    for exc in result.damaged:
+        click.echo(f"rmqtool: warning: stopped at a damaged record: {exc}", err=True)
+    if result.damaged:
+        raise click.exceptions.Exit(ExitCode.BAD_INPUT)
+
+
+@cli.command()
+@click.argument("directory", type=click.Path())
+@click.option("--size", type=Size(), default="1G", show_default=True, help="Commit-log bytes to write.")
+@click.option("--file-size", type=Size(), default="1G", show_default=True, help="Commit-log file size.")
+@click.option("--topics", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--queues", type=click.IntRange(1), default=8, show_default=True, help="Queues per topic.")
+@click.option("--body-size", type=(click.IntRange(0), click.IntRange(0)), default=(200, 500),
+              show_default=True, metavar="MIN MAX", help="Body length range in bytes.")
+@click.option("--index/--no-index", default=True, show_default=True, help="Write index files.")
+@click.option("--index-geometry", default="5000000:20000000", show_default=True, metavar="SLOTS:ENTRIES")
+@click.option("--cq-file-size", type=Size(), default=str(300_000 * 20), show_default=True,
+              help="Consume-queue file size (a multiple of 20).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def generate(directory, size, file_size, topics, queues, body_size, index, index_geometry, cq_file_size, seed):
+    """Write a synthetic store into DIRECTORY (new): commit log with a BLANK at each file end,
+    consume queues, index files and checkpoint, all through rmqtool's own encoders."""
+    from rmqtool.format.indexfile import Geometry, check_geometry
+    from rmqtool.ops.generate import generate_store
+
+    m = re.fullmatch(r"(\d+):(\d+)", index_geometry)
+    if not m:
+        raise click.BadParameter("expected SLOTS:ENTRIES, e.g. 5000000:20000000", param_hint="--index-geometry")
+    geometry = Geometry(int(m.group(1)), int(m.group(2)))
+    check_geometry(geometry)
+    if cq_file_size % 20 or cq_file_size <= 0:
+        raise click.BadParameter("must be a positive multiple of 20", param_hint="--cq-file-size")
+    if body_size[0] > body_size[1]:
+        raise click.BadParameter("MIN is above MAX", param_hint="--body-size")
+    g = generate_store(directory, size, file_size=file_size, topics=topics, queues=queues,
+                       body_min=body_size[0], body_max=body_size[1], cq_file_size=cq_file_size,
+                       index=index, index_geometry=geometry, seed=seed)
+    click.echo(f"generated {g.messages} messages in {g.files} commit-log files ({g.commitlog_bytes} bytes), "
+               f"{g.consume_queues} consume queues, {g.index_files} index files in {g.root}", err=True)

@@ -1,0 +1,198 @@
+"""One batch of MESSAGE records, decoded column by column from the mapped file.
+
+Given record starts from the boundary walk, the record's lengths are checked all at once (the parts
+must add up to TOTALSIZE, as ``decode_entry`` demands); the fixed fields come from one strided gather
+per host-width combination viewed as a big-endian structured dtype; topic, body and properties are
+sliced out of the file buffer with ``pick_tokens``; hosts are formatted once per distinct value and
+msgIds through a hex lookup table.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqtool import constants as C
+from rmqtool.columnar.props import pick_tokens, property_columns
+from rmqtool.columnar.schema import record_schema
+from rmqtool.format.hosts import Host
+from rmqtool.format.java import java_string_hash, tags_code
+from rmqtool.format.properties import parse_properties
+
+_V6_BITS = C.SysFlag.BORNHOST_V6 | C.SysFlag.STOREHOSTADDRESS_V6
+_MAGIC_TEXT = pa.array([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
+_HEX = b"0123456789ABCDEF"
+_HEX_LUT = np.array([_HEX[b >> 4] | _HEX[b & 15] << 8 for b in range(256)], "<u2")
+
+
+def _fixed_dtype(sys_flag: int) -> np.dtype:
+    """TOTALSIZE .. BODYLEN for one host-width combination, big-endian."""
+    born, store = C.host_lengths(sys_flag)
+    fields = [("total_size", ">i4"), ("magic_code", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+              ("flag", ">i4"), ("queue_offset", ">i8"), ("stored_physical_offset", ">i8"),
+              ("sys_flag", ">i4"), ("born_timestamp", ">i8"), ("born_host", f"V{born}"),
+              ("store_timestamp", ">i8"), ("store_host", f"V{store}"), ("reconsume_times", ">i4"),
+              ("prepared_transaction_offset", ">i8"), ("body_length", ">i4")]
+    return np.dtype(fields)   # packed: offsets follow the record layout
+
+
+def _strided(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Every byte position of ``data`` viewed as the start of a ``dtype`` item (no copy)."""
+    count = max(len(data) - dtype.itemsize + 1, 0)
+    return np.ndarray((count,), dtype, data, 0, (1,))
+
+
+_INT_TYPES = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4")}
+
+
+def _read(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed integers of 1, 2 or 4 bytes at positions (clipped into the data)."""
+    pos = np.clip(pos, 0, len(data) - width)
+    return _strided(data, _INT_TYPES[width])[pos].astype(np.int64)
+
+
+def check_lengths(data: np.ndarray, starts: np.ndarray) -> tuple[int, dict[str, np.ndarray]]:
+    """(number of leading records whose lengths are consistent, their part positions)."""
+    total = _read(data, starts, 4)
+    sys_flag = _read(data, starts + C.SYSFLAG_POS, 4)
+    v2 = data[np.minimum(starts + 7, len(data) - 1)] == (C.MESSAGE_MAGIC_CODE_V2 & 0xFF)
+    fixed = (C.FIXED_WITHOUT_HOSTS - 2 + 2 * C.IPV4_HOST_LEN
+             + (sys_flag & C.SysFlag.BORNHOST_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN)
+             + (sys_flag & C.SysFlag.STOREHOSTADDRESS_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN))
+    body_pos = starts + fixed
+    body_len = _read(data, body_pos - 4, 4)
+    tl_pos = body_pos + body_len
+    topic_len = np.where(v2, _read(data, tl_pos, 2), _read(data, tl_pos, 1))
+    topic_pos = tl_pos + 1 + v2
+    props_len = _read(data, topic_pos + topic_len, 2)
+    props_pos = topic_pos + topic_len + 2
+    end = starts + total
+    ok = ((body_len >= 0) & (topic_len >= 0) & (props_len >= 0) & (props_pos + props_len == end)
+          & (end <= len(data)))
+    good = len(ok) if ok.all() else int(np.argmin(ok))
+    parts = dict(total=total, sys_flag=sys_flag, v2=v2, body_pos=body_pos, body_len=body_len,
+                 topic_pos=topic_pos, topic_len=topic_len, props_pos=props_pos, props_len=props_len)
+    return good, {k: v[:good] for k, v in parts.items()}
+
+
+def decode_batch(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: dict[str, np.ndarray],
+                 file_start: int, check_crc: bool) -> pa.RecordBatch:
+    """The record batch of consistent records at ``starts`` (see ``check_lengths``)."""
+    n = len(starts)
+    base = int(starts[0])
+    window = buf.slice(base, int(starts[-1] + parts["total"][-1]) - base)
+    rel = {k: parts[k] - base for k in ("body_pos", "topic_pos", "props_pos")}
+    body, = pick_tokens(window, [rel["body_pos"], rel["body_pos"] + parts["body_len"]], [0])
+    topic_raw, props_raw = pick_tokens(
+        window, [rel["topic_pos"], rel["topic_pos"] + parts["topic_len"], rel["props_pos"],
+                 rel["props_pos"] + parts["props_len"]], [0, 2])
+    cols: dict[str, pa.Array] = {
+        "type": pa.repeat(pa.scalar("message"), n),
+        "physical_offset": pa.array(starts + file_start),
+        "total_size": pa.array(parts["total"].astype(np.int32)),
+        "magic_code": _MAGIC_TEXT.take(pa.array(parts["v2"].astype(np.int8))),
+    }
+    fixed = _fixed_fields(data, starts, parts["sys_flag"])
+    cols.update(fixed)
+    cols["topic"] = _utf8(topic_raw)
+    cols.update(property_columns(props_raw))
+    cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, fixed["store_timestamp"])
+    cols["body_length"] = pa.array(parts["body_len"].astype(np.int32))
+    cols["body"] = body
+    cols["properties_raw"] = props_raw
+    if check_crc:
+        cols["crc_ok"] = pa.array(body_crcs(body) == fixed["body_crc"].to_numpy())
+    schema = record_schema(check_crc)
+    return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+def _fixed_fields(data: np.ndarray, starts: np.ndarray, sys_flag: np.ndarray) -> dict[str, pa.Array]:
+    combos = sys_flag & _V6_BITS
+    kinds = [int(combos[0])] if (combos == combos[0]).all() else [int(c) for c in np.unique(combos)]
+    groups = []
+    for kind in kinds:
+        rows = np.flatnonzero(combos == kind) if len(kinds) > 1 else None
+        dtype = _fixed_dtype(kind)
+        recs = _strided(data, np.dtype(f"V{dtype.itemsize}"))[starts if rows is None else starts[rows]]
+        recs = recs.view(dtype)          # one void gather, then big-endian field views
+        groups.append((rows, _group_columns(recs, dtype)))
+    if len(groups) == 1:
+        return groups[0][1]
+    order = np.argsort(np.concatenate([rows for rows, _ in groups]), kind="stable")
+    indices = pa.array(order)
+    return {name: pa.concat_arrays([g[name] for _, g in groups]).take(indices) for name in groups[0][1]}
+
+
+def _group_columns(recs: np.ndarray, dtype: np.dtype) -> dict[str, pa.Array]:
+    out = {}
+    for name in ("body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "reconsume_times",
+                 "prepared_transaction_offset"):
+        out[name] = pa.array(recs[name].astype(recs[name].dtype.newbyteorder("=")))
+    for name in ("born_timestamp", "store_timestamp"):
+        out[name] = pa.array(recs[name].astype(np.int64), pa.timestamp("ms"))
+    out["born_host"] = _hosts(recs["born_host"], dtype["born_host"].itemsize - 4)
+    out["store_host"] = _hosts(recs["store_host"], dtype["store_host"].itemsize - 4)
+    out["msg_id"] = _msg_ids(recs, dtype["store_host"].itemsize)
+    return out
+
+
+def _hosts(raw: np.ndarray, addr_len: int) -> pa.Array:
+    """"ip:port" strings, formatted once per distinct (address, port)."""
+    width = addr_len + 4
+    fixed = pa.Array.from_buffers(pa.binary(width), len(raw), [None, pa.py_buffer(np.ascontiguousarray(raw))])
+    enc = pc.dictionary_encode(fixed)
+    text = [str(Host(v[:addr_len], int.from_bytes(v[addr_len:], "big", signed=True)))
+            for v in enc.dictionary.to_pylist()]
+    return pa.array(text, pa.string()).take(enc.indices)
+
+
+def _msg_ids(recs: np.ndarray, store_len: int) -> pa.Array:
+    """offsetMsgId: store address, port and the stored PHYSICALOFFSET as upper-case hex."""
+    n = len(recs)
+    raw = np.empty((n, store_len + 8), np.uint8)
+    raw[:, :store_len] = np.ascontiguousarray(recs["store_host"]).view(np.uint8).reshape(n, store_len)
+    raw[:, store_len:] = recs["stored_physical_offset"].astype(">i8").view(np.uint8).reshape(n, 8)
+    text = _HEX_LUT[raw].view(np.uint8)
+    width = 2 * (store_len + 8)
+    offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+
+
+def _utf8(raw: pa.BinaryArray) -> pa.Array:
+    """UTF-8 text; invalid bytes become U+FFFD, as Java's new String(bytes, UTF_8) does."""
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([b.decode("utf-8", "replace") for b in raw.to_pylist()], pa.string())
+
+
+def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: pa.Array) -> pa.Array:
+    """TAGS hashCode (0 without tags); on the delay topic, the DELAY level's deliver time."""
+    enc = pc.dictionary_encode(tags)
+    hashes = np.array([java_string_hash(t) for t in enc.dictionary.to_pylist()] + [0], np.int64)
+    idx = enc.indices.fill_null(len(hashes) - 1).to_numpy(zero_copy_only=False)
+    codes = pa.array(hashes[idx])
+    delayed = np.flatnonzero(pc.equal(topic, C.RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False))
+    if not len(delayed):
+        return codes
+    values = codes.to_pylist()
+    ts = store_ts.cast(pa.int64())
+    for i in delayed.tolist():
+        try:
+            values[i] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(props_raw[i].as_py()), ts[i].as_py())
+        except ValueError:          # a malformed DELAY: the broker rejects such a record
+            values[i] = None
+    return pa.array(values, pa.int64())
+
+
+def body_crcs(body: pa.BinaryArray) -> np.ndarray:
+    """UtilAll.crc32 of every body (zlib's CRC-32, top bit cleared)."""
+    offsets = np.frombuffer(body.buffers()[1], np.int32, len(body) + 1, body.offset * 4).tolist()
+    data = body.buffers()[2]
+    view = memoryview(data if data is not None else b"")
+    crc32 = zlib.crc32
+    crcs = [crc32(view[a:b]) for a, b in zip(offsets, offsets[1:])]
+    return np.array(crcs, np.int64) & 0x7FFFFFFF

@@ -1,0 +1,147 @@
+"""The PROPERTIES column parsed columnarly into map<string,string>, plus the TAGS, KEYS and UNIQ_KEY
+columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4.9.1+ parser).
+
+Items are the spans between \\x02 separators; an item's first \\x01 splits key and value, both
+non-empty, or the item is dropped. Positions come from numpy over the concatenated raw bytes; keys and
+values are picked from one zero-copy token array with a strided ``take``. A batch with invalid UTF-8 or
+a repeated key in one record (a dict keeps the last value) takes the record-at-a-time parser instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqtool import constants as C
+from rmqtool.format.properties import parse_properties
+
+MAP_TYPE = pa.map_(pa.string(), pa.string())
+
+
+class _Irregular(Exception):
+    """The batch needs the record-at-a-time parser."""
+
+
+def property_columns(raw: pa.BinaryArray) -> dict[str, pa.Array]:
+    """``properties``, ``tags``, ``keys``, ``uniq_key`` for a binary array of raw PROPERTIES."""
+    try:
+        return _vectorised(raw)
+    except _Irregular:
+        return _per_record(raw)
+
+
+def _offsets(arr: pa.Array) -> np.ndarray:
+    return np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
+
+
+def _vectorised(raw: pa.BinaryArray) -> dict[str, pa.Array]:
+    n = len(raw)
+    po = _offsets(raw)
+    data_buf = raw.buffers()[2]
+    if data_buf is None or po[-1] == po[0]:
+        data_buf = pa.py_buffer(b"")
+    data = np.frombuffer(data_buf, np.uint8)
+    seg = data[po[0]:po[-1]]
+    seps = np.flatnonzero(seg <= 2) + po[0]          # one pass for both separators (and NULs)
+    kinds = data[seps]
+    p2 = seps[kinds == 2]
+    p1 = seps[kinds == 1]
+    # Items: record starts and the positions after each \x02; ends: each \x02 and the record ends.
+    r2 = np.searchsorted(po, p2, "right") - 1
+    item_off = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(r2, minlength=n) + 1, out=item_off[1:])
+    m = int(item_off[-1])
+    j = np.arange(len(p2))
+    starts = np.empty(m, np.int64)
+    ends = np.empty(m, np.int64)
+    starts[item_off[:-1]] = po[:-1]
+    starts[j + r2 + 1] = p2 + 1
+    ends[item_off[1:] - 1] = po[1:]
+    ends[j + r2] = p2
+    if len(p1) == m and ((p1 >= starts) & (p1 < ends)).all():
+        cut = p1                                      # the usual case: one \x01 in every item
+    else:
+        p1 = np.append(p1, len(data))
+        cut = p1[np.searchsorted(p1, starts)]
+    valid = (cut > starts) & (cut < ends - 1)
+    vs, vc, ve = starts[valid], cut[valid], ends[valid]
+    k = len(vs)
+    counts_cum = np.zeros(m + 1, np.int64)
+    np.cumsum(valid, out=counts_cum[1:])
+    map_off = counts_cum[item_off]
+    counts = np.diff(map_off)
+    try:
+        keys, values = pick_tokens(data_buf, [vs, vc, vc + 1, ve], [0, 2], pa.string())
+    except pa.ArrowInvalid as exc:   # invalid UTF-8
+        raise _Irregular from exc
+    enc = pc.dictionary_encode(keys)
+    codes = enc.indices.to_numpy(zero_copy_only=False)
+    names = enc.dictionary.to_pylist()
+    if k and counts.max() > 1 and _has_repeated_key(codes, len(names), map_off, counts):
+        raise _Irregular
+    out = {"properties": pa.MapArray.from_arrays(pa.array(map_off.astype(np.int32)), keys, values)}
+    rec_of = np.repeat(np.arange(n), counts)
+
+    def lookup(name: str) -> pa.Array:
+        pick = np.full(n, -1, np.int64)
+        if name in names:
+            pos = np.flatnonzero(codes == names.index(name))
+            pick[rec_of[pos]] = pos
+        return values.take(pa.array(pick.astype(np.int32), mask=pick < 0))
+
+    out["tags"] = lookup(C.PROPERTY_TAGS)
+    out["uniq_key"] = lookup(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    out["keys"] = split_keys(lookup(C.PROPERTY_KEYS))
+    return out
+
+
+def pick_tokens(data_buf: pa.Buffer, bounds: list[np.ndarray], picks: list[int],
+                type_: pa.DataType = pa.binary()) -> list[pa.Array]:
+    """Slices of ``data_buf`` without a Python object per slice.
+
+    ``bounds`` are per-row positions p0 <= p1 <= ... (rows in buffer order); the spans between them form
+    one zero-copy token array, and span i of every row is gathered with a strided take (one copy in C++).
+    """
+    width = len(bounds)
+    rows = len(bounds[0])
+    if rows == 0:
+        return [pa.array([], type_) for _ in picks]
+    offsets = np.stack(bounds, axis=1).ravel().astype(np.int32)
+    tokens = pa.Array.from_buffers(pa.binary(), rows * width - 1, [None, pa.py_buffer(offsets), data_buf])
+    out = []
+    for i in picks:
+        col = tokens.take(pa.array(np.arange(i, rows * width - 1, width, dtype=np.int32)))
+        out.append(col if type_ == pa.binary() else col.cast(type_))
+    return out
+
+
+def _has_repeated_key(codes: np.ndarray, n_names: int, map_off: np.ndarray, counts: np.ndarray) -> bool:
+    if n_names <= 64:   # distinct keys of a record = set bits of the OR of 1 << code
+        bits = np.append(np.left_shift(np.uint64(1), codes.astype(np.uint64)), np.uint64(0))
+        distinct = np.bitwise_count(np.bitwise_or.reduceat(bits, map_off[:-1]))
+        return bool(((distinct < counts) & (counts > 0)).any())
+    rec_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    return len(np.unique(rec_of * n_names + codes)) < len(codes)
+
+
+def split_keys(keys_text: pa.Array) -> pa.ListArray:
+    """KEYS split on one space with empty elements dropped (an absent KEYS gives [])."""
+    parts = pc.split_pattern(keys_text.fill_null(""), C.KEY_SEPARATOR)
+    flat = parts.flatten()
+    keep = pc.greater(pc.binary_length(flat), 0)
+    kept_cum = np.zeros(len(flat) + 1, np.int64)
+    np.cumsum(keep.to_numpy(zero_copy_only=False), out=kept_cum[1:])
+    offsets = kept_cum[_offsets(parts) - parts.offsets[0].as_py()]
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat.filter(keep))
+
+
+def _per_record(raw: pa.BinaryArray) -> dict[str, pa.Array]:
+    dicts = [parse_properties(b) for b in raw.to_pylist()]
+    return {
+        "properties": pa.array([list(d.items()) for d in dicts], MAP_TYPE),
+        "tags": pa.array([d.get(C.PROPERTY_TAGS) for d in dicts], pa.string()),
+        "uniq_key": pa.array([d.get(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for d in dicts], pa.string()),
+        "keys": pa.array([[k for k in d.get(C.PROPERTY_KEYS, "").split(C.KEY_SEPARATOR) if k] for d in dicts],
+                         pa.list_(pa.string())),
+    }
