@@ -1,12 +1,12 @@
 # Two entry points for a fresh machine (Python 3.11 and Java 17):
-#   make demo   - install into .venv and run the main job on a bundled store
+#   make demo   - install into .venv and run the main job (Spark export + stats) on a bundled store
 #   make test   - install into .venv and run the whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STORE ?= fixtures/dev-sample/store
 
-.PHONY: demo test install clean
+.PHONY: demo test install man clean
 
 $(BIN)/rmqtool: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,19 @@ $(BIN)/rmqtool: pyproject.toml
 
 install: $(BIN)/rmqtool
 
+# The main job: a Spark export of the bundled store to Parquet, then per-topic statistics on Spark
+# (both in an embedded local[*] session), then the store summary.
 demo: install
-	$(BIN)/rmqtool info $(STORE)
+	rm -rf build/demo
+	$(BIN)/rmqtool export $(STORE) --to build/demo/messages --engine spark
+	$(BIN)/rmqtool stats $(STORE) --by topic --engine spark --format plain
+	$(BIN)/rmqtool info $(STORE) --format plain
 
 test: install
 	$(BIN)/python -m pytest -q
 
+man: install   # regenerate the committed man pages after changing the CLI
+	$(BIN)/python -m rmqtool._manpages man/
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build
