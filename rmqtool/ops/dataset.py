@@ -1,0 +1,215 @@
+"""export to a dataset directory: one part per commit-log file, optionally Hive-partitioned.
+
+Each commit-log file is decoded and written by ``write_part`` on its own (a task on Spark, or in turn
+in one process), so both engines write the same rows. Parquet parts hold the record schema
+(``rmqtool.columnar.schema``) plus ``store`` and ``commitlog_file``; JSON-lines parts hold exactly the
+rows of ``cat-commitlog``. ``--partition-by topic,date`` writes ``topic=<t>/date=<YYYY-MM-DD>/``
+directories (values URI-escaped, as pyarrow and Spark read them; partition columns live in the path
+only; BLANK padding records, which have neither, are left out). The directory appears atomically: parts go to a hidden sibling renamed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from rmqtool.errors import StoreError
+from rmqtool.ops import scan
+
+DATASET_FORMATS = ("parquet", "jsonl")
+PARTITION_KEYS = ("topic", "date")
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_SUFFIX = {"parquet": "parquet", "jsonl": "jsonl"}
+
+
+@dataclass
+class PartResult:
+    records: int = 0
+    messages: int = 0
+    input_bytes: int = 0
+    files: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DatasetResult:
+    path: Path
+    format: str
+    records: int = 0
+    messages: int = 0
+    input_bytes: int = 0
+    parts: int = 0
+    seconds: float = 0.0
+    damaged: list[str] = field(default_factory=list)
+
+
+def parse_partition_by(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    keys = tuple(k.strip() for k in text.split(",") if k.strip())
+    bad = [k for k in keys if k not in PARTITION_KEYS]
+    if bad or len(set(keys)) != len(keys):
+        raise ValueError(f"--partition-by takes {' and/or '.join(PARTITION_KEYS)}, comma-separated "
+                         f"(got {text!r})")
+    return keys
+
+
+def _partition_values(batch, keys: tuple[str, ...]):
+    import pyarrow.compute as pc
+
+    cols = []
+    for key in keys:
+        if key == "date":
+            cols.append(pc.strftime(batch.column("store_timestamp"), format="%Y-%m-%d"))
+        else:
+            cols.append(batch.column(key))
+    return cols
+
+
+def _part_dir(keys: tuple[str, ...], values: tuple) -> str:
+    return "/".join(f"{k}={NULL_PARTITION if v is None else urllib.parse.quote(v, safe='')}"
+                    for k, v in zip(keys, values))
+
+
+def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_by: tuple[str, ...] = (), *,
+               check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False) -> PartResult:
+    """Decode one commit-log file and write its part file(s) under ``out_dir``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rmqtool.columnar import record_schema
+
+    result = PartResult()
+    base = record_schema(check_crc)
+    if fmt == "parquet":
+        base = base.append(pa.field("store", pa.string())).append(pa.field("commitlog_file", pa.string()))
+    schema = pa.schema([fld for fld in base if fld.name not in partition_by])
+    writers: dict[str, Callable] = {}
+
+    def writer(directory: str) -> Callable:
+        if directory not in writers:
+            path = os.path.join(out_dir, directory, f"part-{index:05d}-{f.name}.{_SUFFIX[fmt]}")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            writers[directory] = _open(path, fmt, schema, body_encoding)
+            result.files.append(path)
+        return writers[directory]
+
+    damaged = (lambda exc: result.damaged.append(str(exc))) if stop_at_damage else None
+    try:
+        for batch in scan.record_batches(f, check_crc=check_crc, on_damage=damaged):
+            result.input_bytes += pc.sum(batch.column("total_size")).as_py() or 0
+            is_message = pc.equal(batch.column("type"), "message")
+            if partition_by:            # BLANK padding has no topic or date: left out
+                batch = batch.filter(is_message)
+                is_message = pc.equal(batch.column("type"), "message")
+            n = batch.num_rows
+            if not n:
+                continue
+            result.records += n
+            result.messages += pc.sum(is_message.cast(pa.int64())).as_py() or 0
+            if fmt == "parquet":
+                batch = pa.RecordBatch.from_arrays(batch.columns + [pa.repeat(f.store, n), pa.repeat(f.uri, n)],
+                                                   schema=base)
+            if not partition_by:
+                writer("")(batch)
+                continue
+            values = _partition_values(batch, partition_by)
+            groups = pa.table(dict(zip(partition_by, values))).append_column("_row", pa.array(range(n)))
+            for group in groups.group_by(list(partition_by), use_threads=False).aggregate([("_row", "list")]) \
+                               .to_pylist():
+                rows = pa.array(group["_row_list"], pa.int64())
+                part = batch.take(rows)
+                keep = [i for i, name in enumerate(part.schema.names) if name not in partition_by]
+                part = pa.RecordBatch.from_arrays([part.column(i) for i in keep], schema=schema) \
+                    if fmt == "parquet" else part
+                writer(_part_dir(partition_by, tuple(group[k] for k in partition_by)))(part)
+    finally:
+        for close in writers.values():
+            close(None)
+    return result
+
+
+def _open(path: str, fmt: str, schema, body_encoding: str) -> Callable:
+    """write(batch); write(None) closes."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        from rmqtool.ops.export import PARQUET_DICTIONARY_COLUMNS
+        pw = pq.ParquetWriter(path, schema, compression="snappy",
+                              use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in schema.names],
+                              coerce_timestamps="us", allow_truncated_timestamps=False)
+
+        def write_parquet(batch) -> None:
+            pw.close() if batch is None else pw.write_batch(batch)
+        return write_parquet
+
+    import numpy as np
+    import pyarrow as pa
+
+    from rmqtool.columnar.text import json_lines
+    out = open(path, "wb")
+
+    def write_jsonl(batch) -> None:
+        if batch is None:
+            out.close()
+            return
+        lines = json_lines(batch, body_encoding)
+        width = np.dtype(np.int64 if pa.types.is_large_string(lines.type) else np.int32)
+        offsets = np.frombuffer(lines.buffers()[1], width, len(lines) + 1, lines.offset * width.itemsize)
+        out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
+    return write_jsonl
+
+
+Runner = Callable[[Callable, list], list]
+
+
+def run_local(fn: Callable, items: list) -> list:
+    return [fn(item) for item in items]
+
+
+def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str = "parquet",
+                   partition_by: tuple[str, ...] = (), *, check_crc: bool = False, body_encoding: str = "base64",
+                   stop_at_damage: bool = False, overwrite: bool = False, runner: Runner = run_local,
+                   files: Iterable[scan.StoreFile] | None = None) -> DatasetResult:
+    """Write every commit-log file of the stores as parts of the dataset directory ``to``.
+
+    ``runner(fn, items)`` applies ``fn`` to each item (in this process, or as Spark tasks) and returns
+    the results in order. A damaged record fails the export (no output left) unless ``stop_at_damage``.
+    """
+    if fmt not in DATASET_FORMATS:
+        raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
+    to = Path(to)
+    if to.exists() and not overwrite:
+        raise StoreError("output exists (use --force to replace it)", path=str(to))
+    if to.exists() and not to.is_dir():
+        raise StoreError("output exists and is not a directory", path=str(to))
+    files = list(files) if files is not None else scan.list_files(list(store_paths))
+    started = time.perf_counter()
+    tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    out_dir = str(tmp.resolve())
+    result = DatasetResult(to, fmt)
+    try:
+        parts = runner(lambda item: write_part(item[1], item[0], out_dir, fmt, partition_by, check_crc=check_crc,
+                                               body_encoding=body_encoding, stop_at_damage=stop_at_damage),
+                       list(enumerate(files)))
+        for part in parts:
+            result.records += part.records
+            result.messages += part.messages
+            result.input_bytes += part.input_bytes
+            result.parts += len(part.files)
+            result.damaged += part.damaged
+        if to.exists():
+            shutil.rmtree(to)
+        os.replace(tmp, to)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result.seconds = time.perf_counter() - started
+    return result

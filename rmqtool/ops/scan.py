@@ -1,0 +1,243 @@
+"""Store files as units of bulk work: one commit-log file (or CQ / index file) per unit.
+
+Paths may be local paths or URIs (``hdfs://``, ``s3://``, ``file://``), opened through ``pyarrow.fs``;
+glob patterns (``*``, ``?``, ``[...]``) expand per path component. A path may be a store root, its
+``commitlog/`` directory or one commit-log file. Records never cross a commit-log file, so the files of
+every store can be decoded independently and in any order; results are put back in (store, offset) order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import glob
+import os
+import posixpath
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, StoreError
+
+KINDS = ("commitlog", "consumequeue", "index")
+_GLOB_CHARS = "*?["
+_COPY_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class StoreFile:
+    """One file of one store. ``uri`` reopens it anywhere (a task on an executor, a local process)."""
+
+    store: str            # the store as the user named it (after glob expansion)
+    uri: str              # local absolute path, or scheme://... URI
+    start: int            # the offset in the file's name (0 when the name is not an offset)
+    size: int
+    kind: str = "commitlog"
+    topic: str | None = None      # consume queues only
+    queue_id: int | None = None   # consume queues only
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.uri)
+
+
+def filesystem(uri: str):
+    """(pyarrow FileSystem, path inside it) for a local path or a URI."""
+    from pyarrow import fs
+
+    if "://" not in uri:
+        return fs.LocalFileSystem(), os.path.abspath(uri)
+    try:
+        return fs.FileSystem.from_uri(uri)
+    except Exception as exc:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
+        raise StoreError(f"cannot open: {exc}", path=uri) from None
+
+
+def _uri(base: str, path: str) -> str:
+    """The URI of ``path`` found on the filesystem of URI ``base``."""
+    scheme, rest = base.split("://", 1)
+    if not path.startswith("/"):          # s3://, gs://: the path begins with the bucket
+        return f"{scheme}://{path}"
+    return f"{scheme}://{rest.split('/', 1)[0]}{path}"
+
+
+def _is_offset_name(name: str) -> bool:
+    return len(name) == C.FILE_NAME_DIGITS and name.isdigit()
+
+
+def _children(fsys, path: str):
+    from pyarrow import fs
+
+    return sorted(fsys.get_file_info(fs.FileSelector(path, allow_not_found=True)), key=lambda i: i.path)
+
+
+def expand(pattern: str) -> list[str]:
+    """The paths a glob pattern names (the pattern itself when it has no wildcard)."""
+    if not any(ch in pattern for ch in _GLOB_CHARS):
+        return [pattern]
+    if "://" not in pattern:
+        found = sorted(glob.glob(pattern))
+    else:
+        found = [_uri(pattern, p) for p in _remote_glob(pattern)]
+    if not found:
+        raise StoreError("no store matches this pattern", path=pattern)
+    return found
+
+
+def _remote_glob(pattern: str) -> list[str]:
+    from pyarrow import fs
+
+    fsys, path = filesystem(pattern)
+    parts = path.split("/")
+    fixed = next(i for i, part in enumerate(parts) if any(ch in part for ch in _GLOB_CHARS))
+    found = ["/".join(parts[:fixed]) or "/"]
+    for part in parts[fixed:]:
+        nxt = []
+        for base in found:
+            if any(ch in part for ch in _GLOB_CHARS):
+                nxt += [i.path for i in _children(fsys, base) if fnmatch.fnmatchcase(i.base_name, part)]
+            elif fsys.get_file_info(posixpath.join(base, part)).type != fs.FileType.NotFound:
+                nxt.append(posixpath.join(base, part))
+        found = nxt
+    return sorted(found)
+
+
+def list_files(paths: list[str] | tuple[str, ...], kind: str = "commitlog") -> list[StoreFile]:
+    """The files of ``kind`` in every named store, in (argument, store, offset) order."""
+    if kind not in KINDS:
+        raise StoreError(f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+    out: list[StoreFile] = []
+    for pattern in paths:
+        for store in expand(str(pattern)):
+            out += _store_files(store.rstrip("/") or store, kind)
+    return out
+
+
+def _store_files(store: str, kind: str) -> list[StoreFile]:
+    from pyarrow import fs
+
+    fsys, path = filesystem(store)
+    local = "://" not in store
+    info = fsys.get_file_info(path)
+    if info.type == fs.FileType.NotFound:
+        raise StoreError("no such file or directory", path=store)
+
+    def entry(i, **kw) -> StoreFile:
+        name = posixpath.basename(i.path)
+        return StoreFile(store, i.path if local else _uri(store, i.path), int(name) if _is_offset_name(name) else 0,
+                         i.size or 0, kind, **kw)
+
+    if info.type == fs.FileType.File:
+        if kind != "commitlog":
+            raise StoreError(f"a single file holds no {kind}", path=store)
+        return [entry(info)]
+    names = {posixpath.basename(i.path): i for i in _children(fsys, path)}
+    is_root = "commitlog" in names or "consumequeue" in names or "index" in names or "checkpoint" in names
+    if kind == "commitlog":
+        if not is_root and not any(_is_offset_name(n) for n in names):
+            raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
+                             path=store)
+        directory = posixpath.join(path, "commitlog") if is_root else path
+        return [entry(i) for i in _children(fsys, directory)
+                if i.type == fs.FileType.File and _is_offset_name(posixpath.basename(i.path))]
+    if not is_root:
+        raise StoreError(f"{kind} needs a store root", path=store)
+    if kind == "index":
+        return [entry(i) for i in _children(fsys, posixpath.join(path, "index")) if i.type == fs.FileType.File]
+    out = []
+    for tdir in _children(fsys, posixpath.join(path, "consumequeue")):
+        if tdir.type != fs.FileType.Directory:
+            continue
+        qdirs = [q for q in _children(fsys, tdir.path) if q.type == fs.FileType.Directory and q.base_name.isdigit()]
+        for qdir in sorted(qdirs, key=lambda q: int(q.base_name)):
+            out += [entry(i, topic=tdir.base_name, queue_id=int(qdir.base_name)) for i in _children(fsys, qdir.path)
+                    if i.type == fs.FileType.File and _is_offset_name(i.base_name)]
+    return out
+
+
+def read_bytes(f: StoreFile):
+    """The file's bytes as a pyarrow Buffer (memory-mapped when local)."""
+    import pyarrow as pa
+
+    fsys, path = filesystem(f.uri)
+    try:
+        if "://" not in f.uri:
+            return pa.memory_map(path, "r").read_buffer()
+        with fsys.open_input_file(path) as fh:
+            return fh.read_buffer()
+    except OSError as exc:
+        raise StoreError(f"cannot read: {exc}", path=f.uri) from None
+
+
+@contextlib.contextmanager
+def local_path(f: StoreFile) -> Iterator[str]:
+    """A local path of the file: itself, or a temporary copy of a remote file (same name)."""
+    if "://" not in f.uri:
+        yield f.uri
+        return
+    fsys, path = filesystem(f.uri)
+    with tempfile.TemporaryDirectory(prefix="rmqtool-") as tmp:
+        target = os.path.join(tmp, f.name)
+        try:
+            with fsys.open_input_stream(path) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, _COPY_CHUNK)
+        except OSError as exc:
+            raise StoreError(f"cannot read: {exc}", path=f.uri) from None
+        yield target
+
+
+def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,
+                   on_damage: Callable[[FormatError], None] | None = None) -> Iterator:
+    """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
+    ``f.uri``. With ``decompress``, compressed bodies (and their body_length) are decompressed."""
+    from rmqtool.columnar import iter_record_batches
+
+    def relabel(exc: FormatError) -> FormatError:
+        exc.path = f.uri
+        return exc
+
+    with local_path(f) as path:
+        try:
+            for batch in iter_record_batches(path, check_crc=check_crc,
+                                             on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
+                yield decompress_bodies(batch) if decompress else batch
+        except FormatError as exc:
+            raise relabel(exc) from None
+
+
+def body_of(body: bytes, sys_flag: int, offset: int) -> bytes:
+    """The body as the producer sent it (decompressed when the COMPRESSED bit is set)."""
+    from rmqtool.format.commitlog import decompress_body
+
+    if not sys_flag & C.SysFlag.COMPRESSED:
+        return body
+    try:
+        return decompress_body(body, sys_flag)
+    except FormatError as exc:
+        raise exc.at(offset=offset) from None
+
+
+def decompress_bodies(batch):
+    """The batch with compressed bodies replaced by what the producer sent (as rows.entry_row does)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    flags = batch.column("sys_flag")
+    compressed = pc.fill_null(pc.not_equal(pc.bit_wise_and(flags, int(C.SysFlag.COMPRESSED)), 0), False)
+    rows = np.flatnonzero(compressed.to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return batch
+    bodies = batch.column("body").to_pylist()
+    sys_flags = flags.to_pylist()
+    offsets = batch.column("physical_offset").to_pylist()
+    for i in rows:
+        bodies[i] = body_of(bodies[i], sys_flags[i], offsets[i])
+    body = pa.array(bodies, pa.binary())
+    cols = dict(zip(batch.schema.names, batch.columns))
+    cols["body"] = body
+    cols["body_length"] = pc.if_else(pc.is_null(batch.column("body_length")), None,
+                                     pc.binary_length(body).cast(pa.int32()))
+    return pa.RecordBatch.from_arrays([cols[n] for n in batch.schema.names], schema=batch.schema)
