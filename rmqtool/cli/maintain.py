@@ -56,24 +56,30 @@ def _open_for_write(path: str):
 
 
 @cli.command()
-@click.argument("store", type=click.Path())
+@click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
 @click.option("--deep", is_flag=True, help="Also check every body's CRC.")
 @engine_options
 @output_options
-def verify(store: str, deep: bool, engine: str, master: str | None, fmt: str | None, tablefmt: str) -> None:
-    """Check a store: every problem with its file and byte offset (exit 1 when any is found).
+def verify(stores: tuple[str, ...], deep: bool, engine: str, master: str | None, fmt: str | None,
+           tablefmt: str) -> None:
+    """Check stores: every problem with its file and byte offset (exit 1 when any is found).
     With --engine spark the commit-log files are checked in parallel, one task per file."""
     from rmqtool.ops.findings import FINDING_FIELDS
     from rmqtool.ops.verify import verify_store
     from rmqtool.store.store import Store
 
-    st = Store.open(store)
-    if choose_engine(engine, sum(f.length for f in st.commitlog.queue), master) == "spark":
+    opened = [(path, Store.open(path)) for path in stores]
+    size = sum(f.length for _, st in opened for f in st.commitlog.queue)
+    findings = []
+    if choose_engine(engine, size, master) == "spark":
         from rmqtool.spark.jobs import verify_spark
-        findings = [f.row() for f in verify_spark(spark_session(master), store, deep=deep)]
+        session = spark_session(master)
+        for path, _ in opened:
+            findings += [f.row() for f in verify_spark(session, path, deep=deep)]
     else:
-        with _progress(st, "verifying") as progress:
-            findings = [f.row() for f in verify_store(store, deep=deep, progress=progress)]
+        for path, st in opened:
+            with _progress(st, "verifying") as progress:
+                findings += [f.row() for f in verify_store(path, deep=deep, progress=progress)]
     out = resolve_format(fmt)
     write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
     if out in (Format.TABLE, Format.PLAIN):
