@@ -16,12 +16,15 @@ from hypothesis import strategies as st
 import rmqtool.columnar as columnar
 from rmqtool import constants as C
 from rmqtool.columnar import iter_record_batches
+from rmqtool.columnar.props import property_columns
+from rmqtool.columnar.text import encode_bodies
 from rmqtool.errors import FormatError
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.generate import CommitLogAppender, generate_store
-from rmqtool.ops.rows import entry_row
+from rmqtool.format.properties import parse_properties
+from rmqtool.ops.rows import encode_body, entry_row
 from rmqtool.store.store import Store
 from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, readback
 
@@ -191,3 +194,29 @@ def test_random_commitlog_parity(tmp_path_factory, msgs, file_size, damage, batc
 
 def _fields(m: Message) -> dict:
     return {name: getattr(m, name) for name in Message.__slots__}
+
+
+# -- columnar helpers against their record-at-a-time counterparts -----------------------------------------
+_PROP_TOKENS = [b"\x01", b"\x02", b"KEYS", b"TAGS", b"UNIQ_KEY", b"A_LONGER_KEY_NAME", b"A_LONGER_KEY_NAMF", b" a",
+                b"\xc3\xbc", b"x", b"12345678"]
+
+
+@settings(max_examples=150)
+@given(raws=st.lists(st.lists(st.sampled_from(_PROP_TOKENS), max_size=14).map(b"".join), min_size=1, max_size=20))
+def test_property_columns_match_the_parser(raws):
+    cols = property_columns(pa.array(raws, pa.binary()))
+    for i, raw in enumerate(raws):
+        want = parse_properties(raw)
+        assert cols["properties"][i].as_py() == list(want.items())
+        assert cols["tags"][i].as_py() == want.get("TAGS")
+        assert cols["uniq_key"][i].as_py() == want.get("UNIQ_KEY")
+        assert cols["keys"][i].as_py() == [k for k in want.get("KEYS", "").split(" ") if k]
+
+
+@settings(max_examples=100)
+@given(bodies=st.lists(st.one_of(st.none(), st.binary(max_size=20)), max_size=30), cut=st.integers(0, 4))
+def test_body_encodings_match_encode_body(bodies, cut):
+    arr = pa.array(bodies, pa.binary()).slice(min(cut, len(bodies)))
+    for encoding in ("base64", "hex", "text"):
+        want = [None if b is None else encode_body(b, encoding) for b in arr.to_pylist()]
+        assert encode_bodies(arr, encoding).to_pylist() == want

@@ -36,7 +36,7 @@ from rmqtool.store.store import Store
 __all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "DEFAULT_BATCH_ROWS"]
 
 DEFAULT_BATCH_ROWS = 128 * 1024
-WINDOW_BYTES = 32 * 1024 * 1024      # bytes of a file walked and decoded at a time
+WINDOW_BYTES = 16 * 1024 * 1024      # bytes of a file walked and decoded at a time (cache-sized)
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
 
 

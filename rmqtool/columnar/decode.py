@@ -46,35 +46,49 @@ def _strided(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 _INT_TYPES = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4")}
+_HEAD_V4 = _fixed_dtype(0)
 
 
 def _read(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     """Big-endian signed integers of 1, 2 or 4 bytes at positions (clipped into the data)."""
-    pos = np.clip(pos, 0, len(data) - width)
+    if len(pos) and (pos.min() < 0 or pos.max() > len(data) - width):
+        pos = np.clip(pos, 0, len(data) - width)
     return _strided(data, _INT_TYPES[width])[pos].astype(np.int64)
 
 
 def check_lengths(data: np.ndarray, starts: np.ndarray) -> tuple[int, dict[str, np.ndarray]]:
-    """(number of leading records whose lengths are consistent, their part positions)."""
-    total = _read(data, starts, 4)
-    sys_flag = _read(data, starts + C.SYSFLAG_POS, 4)
-    v2 = data[np.minimum(starts + 7, len(data) - 1)] == (C.MESSAGE_MAGIC_CODE_V2 & 0xFF)
-    fixed = (C.FIXED_WITHOUT_HOSTS - 2 + 2 * C.IPV4_HOST_LEN
-             + (sys_flag & C.SysFlag.BORNHOST_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN)
-             + (sys_flag & C.SysFlag.STOREHOSTADDRESS_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN))
-    body_pos = starts + fixed
-    body_len = _read(data, body_pos - 4, 4)
+    """(number of leading records whose lengths are consistent, their part positions).
+
+    One gather reads every record's fixed header in the IPv4 layout (``head``, reused by the decoder);
+    only records with an IPv6 host read their BODYLEN again.
+    """
+    last = len(data) - _HEAD_V4.itemsize
+    if last < 0:
+        return 0, {}
+    head = _strided(data, np.dtype(f"V{_HEAD_V4.itemsize}"))[np.minimum(starts, last)].view(_HEAD_V4)
+    total = head["total_size"].astype(np.int64)
+    sys_flag = head["sys_flag"].astype(np.int64)
+    v2 = head["magic_code"] == C.MESSAGE_MAGIC_CODE_V2
+    body_pos = starts + _HEAD_V4.itemsize
+    body_len = head["body_length"].astype(np.int64)
+    v6 = (sys_flag & _V6_BITS) != 0
+    if v6.any():
+        body_pos += ((sys_flag & C.SysFlag.BORNHOST_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN)
+                     + (sys_flag & C.SysFlag.STOREHOSTADDRESS_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN))
+        body_len[v6] = _read(data, body_pos[v6] - 4, 4)
     tl_pos = body_pos + body_len
-    topic_len = np.where(v2, _read(data, tl_pos, 2), _read(data, tl_pos, 1))
+    topic_len = _read(data, tl_pos, 1)
+    if v2.any():
+        topic_len[v2] = _read(data, tl_pos[v2], 2)
     topic_pos = tl_pos + 1 + v2
     props_len = _read(data, topic_pos + topic_len, 2)
     props_pos = topic_pos + topic_len + 2
     end = starts + total
-    ok = ((body_len >= 0) & (topic_len >= 0) & (props_len >= 0) & (props_pos + props_len == end)
+    ok = ((starts <= last) & (body_len >= 0) & (topic_len >= 0) & (props_len >= 0) & (props_pos + props_len == end)
           & (end <= len(data)))
     good = len(ok) if ok.all() else int(np.argmin(ok))
     parts = dict(total=total, sys_flag=sys_flag, v2=v2, body_pos=body_pos, body_len=body_len,
-                 topic_pos=topic_pos, topic_len=topic_len, props_pos=props_pos, props_len=props_len)
+                 topic_pos=topic_pos, topic_len=topic_len, props_pos=props_pos, props_len=props_len, head=head)
     return good, {k: v[:good] for k, v in parts.items()}
 
 
@@ -95,7 +109,7 @@ def decode_batch(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: di
         "total_size": pa.array(parts["total"].astype(np.int32)),
         "magic_code": _MAGIC_TEXT.take(pa.array(parts["v2"].astype(np.int8))),
     }
-    fixed = _fixed_fields(data, starts, parts["sys_flag"])
+    fixed = _fixed_fields(data, starts, parts["sys_flag"], parts["head"])
     cols.update(fixed)
     cols["topic"] = _utf8(topic_raw)
     cols.update(property_columns(props_raw))
@@ -109,9 +123,13 @@ def decode_batch(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: di
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
-def _fixed_fields(data: np.ndarray, starts: np.ndarray, sys_flag: np.ndarray) -> dict[str, pa.Array]:
+def _fixed_fields(data: np.ndarray, starts: np.ndarray, sys_flag: np.ndarray,
+                  head: np.ndarray) -> dict[str, pa.Array]:
+    """The fixed fields; ``head`` (the IPv4-layout headers) serves when no record has an IPv6 host."""
     combos = sys_flag & _V6_BITS
     kinds = [int(combos[0])] if (combos == combos[0]).all() else [int(c) for c in np.unique(combos)]
+    if kinds == [0]:
+        return _group_columns(head, _HEAD_V4)
     groups = []
     for kind in kinds:
         rows = np.flatnonzero(combos == kind) if len(kinds) > 1 else None

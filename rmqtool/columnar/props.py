@@ -3,8 +3,9 @@ columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4
 
 Items are the spans between \\x02 separators; an item's first \\x01 splits key and value, both
 non-empty, or the item is dropped. Positions come from numpy over the concatenated raw bytes; keys and
-values are picked from one zero-copy token array with a strided ``take``. A batch with invalid UTF-8 or
-a repeated key in one record (a dict keeps the last value) takes the record-at-a-time parser instead.
+values are picked from one zero-copy token array with a strided ``take``; keys are recognised by their
+first eight bytes read as one integer. A batch with invalid UTF-8 or a repeated key in one record (a
+dict keeps the last value) takes the record-at-a-time parser instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rmqtool import constants as C
 from rmqtool.format.properties import parse_properties
 
 MAP_TYPE = pa.map_(pa.string(), pa.string())
+_MASKS = np.array([(1 << 8 * i) - 1 for i in range(9)], np.uint64)     # the low i bytes
 
 
 class _Irregular(Exception):
@@ -41,6 +43,10 @@ def _vectorised(raw: pa.BinaryArray) -> dict[str, pa.Array]:
     data_buf = raw.buffers()[2]
     if data_buf is None or po[-1] == po[0]:
         data_buf = pa.py_buffer(b"")
+    try:
+        raw.cast(pa.string())          # valid UTF-8 per record: so is every token split at \x01/\x02
+    except pa.ArrowInvalid as exc:
+        raise _Irregular from exc
     data = np.frombuffer(data_buf, np.uint8)
     seg = data[po[0]:po[-1]]
     seps = np.flatnonzero(seg <= 2) + po[0]          # one pass for both separators (and NULs)
@@ -66,34 +72,46 @@ def _vectorised(raw: pa.BinaryArray) -> dict[str, pa.Array]:
         cut = p1[np.searchsorted(p1, starts)]
     valid = (cut > starts) & (cut < ends - 1)
     vs, vc, ve = starts[valid], cut[valid], ends[valid]
-    k = len(vs)
     counts_cum = np.zeros(m + 1, np.int64)
     np.cumsum(valid, out=counts_cum[1:])
     map_off = counts_cum[item_off]
     counts = np.diff(map_off)
-    try:
-        keys, values = pick_tokens(data_buf, [vs, vc, vc + 1, ve], [0, 2], pa.string())
-    except pa.ArrowInvalid as exc:   # invalid UTF-8
-        raise _Irregular from exc
-    enc = pc.dictionary_encode(keys)
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-    names = enc.dictionary.to_pylist()
-    if k and counts.max() > 1 and _has_repeated_key(codes, len(names), map_off, counts):
+    keys, values = pick_tokens(data_buf, [vs, vc, vc + 1, ve], [0, 2], pa.string())
+    rec_of = np.repeat(np.arange(n), counts)
+    klen = vc - vs
+    head = _head_words(data, vs, klen)
+    if len(counts) and counts.max() > 1 and _has_repeated_key(keys, head, data, vc, klen, rec_of, counts):
         raise _Irregular
     out = {"properties": pa.MapArray.from_arrays(pa.array(map_off.astype(np.int32)), keys, values)}
-    rec_of = np.repeat(np.arange(n), counts)
 
     def lookup(name: str) -> pa.Array:
-        pick = np.full(n, -1, np.int64)
-        if name in names:
-            pos = np.flatnonzero(codes == names.index(name))
-            pick[rec_of[pos]] = pos
-        return values.take(pa.array(pick.astype(np.int32), mask=pick < 0))
+        word = name.encode()
+        if len(word) <= 8:
+            hit = (klen == len(word)) & (head == np.uint64(int.from_bytes(word, "little")))
+        else:
+            hit = pc.equal(keys, name).to_numpy(zero_copy_only=False)
+        pos = np.flatnonzero(hit)
+        pick = np.full(n, -1, np.int32)
+        pick[rec_of[pos]] = pos
+        return values.take(pa.array(pick, mask=pick < 0))
 
     out["tags"] = lookup(C.PROPERTY_TAGS)
     out["uniq_key"] = lookup(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     out["keys"] = split_keys(lookup(C.PROPERTY_KEYS))
     return out
+
+
+def _head_words(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The first min(length, 8) bytes at each position as a little-endian uint64 (zero-filled)."""
+    if len(data) < 8:
+        data = np.concatenate([data, np.zeros(8, np.uint8)])
+    last = len(data) - 8
+    if len(pos) and pos.max() > last:
+        words = np.ndarray((last + 1,), "<u8", data, 0, (1,))[np.minimum(pos, last)]
+        words >>= (np.maximum(pos - last, 0) * 8).astype(np.uint64)      # positions near the end
+    else:
+        words = np.ndarray((last + 1,), "<u8", data, 0, (1,))[pos]
+    return words & _MASKS[np.minimum(length, 8)]
 
 
 def pick_tokens(data_buf: pa.Buffer, bounds: list[np.ndarray], picks: list[int],
@@ -102,27 +120,35 @@ def pick_tokens(data_buf: pa.Buffer, bounds: list[np.ndarray], picks: list[int],
 
     ``bounds`` are per-row positions p0 <= p1 <= ... (rows in buffer order); the spans between them form
     one zero-copy token array, and span i of every row is gathered with a strided take (one copy in C++).
+    ``type_`` string is for bytes already known to be valid UTF-8 at every token.
     """
     width = len(bounds)
     rows = len(bounds[0])
     if rows == 0:
         return [pa.array([], type_) for _ in picks]
-    offsets = np.stack(bounds, axis=1).ravel().astype(np.int32)
-    tokens = pa.Array.from_buffers(pa.binary(), rows * width - 1, [None, pa.py_buffer(offsets), data_buf])
-    out = []
-    for i in picks:
-        col = tokens.take(pa.array(np.arange(i, rows * width - 1, width, dtype=np.int32)))
-        out.append(col if type_ == pa.binary() else col.cast(type_))
-    return out
+    offsets = np.empty(rows * width, np.int32)
+    for i, b in enumerate(bounds):
+        offsets[i::width] = b
+    tokens = pa.Array.from_buffers(type_, rows * width - 1, [None, pa.py_buffer(offsets), data_buf])
+    return [tokens.take(pa.array(np.arange(i, rows * width - 1, width, dtype=np.int32))) for i in picks]
 
 
-def _has_repeated_key(codes: np.ndarray, n_names: int, map_off: np.ndarray, counts: np.ndarray) -> bool:
-    if n_names <= 64:   # distinct keys of a record = set bits of the OR of 1 << code
-        bits = np.append(np.left_shift(np.uint64(1), codes.astype(np.uint64)), np.uint64(0))
-        distinct = np.bitwise_count(np.bitwise_or.reduceat(bits, map_off[:-1]))
-        return bool(((distinct < counts) & (counts > 0)).any())
-    rec_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    return len(np.unique(rec_of * n_names + codes)) < len(codes)
+def _has_repeated_key(keys: pa.Array, head: np.ndarray, data: np.ndarray, ends: np.ndarray, klen: np.ndarray,
+                      rec_of: np.ndarray, counts: np.ndarray) -> bool:
+    """Whether a record names a key twice: numeric key digests compared within each record first,
+    the exact comparison only when two digests of one record agree."""
+    long = klen > 8
+    tail = np.zeros(len(klen), np.uint64)
+    if long.any():
+        tail[long] = _head_words(data, ends[long] - 8, np.full(int(long.sum()), 8))
+    digest = head ^ (tail * np.uint64(0x9E3779B97F4A7C15)) ^ klen.astype(np.uint64)
+    widest = int(counts.max())
+    if widest <= 16:
+        clash = any(((digest[d:] == digest[:-d]) & (rec_of[d:] == rec_of[:-d])).any() for d in range(1, widest))
+        if not clash:
+            return False
+    codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return len(np.unique(rec_of * (int(codes.max()) + 1) + codes)) < len(codes)
 
 
 def split_keys(keys_text: pa.Array) -> pa.ListArray:

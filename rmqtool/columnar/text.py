@@ -19,6 +19,7 @@ _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _PLAIN = {"type", "magic_code", "born_host", "store_host", "msg_id", "body_encoding"}
 _HEX = b"0123456789abcdef"
 _HEX_LUT = np.array([_HEX[b >> 4] | _HEX[b & 15] << 8 for b in range(256)], "<u2")
+_PADS = pa.array([b"", b"\0", b"\0\0"])
 
 
 def json_string(arr: pa.Array, *, plain: bool = False) -> pa.Array:
@@ -41,18 +42,26 @@ def _any_escape(arr: pa.Array) -> bool:
     return bool(((data < 0x20) | (data == 0x22) | (data == 0x5C)).any())
 
 
-def _join_lists(offsets: pa.Array, items: pa.Array, is_null: pa.Array, open_: str, close: str) -> pa.Array:
+def _join_lists(offsets: pa.Array, items: pa.Array, arr: pa.Array, open_: str, close: str,
+                bare: bool) -> pa.Array | Bare:
     joined = pc.binary_join(pa.ListArray.from_arrays(offsets, items), ",")
-    return pc.if_else(is_null, "null", pc.binary_join_element_wise(open_, joined, close, ""))
+    if bare and arr.null_count == 0:
+        return Bare(joined, open_, close)
+    wrapped = pc.binary_join_element_wise(open_, joined, close, "")
+    return wrapped if arr.null_count == 0 else pc.if_else(arr.is_null(), "null", wrapped)
 
 
-def json_object(maps: pa.MapArray) -> pa.Array:
-    items = pc.binary_join_element_wise(json_string(maps.keys), json_string(maps.items), ":")
-    return _join_lists(maps.offsets, items, maps.is_null(), "{", "}")
+def json_object(maps: pa.MapArray, bare: bool = False) -> pa.Array | Bare:
+    keys, values = maps.keys, maps.items
+    if _bare(keys) and _bare(values):       # the usual case: one join quotes both
+        items = pc.binary_join_element_wise('"', keys, '":"', values, '"', "")
+    else:
+        items = pc.binary_join_element_wise(json_string(keys), json_string(values), ":")
+    return _join_lists(maps.offsets, items, maps, "{", "}", bare)
 
 
-def json_array(lists: pa.ListArray) -> pa.Array:
-    return _join_lists(lists.offsets, json_string(lists.values), lists.is_null(), "[", "]")
+def json_array(lists: pa.ListArray, bare: bool = False) -> pa.Array | Bare:
+    return _join_lists(lists.offsets, json_string(lists.values), lists, "[", "]", bare)
 
 
 def encode_bodies(body: pa.BinaryArray, encoding: str) -> pa.Array:
@@ -65,21 +74,50 @@ def encode_bodies(body: pa.BinaryArray, encoding: str) -> pa.Array:
         text = _HEX_LUT[np.frombuffer(data, np.uint8)].view(np.uint8)
         out = pa.Array.from_buffers(pa.string(), len(body), [None, pa.py_buffer(offsets * 2), pa.py_buffer(text)])
     elif encoding == "base64":
-        view = memoryview(data)
-        b64 = binascii.b2a_base64
-        bounds = offsets.tolist()
-        out = pa.array([b64(view[a:b], newline=False) for a, b in zip(bounds, bounds[1:])], pa.binary())
-        out = out.cast(pa.string())
+        out = _base64(body)
     else:
         try:
             out = body.cast(pa.string())
         except pa.ArrowInvalid:
-            out = pa.array([b.decode("utf-8", "replace") for b in body.to_pylist()], pa.string())
+            out = pa.array([None if b is None else b.decode("utf-8", "replace") for b in body.to_pylist()],
+                           pa.string())
     return pc.if_else(body.is_null(), pa.scalar(None, pa.string()), out)
 
 
-def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool) -> dict[str, pa.Array]:
-    """The row fields of ``entry_row`` as text (JSON literals when ``json_text``, else CSV cells)."""
+def _base64(body: pa.BinaryArray) -> pa.Array:
+    """Base64 of every value in one binascii call: each value is zero-padded to a multiple of 3 bytes
+    so that its text is a slice of the whole text, then the padding's characters become '='."""
+    lengths = pc.binary_length(body).fill_null(0).to_numpy().astype(np.int64)
+    pad = -lengths % 3
+    padded = pc.binary_join_element_wise(body.fill_null(b""), _PADS.take(pa.array(pad.astype(np.int8))), b"")
+    data = padded.buffers()[2]
+    text = np.frombuffer(bytearray(binascii.b2a_base64(memoryview(data or b"")[:(lengths + pad).sum()],
+                                                          newline=False)), np.uint8)
+    text_off = np.zeros(len(body) + 1, np.int64)
+    np.cumsum((lengths + pad) // 3 * 4, out=text_off[1:])
+    ends = text_off[1:]
+    text[ends[pad == 2] - 2] = ord("=")
+    text[ends[pad > 0] - 1] = ord("=")
+    return pa.Array.from_buffers(pa.string(), len(body), [None, pa.py_buffer(text_off.astype(np.int32)),
+                                                          pa.py_buffer(text)])
+
+
+def _bare(arr: pa.Array, plain: bool = False) -> bool:
+    """Whether the strings become JSON literals by quoting alone (no nulls, nothing to escape)."""
+    return arr.null_count == 0 and (plain or not _any_escape(arr))
+
+
+class Bare:
+    """A text column that still needs its opening and closing characters (``text_columns(..., bare=True)``)."""
+
+    def __init__(self, values: pa.Array, open_: str = '"', close: str = '"'):
+        self.values, self.open, self.close = values, open_, close
+
+
+def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
+                 bare: bool = False) -> dict[str, pa.Array | Bare]:
+    """The row fields of ``entry_row`` as text (JSON literals when ``json_text``, else CSV cells).
+    ``bare``: JSON columns without nulls that need only quotes or brackets come as ``Bare``."""
     cols: dict[str, pa.Array] = {}
     names = [n for n in RECORD_FIELDS + ["crc_ok"] if n in batch.schema.names or n == "body_encoding"]
     for name in names:
@@ -91,15 +129,17 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool) 
             col = encode_bodies(batch.column("body"), body_encoding)
         else:
             col = batch.column(name)
-        if pa.types.is_map(col.type):
-            text = json_object(col)
-            cols[name] = text if json_text else pc.if_else(col.is_null(), pa.scalar(None, pa.string()), text)
-        elif pa.types.is_list(col.type):
-            text = json_array(col)
+        if pa.types.is_map(col.type) or pa.types.is_list(col.type):
+            text = (json_object if pa.types.is_map(col.type) else json_array)(col, bare and json_text)
             cols[name] = text if json_text else pc.if_else(col.is_null(), pa.scalar(None, pa.string()), text)
         elif pa.types.is_string(col.type):
             plain = name in _PLAIN or (name == "body" and body_encoding != "text")
-            cols[name] = json_string(col, plain=plain) if json_text else col
+            if not json_text:
+                cols[name] = col
+            elif bare and _bare(col, plain):
+                cols[name] = Bare(col)
+            else:
+                cols[name] = json_string(col, plain=plain)
         elif pa.types.is_boolean(col.type) and not json_text:
             cols[name] = pc.if_else(col, "True", "False")      # Python's csv writes str(True)
         else:
@@ -110,11 +150,18 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool) 
 
 
 def json_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
-    """One JSON object per record, each ending in a newline."""
+    """One JSON object per record, each ending in a newline (one join of literals and columns)."""
     parts: list = []
-    for i, (name, text) in enumerate(text_columns(batch, body_encoding, json_text=True).items()):
-        parts += [("{" if i == 0 else ",") + json.dumps(name) + ":", text]
-    return pc.binary_join_element_wise(*parts, "}\n", "")
+    literal = "{"
+    for name, text in text_columns(batch, body_encoding, json_text=True, bare=True).items():
+        literal += json.dumps(name) + ":"
+        if isinstance(text, Bare):
+            parts += [literal + text.open, text.values]
+            literal = text.close + ","
+        else:
+            parts += [literal, text]
+            literal = ","
+    return pc.binary_join_element_wise(*parts, literal[:-1] + "}\n", "")
 
 
 def csv_table(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Table:

@@ -5,6 +5,7 @@ of the magic's first byte, keeps those carrying a whole magic code, and accepts 
 record ends where the next candidate begins. Candidates inside bodies (magic bytes in user data) are
 skipped by re-entering the chain at the true next record; the chain stops at the first position that is
 not a MESSAGE candidate (a BLANK, the zero end of data, damage, or the end of the scanned window).
+The scan goes through the window in cache-sized steps with one reused comparison buffer.
 """
 
 from __future__ import annotations
@@ -14,25 +15,27 @@ import numpy as np
 from rmqtool import constants as C
 
 _M1 = C.MESSAGE_MAGIC_CODE.to_bytes(4, "big")
-_M2 = C.MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big")
-assert _M1[:3] == _M2[:3]
+assert _M1[:3] == C.MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big")[:3]
+STEP_BYTES = 2 * 1024 * 1024          # bytes compared per numpy pass (stays in cache)
 
 
 def read_i32(data: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Big-endian int32 at each position (positions must leave 4 bytes)."""
-    b = [data[pos + i].astype(np.uint32) for i in range(4)]
-    return ((b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3]).view(np.int32).astype(np.int64)
+    words = np.ndarray((max(len(data) - 3, 0),), ">i4", data, 0, (1,))
+    return words[pos].astype(np.int64)
 
 
-def candidates(data: np.ndarray, lo: int, hi: int) -> np.ndarray:
+def candidates(data: np.ndarray, lo: int, hi: int, scratch: np.ndarray | None = None) -> np.ndarray:
     """Positions p in [lo, hi) where a MESSAGE magic code sits at p + 4 (sorted)."""
     hi = min(hi, len(data) - 8 + 1)
     if hi <= lo:
         return np.empty(0, np.int64)
-    c = np.flatnonzero(data[lo + 4:hi + 4] == _M1[0]).astype(np.int64) + lo
+    seg = data[lo + 4:hi + 4]
+    hits = np.equal(seg, _M1[0], out=None if scratch is None else scratch[:len(seg)])
+    c = np.flatnonzero(hits) + lo
     if len(c):
-        last = data[c + 7]
-        c = c[(data[c + 5] == _M1[1]) & (data[c + 6] == _M1[2]) & ((last == _M1[3]) | (last == _M2[3]))]
+        magic = read_i32(data, c + 4)
+        c = c[(magic == C.MESSAGE_MAGIC_CODE - (1 << 32)) | (magic == C.MESSAGE_MAGIC_CODE_V2 - (1 << 32))]
     return c
 
 
@@ -42,18 +45,22 @@ def walk(data: np.ndarray, pos: int, limit: int) -> tuple[np.ndarray, int]:
     Returns (starts, next): ``next`` is where the chain stops (the end of its last record). A chain
     whose last record claims a size <= 0 stops there; the decoder reports that record.
     """
-    c = candidates(data, pos, limit)
-    size = read_i32(data, c) if len(c) else c
-    nxt = c + size
+    scratch = np.empty(min(STEP_BYTES, max(limit - pos, 0)), np.bool_)
     parts = []
-    i = int(np.searchsorted(c, pos))
-    while i < len(c) and c[i] == pos:
-        ok = nxt[i:-1] == c[i + 1:]
-        k = i + (int(np.argmin(ok)) if len(ok) and not ok.all() else len(c) - 1 - i)
-        parts.append(c[i:k + 1])
-        pos = int(nxt[k])
-        if pos <= c[k]:
-            break
-        i = int(np.searchsorted(c, pos))   # skips candidates inside the record (magic bytes in a body)
+    while pos < limit:
+        hi = min(pos + STEP_BYTES, limit)
+        c = candidates(data, pos, hi, scratch)
+        nxt = c + read_i32(data, c)
+        i = 0
+        while i < len(c) and c[i] == pos:
+            ok = nxt[i:-1] == c[i + 1:]
+            k = i + (int(np.argmin(ok)) if len(ok) and not ok.all() else len(c) - 1 - i)
+            parts.append(c[i:k + 1])
+            pos = int(nxt[k])
+            if pos <= c[k]:
+                break
+            i = int(np.searchsorted(c, pos))   # skips candidates inside the record (magic bytes in a body)
+        if i < len(c) or pos < hi or (parts and pos <= parts[-1][-1]):
+            break                               # the chain stopped inside this step
     starts = np.concatenate(parts) if parts else np.empty(0, np.int64)
     return starts, pos
