@@ -37,7 +37,7 @@ _TYPES = {
     "body_length": pa.int32(),
     "body": pa.binary(),
 }
-COLUMNS = [name for name in RECORD_FIELDS if name in _TYPES] + ["properties_raw"]
+COLUMNS = [name for name in RECORD_FIELDS if name in _TYPES or name == "properties_raw"]
 
 
 def record_schema(check_crc: bool = False) -> pa.Schema:

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from rmqtool.ops.rows import RECORD_FIELDS
 
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
-_PLAIN = {"type", "magic_code", "born_host", "store_host", "msg_id", "body_encoding"}
+_PLAIN = {"type", "magic_code", "born_host", "store_host", "msg_id", "body_encoding", "properties_raw"}
 _HEX = b"0123456789abcdef"
 _HEX_LUT = np.array([_HEX[b >> 4] | _HEX[b & 15] << 8 for b in range(256)], "<u2")
 _PADS = pa.array([b"", b"\0", b"\0\0"])
@@ -127,6 +127,9 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
                              pa.scalar(None, pa.string()))
         elif name == "body":
             col = encode_bodies(batch.column("body"), body_encoding)
+        elif name == "properties_raw":
+            raw = batch.column(name)
+            col = pc.if_else(raw.is_null(), pa.scalar(None, pa.string()), _base64(raw))
         else:
             col = batch.column(name)
         if pa.types.is_map(col.type) or pa.types.is_list(col.type):

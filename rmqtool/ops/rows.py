@@ -3,7 +3,9 @@
 Record fields, in order: type, physical_offset, total_size, magic_code, body_crc, queue_id, flag,
 queue_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
 prepared_transaction_offset, topic, properties, tags, keys, uniq_key, msg_id, tags_code, body_length,
-body, body_encoding (and crc_ok when checked). Timestamps are epoch milliseconds; hosts are
+body, body_encoding, properties_raw (the stored PROPERTIES bytes in base64, so that a row re-encodes
+exactly even where the parsed ``properties`` object cannot hold them, e.g. a repeated key), and crc_ok
+when checked. Timestamps are epoch milliseconds; hosts are
 "ip:port" or "[ipv6]:port".
 """
 
@@ -19,7 +21,7 @@ RECORD_FIELDS = [
     "type", "physical_offset", "total_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset",
     "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
     "prepared_transaction_offset", "topic", "properties", "tags", "keys", "uniq_key", "msg_id", "tags_code",
-    "body_length", "body", "body_encoding",
+    "body_length", "body", "body_encoding", "properties_raw",
 ]
 CQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code"]
 INDEX_HIT_FIELDS = ["topic", "key", "physical_offset", "store_timestamp", "index_file"]
@@ -93,6 +95,7 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         "body_length": len(body),
         "body": encode_body(body, body_encoding),
         "body_encoding": None if body_encoding == "none" else body_encoding,
+        "properties_raw": base64.b64encode(msg.properties_raw).decode("ascii"),
     }
     if check_crc:
         row["crc_ok"] = body_crc(msg.body) == msg.body_crc

@@ -206,7 +206,9 @@ def message_from_row(row: dict[str, Any]) -> Message | None:
             reconsume_times=int(row.get("reconsume_times") or 0),
             prepared_transaction_offset=int(row.get("prepared_transaction_offset") or 0),
             magic_code=int(magic, 16) if magic else None)
-        if msg.properties_raw and row.get("total_size") == msg.total_size + 1:   # the row's record had a
+        if row.get("properties_raw") is not None:   # the stored bytes: exact even for repeated keys
+            msg = dataclasses.replace(msg, properties_raw=base64.b64decode(row["properties_raw"]))
+        elif msg.properties_raw and row.get("total_size") == msg.total_size + 1:   # the row's record had a
             msg = dataclasses.replace(msg, properties_raw=msg.properties_raw + b"\x02")   # trailing \x02
         return msg
     except (KeyError, TypeError, ValueError, base64.binascii.Error) as exc:
