@@ -116,8 +116,11 @@ def session_conf(master: str | None, progress: bool) -> dict[str, str]:
     if master:
         conf["spark.master"] = master
     if not os.environ.get("PYSPARK_PYTHON"):
+        # Pin every Python worker (executors, data-source planners in the driver JVM) to this
+        # interpreter: otherwise Spark starts whatever `python3` is first on PATH.
         conf["spark.pyspark.python"] = sys.executable
         conf["spark.pyspark.driver.python"] = sys.executable
+        conf["spark.executorEnv.PYSPARK_PYTHON"] = sys.executable
     return conf
 
 
@@ -160,6 +163,9 @@ def _start_quiet_jvm(conf: dict[str, str]) -> None:
 
     if getattr(SparkContext, "_gateway", None) is not None or under_spark_submit():
         return
+    if "spark.pyspark.python" in conf:   # the JVM's own Python runners read the environment
+        os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", conf["spark.pyspark.python"])
     gateway = launch_gateway(SparkConf().setAll(list(conf.items())), popen_kwargs={"stderr": subprocess.PIPE})
     threading.Thread(target=_pump, args=(gateway.proc.stderr,), daemon=True).start()
     SparkContext._gateway, SparkContext._jvm = gateway, gateway.jvm
