@@ -162,3 +162,16 @@ def test_index_entries_round_trip_and_chain_walk(slots, capacity, puts):
         want = [p for k, p in reversed(stored) if index_key_hash(k) == index_key_hash(key)]
         assert select_phy_offsets(raw, geometry, key, 0, 2**63 - 1, 10**6) == want
 
+
+
+@given(st.lists(st.tuples(INT64, INT64, st.binary(max_size=40)), max_size=30))
+def test_consume_queue_ext_units_round_trip(items):
+    from rmqtool.format.consumequeue import (CqExtUnit, decode_ext_units, encode_ext_unit, ext_addr_to_offset,
+                                             is_ext_addr, offset_to_ext_addr)
+    units = [CqExtUnit(*item) for item in items]
+    raw = b"".join(encode_ext_unit(u) for u in units) + b"\xff\xff"   # the writer's end-of-file marker
+    decoded = decode_ext_units(raw)
+    assert [u for _, u in decoded] == units
+    for pos, _ in decoded:
+        address = offset_to_ext_addr(pos)
+        assert is_ext_addr(address) and ext_addr_to_offset(address) == pos
