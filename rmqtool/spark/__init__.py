@@ -8,9 +8,9 @@ import os
 
 ENGINES = ("local", "spark", "auto")
 # --engine auto runs Spark above this much commit-log input (bytes), one process below it. Measured
-# with tests/bench/bench_spark.py on 2 cores (local[2]): Spark's fixed cost is 13-33 s and its export
-# rate 1.2-1.5x the single process, a crossover of 4.5-22 GB; 8 GiB sits between the two runs.
-AUTO_SPARK_BYTES = int(os.environ.get("RMQTOOL_SPARK_AUTO_BYTES", 8 << 30))
+# with tests/bench/bench_spark.py on 2 cores (local[2]): Spark's fixed cost 11-15 s, its export
+# 1.7-1.8x the single process, a crossover of 4.3 GB (output in RAM) to 5.9 GB (output on disk).
+AUTO_SPARK_BYTES = int(os.environ.get("RMQTOOL_SPARK_AUTO_BYTES", 6 << 30))
 
 
 def pick_engine(engine: str, input_bytes: int, master: str | None = None) -> str:

@@ -161,7 +161,9 @@ def _start_quiet_jvm(conf: dict[str, str]) -> None:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if getattr(SparkContext, "_gateway", None) is not None or under_spark_submit():
+    # PySpark keeps its gateway in SparkContext._gateway (launched on demand when None); without that
+    # attribute (a future PySpark) the banner is simply left alone.
+    if not hasattr(SparkContext, "_gateway") or SparkContext._gateway is not None or under_spark_submit():
         return
     if "spark.pyspark.python" in conf:   # the JVM's own Python runners read the environment
         os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
