@@ -147,3 +147,13 @@ def test_traceback_option_shows_the_trace(tmp_path):
     result = CliRunner().invoke(cli, ["--traceback", "cat-commitlog", str(junk)])
     assert result.exit_code != 0
     assert type(result.exception).__name__ == "BadMagic"
+
+
+@pytest.mark.parametrize("args", [["stats", "foo://bucket/store"],
+                                  ["stats", "hdfs://127.0.0.1:1/store"],
+                                  ["export", str(FIXTURES / "dev-sample" / "store"), "--to", "foo://bucket/out"]],
+                         ids=["unknown-scheme", "hdfs-unreachable", "export-target"])
+def test_unusable_uri(args):
+    """A URI pyarrow.fs cannot open (unknown scheme; HDFS without libhdfs or without a name node)."""
+    uri = next(a for a in args if "://" in a)
+    assert_error(run(*args, "--engine", "local"), ExitCode.IO_ERROR, f"{uri}: cannot open: ")

@@ -33,8 +33,8 @@ class Size(click.ParamType):
 @cli.command()
 @click.argument("stores", nargs=-1, required=True, type=click.Path())
 @click.option("--to", "to", required=True, type=click.Path(),
-              help="Output file, or a dataset directory (a name without extension, or with --partition-by): "
-                   "one part per commit-log file.")
+              help="Output file, or a dataset directory (a name without extension, a URI such as "
+                   "s3://bucket/dir, or with --partition-by): one part per commit-log file.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["parquet", "jsonl", "csv"]), default=None,
               help="Output format [default: from the extension of --to; parquet for a directory].")
 @click.option("--partition-by", metavar="topic,date", help="Hive-partition a dataset directory by topic and/or "
@@ -47,8 +47,11 @@ class Size(click.ParamType):
               help="Export a store's records up to a damaged record instead of failing (exit status 3).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 def export(stores, to, fmt, partition_by, engine, master, crc, body_encoding, stop_at_damage, force):
-    """Export the commit-log records of STORES (roots, commitlog dirs or files) to one file, or to a
-    dataset directory with one part per commit-log file (written by Spark tasks with --engine spark).
+    """Export the commit-log records of STORES (roots, commitlog dirs or files, globs, URIs) to one
+    file, or to a dataset directory with one part per commit-log file.
+
+    With --engine spark, Spark tasks write the parts: on a cluster, give a shared target such as
+    s3://bucket/dir or hdfs://namenode/dir.
 
     Columns are the record fields of cat-commitlog; Parquet keeps native types (timestamps as
     timestamp[ms], properties as map<string,string>, body and properties_raw as binary).

@@ -65,11 +65,11 @@ def byte_progress(total: int, label: str) -> Iterator[Callable[[int], None] | No
 
 
 def is_dataset_target(to: str, partition_by: str | None) -> bool:
-    """export writes a dataset directory for --partition-by, an existing directory or a name
+    """export writes a dataset directory for --partition-by, a URI, an existing directory or a name
     without extension; otherwise one file."""
     from pathlib import Path
 
-    return bool(partition_by) or Path(to).is_dir() or not Path(to).suffix
+    return bool(partition_by) or "://" in to or Path(to).is_dir() or not Path(to).suffix
 
 
 def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engine: str, master: str | None,

@@ -5,17 +5,21 @@ in one process), so both engines write the same rows. Parquet parts hold the rec
 (``rmqtool.columnar.schema``) plus ``store`` and ``commitlog_file``; JSON-lines parts hold exactly the
 rows of ``cat-commitlog``. ``--partition-by topic,date`` writes ``topic=<t>/date=<YYYY-MM-DD>/``
 directories (values URI-escaped, as pyarrow and Spark read them; partition columns live in the path
-only; BLANK padding records, which have neither, are left out). The directory appears atomically: parts go to a hidden sibling renamed at the end.
+only; BLANK padding records, which have neither, are left out). The directory appears atomically: parts
+go to a hidden sibling renamed at the end. ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
+written through ``pyarrow.fs``, which a cluster's executors need (a local path is local to each of
+them). On object stores, which cannot rename a directory, the last step copies the parts into place
+and is not atomic.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
+import posixpath
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from rmqtool.errors import StoreError
@@ -38,7 +42,7 @@ class PartResult:
 
 @dataclass
 class DatasetResult:
-    path: Path
+    path: str
     format: str
     records: int = 0
     messages: int = 0
@@ -91,11 +95,13 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
     schema = pa.schema([fld for fld in base if fld.name not in partition_by])
     writers: dict[str, Callable] = {}
 
+    fsys, root = scan.filesystem(out_dir)
+
     def writer(directory: str) -> Callable:
         if directory not in writers:
-            path = os.path.join(out_dir, directory, f"part-{index:05d}-{f.name}.{_SUFFIX[fmt]}")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            writers[directory] = _open(path, fmt, schema, body_encoding)
+            path = posixpath.join(root, directory, f"part-{index:05d}-{f.name}.{_SUFFIX[fmt]}")
+            fsys.create_dir(posixpath.dirname(path), recursive=True)
+            writers[directory] = _open(fsys.open_output_stream(path), fmt, schema, body_encoding)
             result.files.append(path)
         return writers[directory]
 
@@ -134,25 +140,28 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
     return result
 
 
-def _open(path: str, fmt: str, schema, body_encoding: str) -> Callable:
-    """write(batch); write(None) closes."""
+def _open(out, fmt: str, schema, body_encoding: str) -> Callable:
+    """write(batch) to the output stream ``out``; write(None) closes both."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         from rmqtool.ops.export import PARQUET_DICTIONARY_COLUMNS
-        pw = pq.ParquetWriter(path, schema, compression="snappy",
+        pw = pq.ParquetWriter(out, schema, compression="snappy",
                               use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in schema.names],
                               coerce_timestamps="us", allow_truncated_timestamps=False)
 
         def write_parquet(batch) -> None:
-            pw.close() if batch is None else pw.write_batch(batch)
+            if batch is None:
+                pw.close()
+                out.close()
+            else:
+                pw.write_batch(batch)
         return write_parquet
 
     import numpy as np
     import pyarrow as pa
 
     from rmqtool.columnar.text import json_lines
-    out = open(path, "wb")
 
     def write_jsonl(batch) -> None:
         if batch is None:
@@ -163,6 +172,33 @@ def _open(path: str, fmt: str, schema, body_encoding: str) -> Callable:
         offsets = np.frombuffer(lines.buffers()[1], width, len(lines) + 1, lines.offset * width.itemsize)
         out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
     return write_jsonl
+
+
+def _file_type(fsys, path: str, uri: str):
+    try:
+        return fsys.get_file_info(path).type
+    except OSError as exc:
+        raise StoreError(f"cannot reach the output: {exc}", path=uri) from None
+
+
+def _remove(fsys, path: str) -> None:
+    from pyarrow import fs
+
+    with contextlib.suppress(FileNotFoundError):
+        if fsys.get_file_info(path).type == fs.FileType.Directory:
+            fsys.delete_dir(path)
+
+
+def _move_dir(fsys, src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` (atomic on local disks and HDFS); object stores cannot rename a
+    directory, so there its files are copied into place and ``src`` removed."""
+    from pyarrow import fs
+
+    try:
+        fsys.move(src, dst)
+    except (OSError, NotImplementedError):   # pyarrow: ArrowNotImplementedError / OSError on S3 and GCS
+        fs.copy_files(src, dst, source_filesystem=fsys, destination_filesystem=fsys)
+        fsys.delete_dir(src)
 
 
 Runner = Callable[[Callable, list], list]
@@ -183,19 +219,23 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
-    to = Path(to)
-    if to.exists() and not overwrite:
-        raise StoreError("output exists (use --force to replace it)", path=str(to))
-    if to.exists() and not to.is_dir():
-        raise StoreError("output exists and is not a directory", path=str(to))
+    from pyarrow import fs
+
+    to = os.fspath(to)
+    fsys, target = scan.filesystem(to)
+    kind = _file_type(fsys, target, to)
+    if kind != fs.FileType.NotFound and not overwrite:
+        raise StoreError("output exists (use --force to replace it)", path=to)
+    if kind not in (fs.FileType.NotFound, fs.FileType.Directory):
+        raise StoreError("output exists and is not a directory", path=to)
     files = list(files) if files is not None else scan.list_files(list(store_paths))
     started = time.perf_counter()
-    tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    out_dir = str(tmp.resolve())
+    staged = posixpath.join(posixpath.dirname(target), f".{posixpath.basename(target)}.tmp-{os.getpid()}")
+    out_dir = staged if "://" not in to else scan.uri_of(to, staged)
     result = DatasetResult(to, fmt)
     try:
+        _remove(fsys, staged)
+        fsys.create_dir(staged, recursive=True)
         parts = runner(lambda item: write_part(item[1], item[0], out_dir, fmt, partition_by, check_crc=check_crc,
                                                body_encoding=body_encoding, stop_at_damage=stop_at_damage),
                        list(enumerate(files)))
@@ -205,11 +245,10 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
             result.input_bytes += part.input_bytes
             result.parts += len(part.files)
             result.damaged += part.damaged
-        if to.exists():
-            shutil.rmtree(to)
-        os.replace(tmp, to)
+        _remove(fsys, target)
+        _move_dir(fsys, staged, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(fsys, staged)
         raise
     result.seconds = time.perf_counter() - started
     return result

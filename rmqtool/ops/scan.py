@@ -15,6 +15,7 @@ import os
 import posixpath
 import shutil
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -52,15 +53,18 @@ def filesystem(uri: str):
     try:
         return fs.FileSystem.from_uri(uri)
     except Exception as exc:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
-        raise StoreError(f"cannot open: {exc}", path=uri) from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(f"cannot open: {first}", path=uri) from None
 
 
-def _uri(base: str, path: str) -> str:
-    """The URI of ``path`` found on the filesystem of URI ``base``."""
+def uri_of(base: str, path: str) -> str:
+    """The URI of ``path`` found on the filesystem of URI ``base``, percent-encoded (retry and DLQ
+    topics hold '%', which pyarrow decodes back when it opens the URI)."""
     scheme, rest = base.split("://", 1)
+    quoted = urllib.parse.quote(path, safe="/")
     if not path.startswith("/"):          # s3://, gs://: the path begins with the bucket
-        return f"{scheme}://{path}"
-    return f"{scheme}://{rest.split('/', 1)[0]}{path}"
+        return f"{scheme}://{quoted}"
+    return f"{scheme}://{rest.split('/', 1)[0]}{quoted}"
 
 
 def _is_offset_name(name: str) -> bool:
@@ -80,7 +84,7 @@ def expand(pattern: str) -> list[str]:
     if "://" not in pattern:
         found = sorted(glob.glob(pattern))
     else:
-        found = [_uri(pattern, p) for p in _remote_glob(pattern)]
+        found = [uri_of(pattern, p) for p in _remote_glob(pattern)]
     if not found:
         raise StoreError("no store matches this pattern", path=pattern)
     return found
@@ -126,8 +130,8 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
 
     def entry(i, **kw) -> StoreFile:
         name = posixpath.basename(i.path)
-        return StoreFile(store, i.path if local else _uri(store, i.path), int(name) if _is_offset_name(name) else 0,
-                         i.size or 0, kind, **kw)
+        return StoreFile(store, i.path if local else uri_of(store, i.path),
+                         int(name) if _is_offset_name(name) else 0, i.size or 0, kind, **kw)
 
     if info.type == fs.FileType.File:
         if kind != "commitlog":
