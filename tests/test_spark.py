@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pandas as pd
 import pyarrow as pa
@@ -17,7 +19,7 @@ import pyarrow.dataset as ds
 import pytest
 from click.testing import CliRunner
 
-from conftest import ALL_SETS, CLEAN_SETS, FIXTURES, readback, store_path
+from conftest import ALL_SETS, CLEAN_SETS, FIXTURES, ROOT, readback, store_path
 from helpers_spark import StandaloneCluster
 from rmqtool.cli import cli
 from rmqtool.errors import FormatError
@@ -257,3 +259,37 @@ def test_scan_copies_remote_files():
     assert files and all(f.uri.startswith("file:///") for f in files)
     rows = sum(b.num_rows for f in files for b in scan.record_batches(f))
     assert rows == len(readback("dev-sample")["commitlogRecords"])
+
+
+TOPICS_JOB = """
+import json, sys
+import rmqtool
+from rmqtool.spark.session import get_session
+spark = get_session()   # the spark-submit session, with the rocketmq data source registered
+rows = spark.read.format("rocketmq").option("mode", "permissive").load(sys.argv[1:]) \\
+    .groupBy("store", "topic").count().collect()
+print(json.dumps({"package": rmqtool.__file__, "master": spark.sparkContext.master,
+                  "counts": sorted(([r["store"], r["topic"], r["count"]] for r in rows), key=json.dumps)}))
+"""
+
+
+def test_spark_submit_with_the_package_zip(tmp_path):
+    """The README's spark-submit recipe: the package zipped from the checkout, shipped with --py-files."""
+    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(tmp_path / "rmqtool.zip"), "rmqtool"],
+                   cwd=ROOT, check=True)
+    (tmp_path / "topics.py").write_text(TOPICS_JOB)
+    stores = [str(store_path(n)) for n in ("dev-sample", "dev-sample-crash-torn")]
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    done = subprocess.run([submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                           "--py-files", "rmqtool.zip", "topics.py", *stores],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ".zip" in got["package"] and got["master"] == "local[2]"
+    want: dict = {}
+    for f in scan.list_files(stores):
+        for batch in scan.record_batches(f, on_damage=lambda e: None):
+            for topic in batch.column("topic").to_pylist():
+                want[(f.store, topic)] = want.get((f.store, topic), 0) + 1
+    assert got["counts"] == sorted(([s, t, n] for (s, t), n in want.items()), key=json.dumps)
