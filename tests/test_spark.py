@@ -158,11 +158,12 @@ def read_dataset(path) -> list[dict]:
 def test_export_parity(spark, generated, tmp_path):
     from rmqtool.spark.jobs import export_spark
 
-    paths = [str(store_path(n)) for n in CLEAN_SETS] + [generated]
-    local = dataset.export_dataset(paths, tmp_path / "local", "parquet", ("topic", "date"))
-    remote = export_spark(spark, paths, tmp_path / "spark", "parquet", ("topic", "date"))
-    assert (remote.records, remote.messages, remote.input_bytes, remote.parts) == \
-        (local.records, local.messages, local.input_bytes, local.parts)
+    paths = ALL_STORES + [generated]      # the torn sets' damaged tails stop their files alike
+    local = dataset.export_dataset(paths, tmp_path / "local", "parquet", ("topic", "date"), stop_at_damage=True)
+    remote = export_spark(spark, paths, tmp_path / "spark", "parquet", ("topic", "date"), stop_at_damage=True)
+    assert (remote.records, remote.messages, remote.input_bytes, remote.parts, remote.damaged) == \
+        (local.records, local.messages, local.input_bytes, local.parts, local.damaged)
+    assert len(local.damaged) == 2
     rows = read_dataset(tmp_path / "spark")
     assert rows == read_dataset(tmp_path / "local")
     assert len(rows) == local.records == local.messages          # BLANK padding left out
@@ -198,8 +199,7 @@ def test_export_damage_fails_alike(spark, tmp_path):
 def test_stats_parity(spark, generated, by):
     from rmqtool.spark.jobs import stats_spark
 
-    files = scan.list_files([str(store_path(n)) for n in ("dev-sample", "dev-sample-5x-crash-torn",
-                                                            "dev-sample-crash-torn")] + [generated])
+    files = scan.list_files(ALL_STORES + [generated])
     local_damage, spark_damage = [], []
     want = stats.stats_local(files, by, on_damage=lambda e: local_damage.append(str(e)))
     assert stats_spark(spark, files, by, on_damage=spark_damage.append) == want
