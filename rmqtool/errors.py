@@ -33,6 +33,12 @@ class RmqError(Exception):
         return ": ".join(parts)
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of a foreign exception's message (pyarrow and Py4J ones run to many lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class FormatError(RmqError):
     """Bytes that do not decode as the structure they should be."""
 

@@ -22,7 +22,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from rmqtool.errors import StoreError
+from rmqtool.errors import StoreError, first_line
 from rmqtool.ops import scan
 
 DATASET_FORMATS = ("parquet", "jsonl")
@@ -178,7 +178,7 @@ def _file_type(fsys, path: str, uri: str):
     try:
         return fsys.get_file_info(path).type
     except OSError as exc:
-        raise StoreError(f"cannot reach the output: {exc}", path=uri) from None
+        raise StoreError(f"cannot reach the output: {first_line(exc)}", path=uri) from None
 
 
 def _remove(fsys, path: str) -> None:
@@ -248,7 +248,8 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
         _remove(fsys, target)
         _move_dir(fsys, staged, target)
     except BaseException:
-        _remove(fsys, staged)
+        with contextlib.suppress(OSError):     # best effort: the first error is the one to report
+            _remove(fsys, staged)
         raise
     result.seconds = time.perf_counter() - started
     return result

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from rmqtool import constants as C
-from rmqtool.errors import FormatError, StoreError
+from rmqtool.errors import FormatError, StoreError, first_line
 
 KINDS = ("commitlog", "consumequeue", "index")
 _GLOB_CHARS = "*?["
@@ -53,8 +53,7 @@ def filesystem(uri: str):
     try:
         return fs.FileSystem.from_uri(uri)
     except Exception as exc:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreError(f"cannot open: {first}", path=uri) from None
+        raise StoreError(f"cannot open: {first_line(exc)}", path=uri) from None
 
 
 def uri_of(base: str, path: str) -> str:

@@ -18,7 +18,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from rmqtool.errors import SparkUnavailable
+from rmqtool.errors import SparkUnavailable, first_line
 
 MASTER_ENV = "RMQTOOL_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
@@ -147,9 +147,8 @@ def get_session(master: str | None = None, *, progress: bool | None = None):
             _start_quiet_jvm(conf)
             active = builder.getOrCreate()
         except Exception as exc:   # the JVM did not start or the master is unreachable
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise SparkUnavailable(f"cannot start Spark ({resolve_master(master) or 'spark-submit'}): {first}") \
-                from None
+            raise SparkUnavailable(f"cannot start Spark ({resolve_master(master) or 'spark-submit'}): "
+                                   f"{first_line(exc)}") from None
         active.sparkContext.setLogLevel("ERROR")
     _session = setup(active)
     return active
