@@ -171,7 +171,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, dry_ru
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
                                progress=progress)
-    rows = [{"index_file": name, "entries": max(int.from_bytes(data[36:40], "big") - 1, 0)} for name, data in files]
+    rows = [{"index_file": name, "entries": entries} for name, entries in files]
     write_rows(rows, resolve_format(fmt), columns=["index_file", "entries"], tablefmt=tablefmt)
     if saved:
         click.echo(f"backup of the previous index in {saved}", err=True)

@@ -20,6 +20,7 @@ HEADER = struct.Struct(">qqqqii")
 ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _INT_MAX = 2**31 - 1
+ENTRY_FIELDS = [("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")]   # numpy dtype
 
 
 class IndexHeader(NamedTuple):
@@ -202,9 +203,9 @@ class IndexWriter:
     """
 
     def __init__(self, geometry: Geometry, prev_end_phy_offset: int = 0, prev_end_timestamp: int = 0,
-                 hash_slot_count_every_put: bool = False):
+                 hash_slot_count_every_put: bool = False, buf=None):
         self.geometry = geometry
-        self.buf = bytearray(geometry.file_size)
+        self.buf = bytearray(geometry.file_size) if buf is None else buf    # e.g. a writable mmap
         self.every_put = hash_slot_count_every_put
         h = IndexHeader(0, 0, 0, 0, 0, 0)
         if prev_end_phy_offset > 0 and prev_end_timestamp > 0:
@@ -251,6 +252,45 @@ class IndexWriter:
         self.header = IndexHeader(begin_ts, store_timestamp, begin_phy, phy_offset, slots_used, count + 1)
         self.buf[:C.INDEX_HEADER_SIZE] = encode_header(self.header)
         return True
+
+    def put_hashes(self, key_hash, phy_offset, store_timestamp) -> None:
+        """``put_key`` for each key in order, given as numpy columns (hashes already computed)."""
+        import numpy as np
+
+        n = len(key_hash)
+        if not n:
+            return
+        g, h = self.geometry, self.header
+        count = self.index_count
+        if count + n > g.index_num:
+            raise EncodeError(f"{n} keys do not fit into an index file with {g.index_num - count} free entries")
+        numbers = np.arange(count, count + n, dtype=np.int64)
+        slot = key_hash % g.hash_slot_num
+        order = np.argsort(slot, kind="stable")
+        by_slot = slot[order]
+        first = np.ones(n, bool)
+        first[1:] = by_slot[1:] != by_slot[:-1]
+        prev = np.empty(n, np.int64)
+        prev[order[~first]] = numbers[order[np.flatnonzero(~first) - 1]]
+        slots = np.frombuffer(self.buf, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
+        before = slots[by_slot[first]].astype(np.int64)
+        before[(before <= 0) | (before > numbers[order[first]])] = 0     # as putKey validates a slot
+        prev[order[first]] = before
+        begin_ts, begin_phy = (int(store_timestamp[0]), int(phy_offset[0])) if count <= 1 else \
+            (h.begin_timestamp, h.begin_phy_offset)
+        base = np.full(n, begin_ts, np.int64)
+        base[0] = h.begin_timestamp                                       # the first put sees the old header
+        diff = np.where(base <= 0, 0, np.clip((store_timestamp - base) // 1000, 0, _INT_MAX))
+        entries = np.empty(n, ENTRY_FIELDS)
+        entries["hash"], entries["phy"], entries["time_diff"], entries["prev"] = key_hash, phy_offset, diff, prev
+        pos = g.entry_pos(count)
+        self.buf[pos:pos + n * C.INDEX_ENTRY_SIZE] = entries.tobytes()
+        newest = np.flatnonzero(np.append(first[1:], True))              # each slot's last entry
+        slots[by_slot[newest]] = numbers[order[newest]]
+        used = n if self.every_put else int((prev == 0).sum())
+        self.header = IndexHeader(begin_ts, int(store_timestamp[-1]), begin_phy, int(phy_offset[-1]),
+                                  h.hash_slot_count + used, count + n)
+        self.buf[:C.INDEX_HEADER_SIZE] = encode_header(self.header)
 
     def to_bytes(self) -> bytes:
         return bytes(self.buf)

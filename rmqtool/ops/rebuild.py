@@ -7,17 +7,20 @@ shared by rebuild, repair (re-dispatch after truncation) and the writers (put/im
 
 from __future__ import annotations
 
+import mmap
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
+
+import numpy as np
 
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, StoreError
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter, check_geometry
-from rmqtool.ops.verify import Progress, RecordInfo, scan_commitlog
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.store import ConsumeQueue, Store
 
@@ -32,11 +35,47 @@ def safe_topic_dir(topic: str, offset: int | None = None) -> str:
     return topic
 
 
-def valid_records(store: Store, progress: Progress | None = None) -> Iterator[RecordInfo]:
-    """Records the broker would dispatch: in order, up to the first invalid record."""
-    for scan in scan_commitlog(store, progress=progress):
-        yield from scan.records
-        if scan.stop != "blank":
+class RecordInfo(NamedTuple):
+    """What dispatch needs of one record (the writers' single-record path)."""
+
+    offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    tags_code: int
+    store_timestamp: int
+    index_keys: tuple[str, ...]      # UNIQ_KEY then each KEYS element (IndexService.buildIndex order)
+
+    @property
+    def gets_cq_unit(self) -> bool:
+        """CommitLogDispatcherBuildConsumeQueue: only NOT and COMMIT transaction types."""
+        return C.transaction_type(self.sys_flag) in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT)
+
+    @property
+    def indexed(self) -> bool:
+        return C.transaction_type(self.sys_flag) is not C.TransactionType.ROLLBACK
+
+
+def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, deep: bool = False,
+                keys: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
+    """The files' records the broker would dispatch, in order, up to the first invalid record
+    (from the file holding ``start``, whose records before it are left out)."""
+    files = [f for f in store.commitlog.queue.files if f.length]
+    if start is not None:
+        files = [f for f in files if f.start + f.length > start]
+    for f in files:
+        facts = scan_file(f, names, deep=deep, keys=keys, progress=progress)
+        if start is not None and f.start < start:
+            keep = facts.columns["offset"] >= start
+            facts.columns = {k: v[keep] for k, v in facts.columns.items()}
+            if keys:
+                counts = np.diff(facts.key_offsets)
+                facts.key_hashes = facts.key_hashes[np.repeat(keep, counts)]
+                facts.key_offsets = np.concatenate([[0], np.cumsum(counts[keep])])
+        yield facts
+        if facts.stop != "blank":
             return
 
 
@@ -95,6 +134,32 @@ class CqWriter:
                     del self.files[start]
         self.write_pos = logical
 
+    def put_many(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, queue_offset: np.ndarray) -> None:
+        """``put`` for each record in order; a run continuing the queue goes in as whole blocks."""
+        n = len(phy)
+        if n and self.files and phy[0] + size[0] > self.max_phy \
+                and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos \
+                and (np.diff(queue_offset) == 1).all() and (np.diff(phy + size) > 0).all():
+            units = np.empty(n, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+            units["phy"], units["size"], units["tags"] = phy, size, tags
+            data = units.tobytes()
+            while data:
+                last = max(self.files)
+                if self.write_pos >= last + self.file_size:
+                    last += self.file_size
+                    self._new_file(last)
+                room = last + self.file_size - self.write_pos
+                self._append(last, data[:room])
+                data = data[room:]
+            self.max_phy = int(phy[-1] + size[-1])
+            return
+        for i in range(n):
+            self.put(int(phy[i]), int(size[i]), int(tags[i]), int(queue_offset[i]))
+
+    def _new_file(self, start: int) -> None:
+        self.files[start] = bytearray(self.file_size)
+        self.write_pos = start
+
     def put(self, phy: int, size: int, tags_code: int, queue_offset: int) -> None:
         if phy + size <= self.max_phy:
             return                                     # "build consume queue repeatedly"
@@ -102,13 +167,11 @@ class CqWriter:
         last = max(self.files) if self.files else None
         if last is None:
             last = expect - expect % self.file_size
-            self.files[last] = bytearray(self.file_size)
+            self._new_file(last)
             self.first_created = last
-            self.write_pos = last
         elif self.write_pos >= last + self.file_size:
             last += self.file_size
-            self.files[last] = bytearray(self.file_size)
-            self.write_pos = last
+            self._new_file(last)
         if last == self.first_created and queue_offset != 0 and self.write_pos == last:
             filler = UNIT.pack(*FILLER_UNIT)
             while self.write_pos < last + expect % self.file_size:   # fillPreBlank
@@ -118,10 +181,10 @@ class CqWriter:
         self.max_phy = phy + size
         self._append(last, UNIT.pack(phy, size, tags_code))
 
-    def _append(self, start: int, unit: bytes) -> None:
+    def _append(self, start: int, units: bytes) -> None:
         pos = self.write_pos - start
-        self.files[start][pos:pos + C.CQ_STORE_UNIT_SIZE] = unit
-        self.write_pos += C.CQ_STORE_UNIT_SIZE
+        self.files[start][pos:pos + len(units)] = units
+        self.write_pos += len(units)
 
     def truncate_dirty(self, phy_offset: int) -> None:
         """ConsumeQueue.truncateDirtyLogicFiles: drop units whose record starts at or after phy_offset."""
@@ -147,6 +210,49 @@ class CqWriter:
         return {start: bytes(buf) for start, buf in sorted(self.files.items())}
 
 
+class CqFileWriter(CqWriter):
+    """A CqWriter for a new queue that streams its units into files under ``directory`` (None: only
+    count them). Files are created sparse at full size, as the broker's pre-allocated files are;
+    memory is one small buffer, whatever the queue's size."""
+
+    FLUSH_BYTES = 64 * 1024
+
+    def __init__(self, file_size: int, directory: Path | None):
+        super().__init__(file_size)
+        self.directory = directory
+        self.pending = bytearray()
+        self.pending_at = 0            # file position of pending[0] in the current file
+        self.created = 0
+
+    def _new_file(self, start: int) -> None:
+        self.flush()
+        self.files = {start: bytearray()}       # the current file's start only; bytes live on disk
+        self.write_pos = self.pending_at = start
+        self.created += 1
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(self.directory / C.offset_to_file_name(start), "wb") as fh:
+                fh.truncate(self.file_size)
+
+    def _append(self, start: int, units: bytes) -> None:
+        if self.write_pos != self.pending_at + len(self.pending):
+            self.flush()
+            self.pending_at = self.write_pos
+        self.pending += units
+        self.write_pos += len(units)
+        if len(self.pending) >= self.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending and self.directory is not None and self.files:
+            start = max(self.files)
+            with open(self.directory / C.offset_to_file_name(start), "r+b") as fh:
+                fh.seek(self.pending_at - start)
+                fh.write(self.pending)
+        self.pending_at += len(self.pending)
+        self.pending = bytearray()
+
+
 def dispatch_to_queues(records: Iterable[RecordInfo], queues: dict[tuple[str, int], CqWriter],
                        file_size: int) -> None:
     """CommitLogDispatcherBuildConsumeQueue over records (creating queues as needed)."""
@@ -169,18 +275,6 @@ def store_cq_file_size(store: Store, explicit: int | None = None) -> int | None:
     return max(set(sizes), key=sizes.count) if sizes else None
 
 
-def write_queue_tree(root: Path, queues: dict[tuple[str, int], CqWriter]) -> int:
-    """Write consume-queue files under ``root``/<topic>/<queueId>/; returns the number of files."""
-    n = 0
-    for (topic, qid), w in sorted(queues.items()):
-        qdir = root / safe_topic_dir(topic) / str(qid)
-        qdir.mkdir(parents=True, exist_ok=True)
-        for start, data in w.file_bytes().items():
-            (qdir / C.offset_to_file_name(start)).write_bytes(data)
-            n += 1
-    return n
-
-
 @dataclass
 class RebuildResult:
     queues: int = 0
@@ -193,46 +287,68 @@ class RebuildResult:
 def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path | None = None,
                            cq_file_size: int | None = None, dry_run: bool = False, backup: Path | None = None,
                            progress: Progress | None = None) -> RebuildResult:
+    """Consume queues (all, or one topic's) rebuilt from the commit log: into ``out``, counted only
+    (``dry_run``), or built beside ``consumequeue/`` and swapped in."""
     file_size = store_cq_file_size(store, cq_file_size) or C.DEFAULT_CQ_FILE_SIZE
     if topic is not None:
         safe_topic_dir(topic)
-    records = (r for r in valid_records(store, progress) if topic is None or r.topic == topic)
-    queues: dict[tuple[str, int], CqWriter] = {}
-    dispatch_to_queues(records, queues, file_size)
-    result = RebuildResult(queues=len(queues), units=sum(w.write_pos // 20 for w in queues.values()))
-    result.files = sum(len(w.files) for w in queues.values())
     rel = "consumequeue" if topic is None else f"consumequeue/{topic}"
-    if dry_run:
-        result.target = str(out or store.root / rel)
+    result = RebuildResult(target=str(out or store.root / rel))
+    target = None
+    if out is not None and not dry_run:
+        target = Path(out)
+        if target.exists() and any(target.iterdir()):
+            raise StoreError("output directory is not empty", path=str(target))
+    elif not dry_run:
+        target = store.root / (rel + BUILD)
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+    created = target is not None and not target.exists()
+    try:
+        writers = dispatch_files(store, target, file_size, topic=topic, topic_dirs=topic is None or out is not None,
+                                 progress=progress)
+    except BaseException:                 # leave nothing half-built behind
+        if target is not None and target.exists():
+            for p in ([target] if created or out is None else list(target.iterdir())):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        raise
+    result.queues, result.files = len(writers), sum(w.created for w in writers.values())
+    result.units = sum(w.write_pos // C.CQ_STORE_UNIT_SIZE for w in writers.values())
+    if dry_run or out is not None:
         return result
-    if out is not None:
-        out = Path(out)
-        if out.exists() and any(out.iterdir()):
-            raise StoreError("output directory is not empty", path=str(out))
-        result.target = str(out)
-        write_queue_tree(out, queues)
-        return result
-    built = store.root / (rel + BUILD)
-    if built.exists():
-        shutil.rmtree(built)
-    built.mkdir(parents=True)
-    _write_built(built, queues, topic)
     txn = Transaction(store.root, backup, label="rebuild-cq")
-    txn.replace_dir(rel, built)
+    txn.replace_dir(rel, target)
     result.backup = str(txn.commit())
-    result.target = str(store.root / rel)
     return result
 
 
-def _write_built(built: Path, queues: dict[tuple[str, int], CqWriter], topic: str | None) -> None:
-    if topic is None:
-        write_queue_tree(built, queues)
-        return
-    for (_, qid), w in sorted(queues.items()):
-        qdir = built / str(qid)
-        qdir.mkdir(parents=True, exist_ok=True)
-        for start, data in w.file_bytes().items():
-            (qdir / C.offset_to_file_name(start)).write_bytes(data)
+def dispatch_files(store: Store, target: Path | None, file_size: int, *, topic: str | None = None,
+                   topic_dirs: bool = True, progress: Progress | None = None) -> dict[tuple[str, int], CqFileWriter]:
+    """CommitLogDispatcherBuildConsumeQueue over the whole commit log, one file's records at a time,
+    each queue's run of records put as one block; files stream to ``target``/<topic>/<queueId>/
+    (``target``/<queueId>/ without ``topic_dirs``)."""
+    names = QueueNames()
+    writers: dict[int, CqFileWriter] = {}
+    for facts in valid_facts(store, names, progress=progress):
+        cols = facts.columns
+        rows = np.flatnonzero(facts.gets_cq_unit())
+        if topic is not None:
+            mine = [c for c, (t, _) in enumerate(names.names) if t == topic]
+            rows = rows[np.isin(cols["queue"][rows], mine)]
+        rows = rows[np.argsort(cols["queue"][rows], kind="stable")]
+        codes, first = np.unique(cols["queue"][rows], return_index=True)
+        for code, run in zip(codes.tolist(), np.split(rows, first[1:])):
+            w = writers.get(code)
+            if w is None:
+                t, qid = names.names[code]
+                safe_topic_dir(t, int(cols["offset"][run[0]]))
+                qdir = None if target is None else (target / t / str(qid) if topic_dirs else target / str(qid))
+                w = writers[code] = CqFileWriter(file_size, qdir)
+            w.put_many(cols["offset"][run], cols["size"][run], cols["tags_code"][run], cols["queue_offset"][run])
+    for w in writers.values():
+        w.flush()
+    return {names.names[c]: w for c, w in writers.items()}
 
 
 # -- index files ------------------------------------------------------------------------------------
@@ -248,12 +364,15 @@ def index_file_name(timestamp_ms: int, after: str | None = None) -> str:
 class IndexBuilder:
     """IndexService.buildIndex: keys into the last file, a new file (named after the record's store
     time) when it is full. ``full_end_timestamp`` is what the broker puts in the checkpoint's
-    indexMsgTimestamp when a file fills up (None if none did)."""
+    indexMsgTimestamp when a file fills up (None if none did). With ``directory``, new files are
+    sparse files there, written through a map (memory stays small whatever the geometry)."""
 
-    def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None):
+    def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
+                 directory: Path | None = None):
         check_geometry(geometry)
         self.geometry = geometry
         self.files = files or []
+        self.directory = directory
         self.changed: set[str] = set()
         self.full_end_timestamp: int | None = None
 
@@ -263,12 +382,29 @@ class IndexBuilder:
         prev = self.files[-1][1] if self.files else None
         name = index_file_name(timestamp, self.files[-1][0] if self.files else None)
         w = IndexWriter(self.geometry, prev.header.end_phy_offset if prev else 0,
-                        prev.header.end_timestamp if prev else 0)
+                        prev.header.end_timestamp if prev else 0, buf=self._new_buffer(name))
         if prev is not None:
             self.full_end_timestamp = prev.header.end_timestamp
+            self._release(prev)
         self.files.append((name, w))
         self.changed.add(name)
         return w
+
+    def _new_buffer(self, name: str):
+        if self.directory is None:
+            return None
+        with open(self.directory / name, "w+b") as fh:
+            fh.truncate(self.geometry.file_size)
+            return mmap.mmap(fh.fileno(), 0)
+
+    def _release(self, w: IndexWriter) -> None:
+        if isinstance(w.buf, mmap.mmap):
+            w.buf.flush()
+            w.buf.close()
+
+    def close(self) -> None:
+        if self.files:
+            self._release(self.files[-1][1])
 
     def add(self, r: RecordInfo) -> None:
         w = self._last(r.store_timestamp)
@@ -279,6 +415,33 @@ class IndexBuilder:
                 w = self._last(r.store_timestamp)
                 w.put_key(f"{r.topic}#{key}", r.offset, r.store_timestamp)
             self.changed.add(self.files[-1][0])
+
+    def add_facts(self, facts: FileFacts) -> None:
+        """``add`` for every record of a file's facts (with key hashes), a file's worth of keys at a time."""
+        cols, n = facts.columns, len(facts)
+        if not n:
+            return
+        offset, ts = cols["offset"], cols["store_timestamp"]
+        key_rec = np.repeat(np.arange(n), np.diff(facts.key_offsets))
+        indexed = facts.indexed()
+        rec = 0                  # the record that calls _last next
+        k = 0                    # the next key to put
+        while True:
+            w = self._last(int(ts[rec]))
+            keys = np.flatnonzero(indexed[key_rec[k:]] & (offset[key_rec[k:]] >= w.header.end_phy_offset)) + k
+            if not len(keys):
+                return
+            take = keys[:self.geometry.index_num - w.index_count]
+            w.put_hashes(facts.key_hashes[take], offset[key_rec[take]], ts[key_rec[take]])
+            self.changed.add(self.files[-1][0])
+            k = int(take[-1]) + 1
+            if k >= len(key_rec):
+                rec = int(key_rec[take[-1]]) + 1
+                if w.is_full() and rec < n:
+                    self._last(int(ts[rec]))        # the next record opens the next file, keys or not
+                return
+            # full: the next file is opened by the record of the next key, or the record after the last one
+            rec = int(key_rec[k]) if key_rec[k] == key_rec[take[-1]] else int(key_rec[take[-1]]) + 1
 
 
 def store_index_geometry(store: Store, slots: int | None = None, max_entries: int | None = None) -> Geometry:
@@ -293,21 +456,22 @@ def store_index_geometry(store: Store, slots: int | None = None, max_entries: in
 
 def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | None = None,
                   dry_run: bool = False, backup: Path | None = None,
-                  progress: Progress | None = None) -> tuple[list[tuple[str, bytes]], Path | None]:
-    """All index files rebuilt from the commit log; swapped in for ``index/`` unless dry_run."""
+                  progress: Progress | None = None) -> tuple[list[tuple[str, int]], Path | None]:
+    """All index files rebuilt from the commit log, as (file name, entries); swapped in for ``index/``
+    unless dry_run. Files are built as sparse files beside ``index/`` (removed again on a dry run)."""
     geometry = store_index_geometry(store, slots, max_entries)
-    builder = IndexBuilder(geometry)
-    for r in valid_records(store, progress):
-        builder.add(r)
-    files = [(name, w.to_bytes()) for name, w in builder.files]
-    if dry_run:
-        return files, None
     built = store.root / ("index" + BUILD)
     if built.exists():
         shutil.rmtree(built)
     built.mkdir(parents=True)
-    for name, data in files:
-        (built / name).write_bytes(data)
+    builder = IndexBuilder(geometry, directory=built)
+    for facts in valid_facts(store, QueueNames(), keys=True, progress=progress):
+        builder.add_facts(facts)
+    builder.close()
+    files = [(name, w.index_count - 1) for name, w in builder.files]
+    if dry_run:
+        shutil.rmtree(built)
+        return files, None
     txn = Transaction(store.root, backup, label="rebuild-index")
     txn.replace_dir("index", built)
     cp = store.checkpoint()

@@ -14,12 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqtool import constants as C
+import numpy as np
+
+from rmqtool.errors import FormatError
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
-from rmqtool.format.commitlog import peek_header
+from rmqtool.format.commitlog import Blank, decode_entry
 from rmqtool.format.indexfile import IndexWriter
-from rmqtool.ops.rebuild import CqWriter, IndexBuilder, dispatch_to_queues, store_cq_file_size
-from rmqtool.ops.verify import FileScan, Progress, RecordInfo, scan_commitlog
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames
+from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir, store_cq_file_size, valid_facts
 from rmqtool.store.atomic import Transaction
+from rmqtool.store.filequeue import QueueFile
 from rmqtool.store.store import Store
 
 
@@ -58,45 +62,38 @@ def is_5x_store(store: Store) -> bool:
             or (abort.is_file() and abort.stat().st_size > 0) or bool(cp and cp.confirm_phy_offset))
 
 
-def _first_record_matches(scan: FileScan, cp: Checkpoint) -> bool:
-    """CommitLog.isMappedFileMatchedRecover (4.6+ / 5.x file mode): the first record's magic is a
-    message magic, its store time is set and not after the checkpoint's min timestamp."""
-    buf = scan.file.read()
-    if len(buf) < 8:
+def _first_record_matches(f: QueueFile, cp: Checkpoint) -> bool:
+    """CommitLog.isMappedFileMatchedRecover (4.6+ / 5.x file mode): the first record is a valid
+    message (CRC checked), its store time is set and not after the checkpoint's min timestamp."""
+    try:
+        entry = decode_entry(f.read(), 0, check_crc=True)
+    except FormatError:
         return False
-    _, magic = peek_header(buf, 0)
-    if magic not in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2) or not scan.records:
+    if isinstance(entry, Blank):
         return False
-    ts = scan.records[0].store_timestamp
-    return ts != 0 and ts <= cp.min_timestamp
-
-
-def _recovery_walk(scans: list[FileScan], start: int) -> tuple[int, list[RecordInfo]]:
-    """(processOffset, records passed) of the broker's recovery loop from file ``start``."""
-    records: list[RecordInfo] = []
-    for i in range(start, len(scans)):
-        s = scans[i]
-        records += s.records
-        if s.stop != "blank" or i == len(scans) - 1:
-            return s.stop_offset, records
-    return (scans[-1].stop_offset if scans else 0), records
+    return entry.store_timestamp != 0 and entry.store_timestamp <= cp.min_timestamp
 
 
 def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan:
+    """The broker's recovery as a plan. Only the files recovery reads are read: from the start file
+    (chosen from first records and the checkpoint, or the last three files) to the first invalid record."""
     root = store.root
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
     abnormal = store.abort_path.exists()
     cp = store.checkpoint() or Checkpoint()
     v5 = is_5x_store(store)
-    scans = scan_commitlog(store, deep=True, progress=progress)    # checkCRCOnRecover defaults to true
-    scans = [s for s in scans if s.file.length > 0]
+    files = [f for f in queue if f.length > 0]
     if abnormal:
-        start = next((i for i in range(len(scans) - 1, -1, -1) if _first_record_matches(scans[i], cp)), 0)
+        start = next((i for i in range(len(files) - 1, -1, -1) if _first_record_matches(files[i], cp)), 0)
     else:
-        start = max(0, len(scans) - 3)
-    process, dispatched = _recovery_walk(scans, start)
-    plan = RepairPlan(store, abnormal, process, scans[start].file.start if scans else 0)
+        start = max(0, len(files) - 3)
+    names = QueueNames()
+    recover_from = files[start].start if files else 0
+    scanned: list[FileFacts] = list(valid_facts(store, names, start=recover_from, deep=True,
+                                                keys=abnormal, progress=progress)) if files else []
+    process = scanned[-1].stop_offset if scanned else 0     # checkCRCOnRecover defaults to true
+    plan = RepairPlan(store, abnormal, process, recover_from)
 
     # -- commit log: delete empty or later files, zero after the cut --------------------------------
     for f in queue:
@@ -125,7 +122,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
         writers[(cq.topic, cq.queue_id)] = CqWriter.load(cq, size)
         originals[(cq.topic, cq.queue_id)] = {f.start: bytes(f.read()) for f in cq.queue}
     if abnormal:
-        dispatch_to_queues(dispatched, writers, cq_size)
+        _dispatch(scanned, names, writers, cq_size)
     for w in writers.values():
         w.truncate_dirty(process)
     for (topic, qid), w in sorted(writers.items()):
@@ -156,8 +153,8 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 kept.append((ref.name, IndexWriter.from_bytes(ref.read(), ref.geometry)))
         if refs:
             builder = IndexBuilder(refs[0].geometry, kept)
-            for r in dispatched:
-                builder.add(r)
+            for facts in scanned:
+                builder.add_facts(facts)
             for name, w in builder.files:
                 if name in builder.changed:
                     rel = f"index/{name}"
@@ -166,12 +163,11 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                                                f"offset {w.header.end_phy_offset}"))
             if builder.full_end_timestamp is not None:
                 new_cp = new_cp._replace(index_msg_timestamp=builder.full_end_timestamp)
-        last_cq = [r for r in dispatched if r.gets_cq_unit]
+        last_cq = [int(f.columns["store_timestamp"][f.gets_cq_unit()][-1]) for f in scanned if f.gets_cq_unit().any()]
         if last_cq:
-            new_cp = new_cp._replace(logics_msg_timestamp=last_cq[-1].store_timestamp)
+            new_cp = new_cp._replace(logics_msg_timestamp=last_cq[-1])
     if v5:
-        last_msg = next((r.offset for s in reversed(scans) for r in reversed(s.records) if r.offset < process),
-                        process)
+        last_msg = next((int(f.columns["offset"][-1]) for f in reversed(scanned) if len(f)), process)
         new_cp = new_cp._replace(confirm_phy_offset=last_msg)
     if store.is_store_root and new_cp != cp and (root / "checkpoint").exists():
         plan.writes["checkpoint"] = encode_checkpoint(new_cp)
@@ -186,6 +182,23 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             plan.actions.append(Action("abort", "abort", "remove"))
         plan.deletes.append("abort")
     return plan
+
+
+def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[str, int], CqWriter],
+              file_size: int) -> None:
+    """CommitLogDispatcherBuildConsumeQueue over the re-read records, one queue's run at a time."""
+    for facts in scanned:
+        cols = facts.columns
+        rows = np.flatnonzero(facts.gets_cq_unit())
+        rows = rows[np.argsort(cols["queue"][rows], kind="stable")]
+        codes, first = np.unique(cols["queue"][rows], return_index=True)
+        for code, run in zip(codes.tolist(), np.split(rows, first[1:])):
+            name = names.names[code]
+            w = writers.get(name)
+            if w is None:
+                safe_topic_dir(name[0], int(cols["offset"][run[0]]))
+                w = writers[name] = CqWriter(file_size)
+            w.put_many(cols["offset"][run], cols["size"][run], cols["tags_code"][run], cols["queue_offset"][run])
 
 
 def apply_plan(plan: RepairPlan, backup: Path | None = None) -> Path | None:

@@ -1,177 +1,471 @@
-"""verify: every problem of a store with its file and byte offset.
+"""verify: every problem of a store with its file and byte offset, in memory flat in the store's size.
 
-The commit-log part works file by file (``scan_commitlog_file``) so that files can be checked in
-parallel; ``verify_store`` then cross-checks consume queues, index files, the checkpoint and the
-abort/lock/journal files against the records found.
+Three steps, none holding state per record of the whole store:
+
+1. Consume queues and index files alone (``plan_queues``, ``plan_index``): unit and entry sequences,
+   file sizes, headers, chains. Each file's checkable units/entries become a ``Segment``: an index
+   range whose physical offsets are known to rise, so any commit-log window can find its part by
+   bisection.
+2. One commit-log file at a time (``check_file``; a Spark task each with ``--engine spark``): the
+   columnar walk (``rmqtool.ops.facts``), then the units and entries pointing into the file are
+   joined to its records as numpy arrays. Only findings and small per-queue summaries leave it.
+3. ``verify_store`` merges: the commit-log sequence, the written end (units past it), units missing
+   per queue, queues missing, the index header's end time, the checkpoint.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
-from rmqtool.format.commitlog import Blank, decode_entry, peek_header
-from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
-from rmqtool.format.indexfile import ENTRY
-from rmqtool.format.java import index_key_hash
+from rmqtool.errors import FormatError
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.atomic import pending_journal
 from rmqtool.store.filequeue import QueueFile
 from rmqtool.store.lock import lock_is_held
-from rmqtool.store.store import Store
+from rmqtool.store.store import IndexFileRef, Store
 
-Progress = Callable[[int], None]
+UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
+CHUNK = 1 << 16                       # units or entries checked per numpy pass
+_NO_END = (1 << 63) - 1            # the last file's window reaches to the end of offsets
 
 
-class RecordInfo(NamedTuple):
-    """What the cross-checks need of a valid record."""
+# -- step 1: consume queues and index files alone ------------------------------------------------------
+@dataclass
+class Segment:
+    """Checkable units (or entries) ``lo..hi`` of one file; ``ordered``: their offsets rise, with
+    nothing uncheckable in between (else they are filtered one chunk at a time)."""
 
-    offset: int
-    size: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    sys_flag: int
-    tags_code: int
-    store_timestamp: int
-    index_keys: tuple[str, ...]      # UNIQ_KEY then each KEYS element (IndexService.buildIndex order)
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.size
-
-    @property
-    def gets_cq_unit(self) -> bool:
-        """CommitLogDispatcherBuildConsumeQueue: only NOT and COMMIT transaction types."""
-        return C.transaction_type(self.sys_flag) in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT)
-
-    @property
-    def indexed(self) -> bool:
-        return C.transaction_type(self.sys_flag) is not C.TransactionType.ROLLBACK
+    path: Path
+    lo: int
+    hi: int
+    first_phy: int
+    last_phy: int
+    ordered: bool = True
 
 
 @dataclass
-class FileScan:
-    """One commit-log file walked as CommitLog.checkMessageAndReturnSize would."""
+class QueuePlan:
+    topic: str
+    queue_id: int
+    directory: Path
+    segments: list[Segment] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    files: list[QueueFile] = field(default_factory=list)
+    backwards: bool = False                   # offsets go backwards somewhere: see _QueueWalk
+    order_findings: list[Finding] = field(default_factory=list)
 
-    file: QueueFile
-    records: list[RecordInfo] = field(default_factory=list)
-    stop: str = "zero"           # "blank", "zero" (end of data), "invalid", "file_end"
-    stop_offset: int = 0         # physical offset where the walk stopped (a BLANK's own offset)
+
+@dataclass
+class IndexPlan:
+    ref: IndexFileRef
+    segment: Segment | None = None
     findings: list[Finding] = field(default_factory=list)
 
 
-def _record_info(msg, offset: int) -> RecordInfo:
-    keys = ([msg.uniq_key] if msg.uniq_key is not None else []) + msg.keys
-    return RecordInfo(offset, msg.total_size, msg.topic, msg.queue_id, msg.queue_offset, msg.sys_flag,
-                      msg.tags_code(), msg.store_timestamp, tuple(keys))
+def _map(path: Path):
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _error_kind(exc: FormatError, size: int, remaining: int) -> str:
-    if isinstance(exc, BadMagic):
-        return "bad_magic"
-    if isinstance(exc, ChecksumMismatch):
-        return "crc_mismatch"
-    if isinstance(exc, InconsistentLength):
-        return "length_mismatch"
-    if isinstance(exc, Truncated) and size > remaining:
-        return "record_crosses_file_end"
-    return "bad_record"
-
-
-def scan_commitlog_file(f: QueueFile, *, deep: bool = False, progress: Progress | None = None) -> FileScan:
-    """Walk one file from position 0; stop at a BLANK, the zero tail or the first invalid record."""
-    buf = f.read()
-    scan = FileScan(f)
-    path = str(f.path)
-    pos = 0
-    while True:
-        remaining = len(buf) - pos
-        if remaining < C.END_FILE_MIN_BLANK_LENGTH:
-            scan.stop = "file_end"
-            if any(buf[pos:]):
-                scan.findings.append(Finding(ERROR, "torn_tail", path, f.start + pos,
-                                             f"{remaining} stray bytes at the end of the file"))
-            break
-        size, magic = peek_header(buf, pos)
-        if size == 0 and magic == 0:
-            scan.stop = "zero"
-            nonzero = _first_nonzero(buf, pos)
-            if nonzero is not None:
-                scan.findings.append(Finding(ERROR, "torn_tail", path, f.start + nonzero,
-                                             f"non-zero bytes after the end of written data at {f.start + pos} "
-                                             "(a torn or truncated write)", expected=0, actual="non-zero"))
-            break
-        try:
-            entry = decode_entry(buf, pos, check_crc=deep)
-            if not isinstance(entry, Blank):
-                info = _record_info(entry, f.start + pos)
-        except (FormatError, ValueError) as exc:
-            scan.stop = "invalid"
-            kind = "bad_delay" if isinstance(exc, ValueError) else _error_kind(exc, size, remaining)
-            msg = exc.message if isinstance(exc, RmqError) else f"bad DELAY property: {exc}"
-            expected = actual = None
-            if isinstance(exc, InconsistentLength):
-                expected, actual = exc.computed, exc.declared
-            elif isinstance(exc, ChecksumMismatch):
-                expected, actual = exc.computed, exc.stored
-            elif isinstance(exc, BadMagic):
-                actual = f"0x{exc.actual & 0xFFFFFFFF:08x}"
-            elif kind == "record_crosses_file_end":
-                expected, actual = remaining, size
-            scan.findings.append(Finding(ERROR, kind, path, f.start + pos,
-                                         f"{msg}; recovery truncates the commit log here", expected, actual))
-            break
-        if isinstance(entry, Blank):
-            scan.stop = "blank"
-            if size != remaining:
-                scan.findings.append(Finding(ERROR, "blank_size_mismatch", path, f.start + pos,
-                                             "BLANK total size is not the rest of the file", remaining, size))
-            break
-        if entry.physical_offset != f.start + pos:
-            scan.findings.append(Finding(WARNING, "physical_offset_mismatch", path, f.start + pos,
-                                         "stored PHYSICALOFFSET differs from the record's position",
-                                         f.start + pos, entry.physical_offset))
-        scan.records.append(info)
-        pos += size
-        if progress:
-            progress(size)
-    scan.stop_offset = f.start + pos
-    return scan
-
-
-def _first_nonzero(buf, pos: int) -> int | None:
-    step = 1 << 16
-    while pos < len(buf):
-        chunk = bytes(buf[pos:pos + step])
-        if any(chunk):
-            return pos + next(i for i, b in enumerate(chunk) if b)
-        pos += step
+def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
+    """Position of the first non-zero byte in [start, end) of a file; holes of sparse files are skipped."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        end = size if end is None else min(end, size)
+        pos = start
+        while pos < end:
+            try:
+                pos = max(pos, os.lseek(fh.fileno(), pos, os.SEEK_DATA))
+            except OSError:
+                return None                   # only a hole is left
+            if pos >= end:
+                return None
+            fh.seek(pos)
+            chunk = np.frombuffer(fh.read(min(1 << 20, end - pos)), np.uint8)
+            hit = np.flatnonzero(chunk)
+            if len(hit):
+                return pos + int(hit[0])
+            pos += len(chunk)
     return None
 
 
-def scan_commitlog(store: Store, *, deep: bool = False, progress: Progress | None = None) -> list[FileScan]:
-    return [scan_commitlog_file(f, deep=deep, progress=progress) for f in store.commitlog.queue]
+def _units(buf, lo: int, hi: int) -> np.ndarray:
+    return np.frombuffer(buf, UNIT_DTYPE, hi - lo, lo * C.CQ_STORE_UNIT_SIZE)
 
 
-def data_end(scans: list[FileScan]) -> int:
-    """Physical offset after the last valid entry of the commit log (as a full scan finds it)."""
-    end = scans[0].file.start if scans else 0
-    for s in scans:
-        if s.stop == "blank":
-            end = s.file.start + s.file.length
-        elif s.records:
-            end = s.stop_offset
-    return end
+def plan_queues(store: Store, min_offset: int) -> list[QueuePlan]:
+    """Every consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it)."""
+    plans = []
+    for cq in store.consume_queues():
+        plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
+        for f, problem in cq.queue.problems():
+            plan.findings.append(Finding(ERROR, "cq_file_size" if "bytes" in problem else "missing_file",
+                                         str(f.path) if f else str(plan.directory), None, problem,
+                                         cq.queue.file_size, f.length if f else None))
+        plan.files = list(cq.queue)
+        state = _QueueWalk(plan, min_offset)
+        for f in plan.files:
+            state.file(f)
+        plans.append(plan)
+    return plans
+
+
+def order_findings(plan: QueuePlan, min_offset: int, end: int) -> list[Finding]:
+    """The cq_order findings of a queue whose offsets go backwards, past-end units left out."""
+    if not plan.backwards:
+        return []
+    again = QueuePlan(plan.topic, plan.queue_id, plan.directory)
+    walk = _QueueWalk(again, min_offset, end)
+    for f in plan.files:
+        walk.file(f)
+    return again.order_findings
+
+
+class _QueueWalk:
+    """The per-unit rules of ConsumeQueue.recover's view, over numpy chunks.
+
+    A unit past the commit log's written end does not take part in the order check; that end is
+    known only after the commit-log walk, so the first walk (``end`` None) just marks queues whose
+    offsets go backwards (``plan.backwards``) and a second one with ``end`` names the units.
+    """
+
+    def __init__(self, plan: QueuePlan, min_offset: int, end: int | None = None):
+        self.plan, self.min_offset, self.end = plan, min_offset, end
+        self.ended = self.real_seen = False
+        self.prev_phy = -1
+
+    def file(self, f: QueueFile) -> None:
+        path, size = str(f.path), f.length
+        whole = size - size % C.CQ_STORE_UNIT_SIZE
+        if size % C.CQ_STORE_UNIT_SIZE:
+            self.plan.findings.append(Finding(ERROR, "cq_file_size", path, whole,
+                                              f"consume-queue file size {size} is not a multiple of 20", whole, size))
+        count = whole // C.CQ_STORE_UNIT_SIZE
+        if self.ended:
+            self._stale(f, 0, whole)
+            return
+        buf = _map(f.path)
+        base = f.start // C.CQ_STORE_UNIT_SIZE
+        seg: Segment | None = None
+        for lo in range(0, count, CHUNK):
+            u = _units(buf, lo, min(lo + CHUNK, count))
+            phy, usize, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
+            invalid = ~((phy >= 0) & (usize > 0))
+            stop = int(np.argmax(invalid)) if invalid.any() else len(u)
+            filler = (phy[:stop] == 0) & (usize[:stop] == C.CQ_FILLER_SIZE) & (tags[:stop] == 0)
+            real = np.flatnonzero(~filler)
+            late_fillers = np.flatnonzero(filler)
+            if not self.real_seen:
+                late_fillers = late_fillers[late_fillers > real[0]] if len(real) else late_fillers[:0]
+            for i in late_fillers.tolist():
+                self.plan.findings.append(Finding(ERROR, "cq_order", path, (lo + i) * C.CQ_STORE_UNIT_SIZE,
+                                                  "filler unit after real units"))
+            self.real_seen = self.real_seen or bool(len(real))
+            ok = real[phy[real] >= self.min_offset]
+            if len(ok):
+                p = phy[ok]
+                before = self.plan.backwards
+                self._order(path, base, lo, ok, p, usize[ok])
+                clean = self.plan.backwards == before and len(ok) == int(ok[-1]) - int(ok[0]) + 1
+                if seg is None:
+                    seg = Segment(f.path, lo + int(ok[0]), lo + int(ok[-1]) + 1, int(p.min()), int(p.max()), clean)
+                else:
+                    seg.ordered = seg.ordered and clean and seg.hi == lo + int(ok[0]) and seg.last_phy < int(p[0])
+                    seg.hi, seg.first_phy = lo + int(ok[-1]) + 1, min(seg.first_phy, int(p.min()))
+                    seg.last_phy = max(seg.last_phy, int(p.max()))
+            if stop < len(u):
+                at = lo + stop
+                if phy[stop] or usize[stop] or tags[stop]:
+                    self.plan.findings.append(Finding(ERROR, "cq_bad_unit", path, at * C.CQ_STORE_UNIT_SIZE,
+                                                      "invalid unit ends the queue here",
+                                                      actual=[int(phy[stop]), int(usize[stop]), int(tags[stop])]))
+                self.ended = True
+                self._stale(f, (at + 1) * C.CQ_STORE_UNIT_SIZE, whole)
+                break
+        if seg is not None:
+            self.plan.segments.append(seg)
+
+    def _order(self, path: str, base: int, lo: int, ok: np.ndarray, p: np.ndarray, size: np.ndarray) -> None:
+        """Units whose offset is not above the previous unit's; named once ``end`` is known."""
+        inside = np.ones(len(p), bool) if self.end is None else p + size <= self.end
+        rows = np.flatnonzero(inside)
+        q = p[rows]
+        prev = np.concatenate([[self.prev_phy], q[:-1]])
+        back = np.flatnonzero(q <= prev)
+        self.plan.backwards = self.plan.backwards or bool(len(back))
+        if self.end is not None:
+            for i in back.tolist():
+                unit = lo + int(ok[rows[i]])
+                self.plan.order_findings.append(Finding(
+                    ERROR, "cq_order", path, unit * C.CQ_STORE_UNIT_SIZE,
+                    f"queue offset {base + unit}: physical offsets go backwards", f"> {int(prev[i])}", int(q[i])))
+        if len(q):
+            self.prev_phy = int(q[-1])
+
+    def _stale(self, f: QueueFile, start: int, end: int) -> None:
+        hit = first_nonzero(f.path, start, end)
+        if hit is not None:
+            pos = hit - hit % C.CQ_STORE_UNIT_SIZE
+            self.plan.findings.append(Finding(ERROR, "cq_stale_unit", str(f.path), pos,
+                                              "unit after the end of the queue (recovery ignores it)"))
+
+
+def plan_index(store: Store, min_offset: int) -> tuple[list[IndexPlan], list[Finding]]:
+    """Index files checked alone: capacity, stale entries, header offsets and slot count, chains."""
+    try:
+        refs = store.index_files()
+    except FormatError as exc:
+        return [], [Finding(ERROR, "index_file_size", exc.path, None, exc.message)]
+    plans = []
+    for ref in refs:
+        plan = IndexPlan(ref)
+        plans.append(plan)
+        g, h, path = ref.geometry, ref.header, str(ref.path)
+        count = max(h.index_count, 1)
+        if count > g.index_num:
+            plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 36, "indexCount beyond capacity",
+                                         g.index_num, h.index_count))
+            continue
+        buf = ref.read()
+        if first_nonzero(ref.path, g.entry_pos(count), g.file_size) is not None:
+            plan.findings.append(Finding(ERROR, "index_stale_entries", path, g.entry_pos(count),
+                                         f"non-zero bytes after entry {count - 1} (indexCount {h.index_count})"))
+        slots = np.frombuffer(buf, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
+        used = int(np.count_nonzero(slots))
+        n = count - 1
+        if n:
+            first, last = (struct.unpack_from(">q", buf, g.entry_pos(i) + 4)[0] for i in (1, count - 1))
+            for name, exp, act in (("begin_phy_offset", first, h.begin_phy_offset),
+                                   ("end_phy_offset", last, h.end_phy_offset)):
+                if exp != act:
+                    plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 0,
+                                                 f"header {name} disagrees with the entries", exp, act))
+            if h.hash_slot_count not in (used, n):
+                plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 32,
+                                             "hashSlotCount disagrees with the slots", used, h.hash_slot_count))
+        seg = None
+        prev_phy = -1
+        for lo in range(1, count, CHUNK):
+            hi = min(lo + CHUNK, count)
+            e = np.frombuffer(buf, ENTRY_DTYPE, hi - lo, g.entry_pos(lo))
+            prev, phy = e["prev"].astype(np.int64), e["phy"].astype(np.int64)
+            numbers = np.arange(lo, hi)
+            for i in np.flatnonzero(~((prev >= 0) & (prev < numbers))).tolist():
+                plan.findings.append(Finding(ERROR, "index_bad_chain", path, g.entry_pos(lo + i),
+                                             f"entry {lo + i}: previous entry {int(prev[i])} is not older"))
+            ok = np.flatnonzero(phy >= min_offset)
+            if not len(ok):
+                continue
+            p = phy[ok]
+            clean = bool((np.diff(p) >= 0).all()) and p[0] >= prev_phy and len(ok) == int(ok[-1]) - int(ok[0]) + 1
+            prev_phy = int(p[-1])
+            if seg is None:
+                seg = Segment(ref.path, lo + int(ok[0]), lo + int(ok[-1]) + 1, int(p.min()), int(p.max()), clean)
+            else:
+                seg.ordered = seg.ordered and clean and seg.hi == lo + int(ok[0])
+                seg.hi, seg.first_phy, seg.last_phy = lo + int(ok[-1]) + 1, min(seg.first_phy, int(p.min())), \
+                    max(seg.last_phy, int(p.max()))
+        plan.segment = seg
+    return plans, []
+
+
+# -- step 2: one commit-log file -------------------------------------------------------------------
+def _bisect(buf, lo: int, hi: int, phy: int, unit_pos: Callable[[int], int]) -> int:
+    """First index in [lo, hi) whose physical offset is >= phy (offsets rising)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if struct.unpack_from(">q", buf, unit_pos(mid))[0] < phy:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable[[int], int],
+          min_offset: int) -> tuple[np.ndarray, np.ndarray]:
+    """(indexes, items) of a segment whose physical offset lies in [lo_phy, hi_phy)."""
+    if seg.last_phy < lo_phy or seg.first_phy >= hi_phy:
+        return np.empty(0, np.int64), np.empty(0, dtype)
+    buf = _map(seg.path)
+    phy_at = (lambda i: pos(i) + (4 if dtype is ENTRY_DTYPE else 0))
+    if seg.ordered:
+        a = _bisect(buf, seg.lo, seg.hi, lo_phy, phy_at)
+        b = _bisect(buf, a, seg.hi, hi_phy, phy_at)
+        return np.arange(a, b), np.frombuffer(buf, dtype, b - a, pos(a)).copy()
+    items = np.frombuffer(buf, dtype, seg.hi - seg.lo, pos(seg.lo)).copy()
+    phy = items["phy"].astype(np.int64)
+    keep = (phy >= max(lo_phy, min_offset)) & (phy < hi_phy)
+    if dtype is UNIT_DTYPE:
+        size, tags = items["size"].astype(np.int64), items["tags"].astype(np.int64)
+        keep &= (size > 0) & ~((phy == 0) & (size == C.CQ_FILLER_SIZE) & (tags == 0))
+    idx = np.flatnonzero(keep)
+    return idx + seg.lo, items[idx]
+
+
+@dataclass
+class Missing:
+    """Records of one queue without a unit, split at the queue's first covered record."""
+
+    count: int = 0
+    first: tuple[int, int] | None = None          # (physical offset, queue offset)
+
+    def add(self, count: int, first: tuple[int, int] | None) -> None:
+        if count:
+            self.count += count
+            self.first = first if self.first is None else min(self.first, first)
+
+
+@dataclass
+class FileResult:
+    """What one commit-log file contributes; no per-record data."""
+
+    file: QueueFile
+    stop: str
+    stop_offset: int
+    end: int
+    has_records: bool
+    findings: list[Finding]
+    unit_findings: dict[tuple[str, int], list[tuple[int, int, int, Finding]]]   # queue -> (phy, size, q, finding)
+    coverage: dict[tuple[str, int], tuple[bool, Missing, Missing]]         # queue -> (covered, before, after)
+    no_queue: dict[tuple[str, int], tuple[int, int]]                       # queue -> (records, first offset)
+    entry_findings: dict[str, list[Finding]]
+    end_timestamps: dict[str, int]                                         # index file -> record's store time
+    latest: int
+
+
+def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[IndexPlan], min_offset: int,
+               deep: bool = False, progress: Progress | None = None) -> FileResult:
+    """Walk one commit-log file and join the units and index entries in [f.start, hi_phy) to it."""
+    names = QueueNames()
+    facts = scan_file(f, names, deep=deep, keys=bool(index), progress=progress)
+    cols = facts.columns
+    result = FileResult(f, facts.stop, facts.stop_offset, facts.end, bool(len(facts)), facts.findings,
+                        {}, {}, {}, {}, {}, int(cols["store_timestamp"].max()) if len(facts) else 0)
+    covered = np.zeros(len(facts), bool)
+    own = {(q.topic, q.queue_id) for q in queues}
+    for q in queues:
+        _join_queue(q, names.codes.get((q.topic, q.queue_id)), f.start, hi_phy, facts, names, covered,
+                    min_offset, result)
+    _coverage(facts, names, covered, own, result)
+    for plan in index:
+        _join_index(plan, f.start, hi_phy, facts, min_offset, result)
+    return result
+
+
+def _join_queue(q: QueuePlan, code: int | None, lo: int, hi: int, facts: FileFacts, names: QueueNames,
+                covered: np.ndarray, min_offset: int, result: FileResult) -> None:
+    cols = facts.columns
+    for seg in q.segments:
+        idx, u = _pick(seg, lo, hi, UNIT_DTYPE, lambda i: i * C.CQ_STORE_UNIT_SIZE, min_offset)
+        if not len(u):
+            continue
+        base = int(seg.path.name) // C.CQ_STORE_UNIT_SIZE
+        phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
+        at = np.searchsorted(cols["offset"], phy)
+        at_c = np.minimum(at, max(len(facts) - 1, 0))
+        hit = (at < len(facts)) & (cols["offset"][at_c] == phy) if len(facts) else np.zeros(len(phy), bool)
+        if code is not None and len(facts):   # a unit reaching past the file's data covers nothing
+            covered[at_c[hit & (cols["queue"][at_c] == code) & (phy + size <= facts.end)]] = True
+        qo = base + idx
+        bad = ~hit
+        if len(facts):
+            bad |= hit & ((cols["size"][at_c] != size) | (cols["queue"][at_c] != (code if code is not None else -1))
+                          | (cols["queue_offset"][at_c] != qo) | (cols["tags_code"][at_c] != tags))
+        out = result.unit_findings.setdefault((q.topic, q.queue_id), [])
+        for i in np.flatnonzero(bad).tolist():
+            where = (str(seg.path), int(idx[i]) * C.CQ_STORE_UNIT_SIZE)
+            p, s, qoff = int(phy[i]), int(size[i]), int(qo[i])
+            if not hit[i]:
+                out.append((p, s, qoff, Finding(ERROR, "cq_unit_no_record", *where,
+                                          f"queue offset {qoff} points at {p}, where no record starts", actual=p)))
+                continue
+            r = int(at_c[i])
+            topic, qid = names.names[int(cols["queue"][r])]
+            for name, exp, act in (("size", int(cols["size"][r]), s), ("topic", topic, q.topic),
+                                   ("queue_id", qid, q.queue_id), ("queue_offset", int(cols["queue_offset"][r]), qoff),
+                                   ("tags_code", int(cols["tags_code"][r]), int(tags[i]))):
+                if exp != act:
+                    out.append((p, s, qoff, Finding(ERROR, f"cq_{name}_mismatch", *where,
+                                              f"queue offset {qoff} -> record {p}: {name} differs", exp, act)))
+
+
+def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set, result: FileResult) -> None:
+    """Per queue: records without a unit before / after the first covered record of this file."""
+    if not len(facts):
+        return
+    cols = facts.columns
+    need = np.flatnonzero(facts.gets_cq_unit())
+    queue = cols["queue"][need]
+    for code in np.unique(queue).tolist():
+        rows = need[queue == code]
+        name = names.names[code]
+        if name not in own:
+            result.no_queue[name] = (len(rows), int(cols["offset"][rows[0]]))
+            continue
+        cov = covered[rows]
+        first_cov = int(np.argmax(cov)) if cov.any() else len(rows)
+        before, after = Missing(), Missing()
+        for part, miss in ((rows[:first_cov], before), (rows[first_cov:][~cov[first_cov:]], after)):
+            if len(part):
+                miss.add(len(part), (int(cols["offset"][part[0]]), int(cols["queue_offset"][part[0]])))
+        result.coverage[name] = (bool(cov.any()), before, after)
+
+
+def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset: int, result: FileResult) -> None:
+    seg, ref = plan.segment, plan.ref
+    if seg is None:
+        return
+    g = ref.geometry
+    idx, e = _pick(seg, lo, hi, ENTRY_DTYPE, g.entry_pos, min_offset)
+    path = str(ref.path)
+    cols = facts.columns
+    h = ref.header
+    if lo <= h.end_phy_offset < hi and len(facts):
+        at = int(np.searchsorted(cols["offset"], h.end_phy_offset))
+        if at < len(facts) and cols["offset"][at] == h.end_phy_offset:
+            result.end_timestamps[path] = int(cols["store_timestamp"][at])
+    if not len(e):
+        return
+    phy, key_hash = e["phy"].astype(np.int64), e["hash"].astype(np.int64)
+    at = np.searchsorted(cols["offset"], phy)
+    at_c = np.minimum(at, max(len(facts) - 1, 0))
+    hit = (at < len(facts)) & (cols["offset"][at_c] == phy) if len(facts) else np.zeros(len(phy), bool)
+    pairs = at_c << 32 | key_hash
+    known = np.repeat(np.arange(len(facts)), np.diff(facts.key_offsets)) << 32 | facts.key_hashes \
+        if len(facts) else np.empty(0, np.int64)
+    ok = hit & np.isin(pairs, known)
+    out = result.entry_findings.setdefault(path, [])
+    for i in np.flatnonzero(~ok).tolist():
+        n, p = int(idx[i]), int(phy[i])
+        if not hit[i]:
+            out.append(Finding(ERROR, "index_entry_no_record", path, g.entry_pos(n),
+                               f"entry {n} points at {p}, where no valid record starts", actual=p))
+        else:
+            out.append(Finding(ERROR, "index_entry_key_mismatch", path, g.entry_pos(n),
+                               f"entry {n}: hash {int(key_hash[i])} matches no key of the record at {p}",
+                               actual=int(key_hash[i])))
+
+
+# -- step 3: the store -----------------------------------------------------------------------------
+FileRunner = Callable[[Callable[[tuple[QueueFile, int]], FileResult], list[tuple[QueueFile, int]]], list[FileResult]]
 
 
 def verify_store(path, deep: bool = False, progress: Progress | None = None,
-                 scan_files: Callable[[list[QueueFile], bool], list[FileScan]] | None = None) -> Iterator[Finding]:
-    """Every finding of the store at ``path``. ``scan_files(files, deep)`` may scan the commit-log
-    files elsewhere (e.g. as Spark tasks) with ``scan_commitlog_file``."""
+                 run_files: FileRunner | None = None) -> Iterator[Finding]:
+    """Every finding of the store at ``path``. ``run_files(fn, items)`` may run the per-file step
+    elsewhere (one Spark task per commit-log file); by default it runs here, one file at a time."""
     store = Store.open(path)
     root = store.root
     if pending_journal(root):
@@ -189,157 +483,110 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
             "missing_file" if "missing" in problem else "wrong_file_size"
         yield Finding(ERROR, kind, str(f.path) if f else None, f.start if f else None, problem,
                       queue.file_size, f.length if f else None)
-    scans = scan_files(list(queue), deep) if scan_files else scan_commitlog(store, deep=deep, progress=progress)
-    yield from _commitlog_sequence(scans)
-    records = {r.offset: r for s in scans for r in s.records}
-    end = data_end(scans)
-    yield from _verify_consume_queues(store, records, end, queue.min_offset)
-    yield from _verify_index(store, records, queue.min_offset)
-    yield from _verify_checkpoint(store, records, end)
+    min_offset = queue.min_offset
+    queues = plan_queues(store, min_offset)
+    index, index_findings = plan_index(store, min_offset)
+    files = list(queue)
+    items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)]
+
+    def one(item: tuple[QueueFile, int]) -> FileResult:
+        return check_file(item[0], item[1], queues, index, min_offset, deep)
+
+    if run_files is not None:
+        results = run_files(one, items)
+    else:
+        results = [check_file(f, hi, queues, index, min_offset, deep, progress) for f, hi in items]
+    if not files:        # no commit log: every unit and entry points past its end
+        results = [check_file(QueueFile(Path("/dev/null"), 0, 0), _NO_END, queues, index, min_offset)]
+        results[0].findings = []
+    yield from _commitlog_sequence([r for r in results if r.file.length or files])
+    end = data_end(results)
+    yield from _queue_findings(store, queues, results, end, min_offset)
+    yield from index_findings
+    yield from _index_findings(index, results)
+    yield from _verify_checkpoint(store, max((r.latest for r in results), default=0), end)
 
 
-def _commitlog_sequence(scans: list[FileScan]) -> Iterator[Finding]:
+def data_end(results: list[FileResult]) -> int:
+    """Physical offset after the last valid entry of the commit log (as a full scan finds it)."""
+    end = results[0].file.start if results else 0
+    for r in results:
+        if r.stop == "blank" or r.has_records:
+            end = r.end
+    return end
+
+
+def _commitlog_sequence(results: list[FileResult]) -> Iterator[Finding]:
     """Per-file findings, plus files that end early while later files hold data."""
-    last_data = max((i for i, s in enumerate(scans) if s.records or s.stop == "blank"), default=-1)
-    for i, s in enumerate(scans):
-        yield from s.findings
-        if i < last_data and s.stop != "blank":
-            yield Finding(ERROR, "data_after_end", str(scans[i + 1].file.path), scans[i + 1].file.start,
-                          f"later files hold records, but the walk stops at {s.stop_offset} "
+    last_data = max((i for i, r in enumerate(results) if r.has_records or r.stop == "blank"), default=-1)
+    for i, r in enumerate(results):
+        yield from r.findings
+        if i < last_data and r.stop != "blank":
+            nxt = results[i + 1].file
+            yield Finding(ERROR, "data_after_end", str(nxt.path), nxt.start,
+                          f"later files hold records, but the walk stops at {r.stop_offset} "
                           "(recovery would drop everything after it)")
 
 
-def _verify_consume_queues(store: Store, records: dict[int, RecordInfo], end: int,
-                           min_offset: int) -> Iterator[Finding]:
-    expected: dict[tuple[str, int], set[int]] = {}
-    for r in records.values():
-        if r.gets_cq_unit:
-            expected.setdefault((r.topic, r.queue_id), set()).add(r.offset)
-    seen_queues = set()
-    for cq in store.consume_queues():
-        seen_queues.add((cq.topic, cq.queue_id))
-        qdir = store.consumequeue_dir / cq.topic / str(cq.queue_id)
-        for f, problem in cq.queue.problems():
-            yield Finding(ERROR, "cq_file_size" if "bytes" in problem else "missing_file",
-                          str(f.path) if f else str(qdir), None, problem, cq.queue.file_size, f.length if f else None)
-        covered: set[int] = set()
-        prev_phy = -1
-        ended = False
-        real_seen = False
-        for f in cq.queue:
-            buf = f.read()
-            if len(buf) % C.CQ_STORE_UNIT_SIZE:
-                yield Finding(ERROR, "cq_file_size", str(f.path), len(buf) - len(buf) % C.CQ_STORE_UNIT_SIZE,
-                              f"consume-queue file size {len(buf)} is not a multiple of 20",
-                              len(buf) - len(buf) % C.CQ_STORE_UNIT_SIZE, len(buf))
-            base = f.start // C.CQ_STORE_UNIT_SIZE
-            for i, (phy, size, tags) in enumerate(UNIT.iter_unpack(buf[:len(buf) - len(buf) % 20])):
-                where = (str(f.path), i * C.CQ_STORE_UNIT_SIZE)
-                if ended:
-                    if phy or size or tags:
-                        yield Finding(ERROR, "cq_stale_unit", *where,
-                                      "unit after the end of the queue (recovery ignores it)")
-                        break
-                    continue
-                if not (phy >= 0 and size > 0):
-                    ended = True
-                    if phy or size or tags:
-                        yield Finding(ERROR, "cq_bad_unit", *where, "invalid unit ends the queue here",
-                                      actual=[phy, size, tags])
-                    continue
-                if (phy, size, tags) == tuple(FILLER_UNIT):
-                    if real_seen:
-                        yield Finding(ERROR, "cq_order", *where, "filler unit after real units")
-                    continue
-                real_seen = True
-                q = base + i
-                if phy < min_offset:
-                    continue      # points into deleted commit log: expired, not damage
-                if phy + size > end:
-                    yield Finding(ERROR, "cq_unit_past_end", *where,
-                                  f"queue offset {q} points past the written end {end}", end, phy + size)
-                    continue
-                if phy <= prev_phy:
-                    yield Finding(ERROR, "cq_order", *where, f"queue offset {q}: physical offsets go backwards",
-                                  f"> {prev_phy}", phy)
-                prev_phy = phy
-                r = records.get(phy)
-                if r is None:
-                    yield Finding(ERROR, "cq_unit_no_record", *where,
-                                  f"queue offset {q} points at {phy}, where no record starts", actual=phy)
-                    continue
-                covered.add(phy)
-                for name, exp, act in (("size", r.size, size), ("topic", r.topic, cq.topic),
-                                       ("queue_id", r.queue_id, cq.queue_id), ("queue_offset", r.queue_offset, q),
-                                       ("tags_code", r.tags_code, tags)):
-                    if exp != act:
-                        yield Finding(ERROR, f"cq_{name}_mismatch", *where,
-                                      f"queue offset {q} -> record {phy}: {name} differs", exp, act)
-        missing = sorted(expected.get((cq.topic, cq.queue_id), set()) - covered)
-        first_unit = min(covered, default=None)
-        missing = [m for m in missing if first_unit is None or m > first_unit or not covered]
-        if missing:
-            r = records[missing[0]]
-            yield Finding(ERROR, "cq_missing_unit", str(qdir), r.offset,
-                          f"{len(missing)} record(s) have no unit; first: queue offset {r.queue_offset} "
-                          f"at {r.offset}", r.queue_offset, None)
-    for (topic, qid), offsets in sorted(expected.items()):
-        if (topic, qid) not in seen_queues:
-            yield Finding(ERROR, "cq_missing_queue", str(store.consumequeue_dir / topic / str(qid)), min(offsets),
-                          f"{len(offsets)} record(s) of {topic}/{qid} but no consume queue")
-
-
-def _verify_index(store: Store, records: dict[int, RecordInfo], min_offset: int) -> Iterator[Finding]:
-    try:
-        refs = store.index_files()
-    except FormatError as exc:
-        yield Finding(ERROR, "index_file_size", exc.path, None, exc.message)
-        return
-    for ref in refs:
-        buf = ref.read()
-        g, h, path = ref.geometry, ref.header, str(ref.path)
-        count = max(h.index_count, 1)
-        if count > g.index_num:
-            yield Finding(ERROR, "index_header_mismatch", path, 36, "indexCount beyond capacity",
-                          g.index_num, h.index_count)
-            continue
-        start = g.entry_pos(1)
-        entries = list(ENTRY.iter_unpack(buf[start:g.entry_pos(count)]))
-        if any(buf[g.entry_pos(count):g.file_size]):
-            yield Finding(ERROR, "index_stale_entries", path, g.entry_pos(count),
-                          f"non-zero bytes after entry {count - 1} (indexCount {h.index_count})")
-        slots = struct.unpack_from(f">{g.hash_slot_num}i", buf, C.INDEX_HEADER_SIZE)
-        used = sum(1 for s in slots if s)
-        if entries:
-            last = entries[-1]
-            checks = [("begin_phy_offset", entries[0][1], h.begin_phy_offset),
-                      ("end_phy_offset", last[1], h.end_phy_offset)]
-            r_last = records.get(last[1])
-            if r_last is not None:
-                checks.append(("end_timestamp", r_last.store_timestamp, h.end_timestamp))
-            for name, exp, act in checks:
-                if exp != act:
-                    yield Finding(ERROR, "index_header_mismatch", path, 0, f"header {name} disagrees with the entries",
-                                  exp, act)
-            if h.hash_slot_count not in (used, len(entries)):
-                yield Finding(ERROR, "index_header_mismatch", path, 32, "hashSlotCount disagrees with the slots",
-                              used, h.hash_slot_count)
-        for n, (key_hash, phy, _, prev) in enumerate(entries, start=1):
-            where = (path, g.entry_pos(n))
-            if not 0 <= prev < n:
-                yield Finding(ERROR, "index_bad_chain", *where, f"entry {n}: previous entry {prev} is not older")
-            if phy < min_offset:
+def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileResult], end: int,
+                    min_offset: int) -> Iterator[Finding]:
+    for q in queues:
+        name = (q.topic, q.queue_id)
+        units, past = [], set()
+        for r in results:
+            for phy, size, qoff, finding in r.unit_findings.get(name, ()):
+                if phy + size > end:        # checked first, as recovery would: one finding per unit
+                    if (finding.path, finding.offset) in past:
+                        continue
+                    past.add((finding.path, finding.offset))
+                    finding = Finding(ERROR, "cq_unit_past_end", finding.path, finding.offset,
+                                      f"queue offset {qoff} points past the written end {end}", end, phy + size)
+                units.append(finding)
+        units += order_findings(q, min_offset, end)
+        yield from sorted(q.findings + units, key=lambda f: (f.path, f.offset if f.offset is not None else -1))
+        covered_seen = False
+        before, after = Missing(), Missing()
+        for r in results:
+            cov = r.coverage.get(name)
+            if cov is None:
                 continue
-            r = records.get(phy)
-            if r is None:
-                yield Finding(ERROR, "index_entry_no_record", *where,
-                              f"entry {n} points at {phy}, where no valid record starts", actual=phy)
-            elif key_hash not in {index_key_hash(f"{r.topic}#{k}") for k in r.index_keys}:
-                yield Finding(ERROR, "index_entry_key_mismatch", *where,
-                              f"entry {n}: hash {key_hash} matches no key of the record at {phy}", actual=key_hash)
+            has, b, a = cov
+            if covered_seen:
+                after.add(b.count, b.first)
+            else:
+                before.add(b.count, b.first)
+            after.add(a.count, a.first)
+            covered_seen = covered_seen or has
+        missing = after if covered_seen else before
+        if missing.count:
+            phy, qoff = missing.first
+            yield Finding(ERROR, "cq_missing_unit", str(q.directory), phy,
+                          f"{missing.count} record(s) have no unit; first: queue offset {qoff} at {phy}", qoff, None)
+    lost: dict[tuple[str, int], list[int]] = {}
+    for r in results:
+        for name, (count, first) in r.no_queue.items():
+            c, f = lost.get(name, (0, first))
+            lost[name] = [c + count, min(f, first)]
+    for (topic, qid), (count, first) in sorted(lost.items()):
+        yield Finding(ERROR, "cq_missing_queue", str(store.consumequeue_dir / topic / str(qid)), first,
+                      f"{count} record(s) of {topic}/{qid} but no consume queue")
 
 
-def _verify_checkpoint(store: Store, records: dict[int, RecordInfo], end: int) -> Iterator[Finding]:
+def _index_findings(index: list[IndexPlan], results: list[FileResult]) -> Iterator[Finding]:
+    for plan in index:
+        path = str(plan.ref.path)
+        yield from plan.findings
+        if plan.segment is None and not plan.ref.header.index_count > 1:
+            continue
+        ts = next((r.end_timestamps[path] for r in results if path in r.end_timestamps), None)
+        if ts is not None and ts != plan.ref.header.end_timestamp:
+            yield Finding(ERROR, "index_header_mismatch", path, 0, "header end_timestamp disagrees with the entries",
+                          ts, plan.ref.header.end_timestamp)
+        entries = [f for r in results for f in r.entry_findings.get(path, ())]
+        yield from sorted(entries, key=lambda f: f.offset)
+
+
+def _verify_checkpoint(store: Store, latest: int, end: int) -> Iterator[Finding]:
     try:
         cp = store.checkpoint()
     except FormatError as exc:
@@ -348,7 +595,6 @@ def _verify_checkpoint(store: Store, records: dict[int, RecordInfo], end: int) -
     if cp is None or not store.is_store_root:
         return
     path = str(store.root / "checkpoint")
-    latest = max((r.store_timestamp for r in records.values()), default=0)
     for pos, name in ((0, "physic_msg_timestamp"), (8, "logics_msg_timestamp"), (16, "index_msg_timestamp")):
         value = getattr(cp, name)
         if value > latest:
@@ -357,4 +603,3 @@ def _verify_checkpoint(store: Store, records: dict[int, RecordInfo], end: int) -
     if cp.confirm_phy_offset > end:
         yield Finding(ERROR, "checkpoint_ahead", path, 32, "confirmPhyOffset lies past the written end",
                       end, cp.confirm_phy_offset)
-

@@ -21,9 +21,9 @@ from rmqtool.format.commitlog import Blank, Message, encode_blank, encode_messag
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter
 from rmqtool.format.properties import encode_properties
-from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir
+from rmqtool.ops.facts import QueueNames, scan_file
+from rmqtool.ops.rebuild import CqWriter, IndexBuilder, RecordInfo, safe_topic_dir
 from rmqtool.ops.rows import decode_body
-from rmqtool.ops.verify import RecordInfo, data_end, scan_commitlog
 from rmqtool.store.atomic import Transaction, atomic_write
 from rmqtool.store.config import read_config
 from rmqtool.store.store import Store
@@ -63,12 +63,16 @@ class StoreWriter:
         saved = read_config(root / GEOMETRY_FILE) if (root / GEOMETRY_FILE).is_file() else {}
         queue = store.commitlog.queue
         self.file_size = queue.file_size or saved.get("mappedFileSizeCommitLog") or C.DEFAULT_COMMITLOG_FILE_SIZE
-        scans = scan_commitlog(store)
-        bad = next((f for s in scans for f in s.findings), None)
-        if bad is not None:
-            raise UnsafeWrite(f"the commit log is damaged ({bad.kind} at offset {bad.offset}); run repair first",
-                              path=bad.path)
-        self.end = data_end(scans) if scans else 0
+        self.end = queue.files[0].start if queue.files else 0
+        names = QueueNames()
+        for f in queue:                       # the written end, one file at a time
+            facts = scan_file(f, names)
+            if facts.findings:
+                bad = facts.findings[0]
+                raise UnsafeWrite(f"the commit log is damaged ({bad.kind} at offset {bad.offset}); "
+                                  "run repair first", path=bad.path)
+            if facts.stop == "blank" or len(facts):
+                self.end = facts.end
         self.files: dict[int, bytearray] = {}
         self.touched: set[int] = set()
         self.cq_file_size = (cq_file_size or next((cq.queue.file_size for cq in store.consume_queues()

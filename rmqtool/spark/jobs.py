@@ -1,7 +1,7 @@
 """export / stats / verify / grep on Spark: one task per commit-log file.
 
 Every task runs the single-process engine's per-file function (``write_part``, ``file_stats``,
-``file_hits``, ``scan_commitlog_file``) and the driver merges the results with the same code the
+``file_hits``, ``check_file``) and the driver merges the results with the same code the
 single-process engine uses, so the output is identical. Bytes stay in Arrow inside the tasks: only
 small results (partial sums, hits, part metadata, findings) travel back to the driver.
 """
@@ -89,10 +89,8 @@ def export_spark(spark, store_paths, to, fmt: str = "parquet", partition_by: tup
 
 
 def verify_spark(spark, path, deep: bool = False):
-    """verify_store with the commit-log files scanned in parallel (one task per file)."""
-    from rmqtool.ops.verify import scan_commitlog_file, verify_store
+    """verify_store with one task per commit-log file: each walks its file and joins the consume-queue
+    units and index entries pointing into it; only findings and per-queue summaries come back."""
+    from rmqtool.ops.verify import verify_store
 
-    def scan_files(files, deep: bool):
-        return spark_map(spark, lambda f: scan_commitlog_file(f, deep=deep), list(files))
-
-    return verify_store(path, deep=deep, scan_files=scan_files)
+    return verify_store(path, deep=deep, run_files=lambda fn, items: spark_map(spark, fn, items))

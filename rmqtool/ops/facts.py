@@ -1,0 +1,311 @@
+"""Record facts of one commit-log file, column by column, as the maintenance commands need them.
+
+``scan_file`` walks a file as CommitLog.checkMessageAndReturnSize does (from position 0 to a BLANK,
+the zero end of data or the first invalid record) on the columnar engine, and keeps per record only
+what verify, rebuild and repair use: offset, size, queue, queue offset, sys flag, tags code, store
+time and, on request, the index key hashes. Where the walk stops, and why, is named by the
+record-at-a-time decoder, so findings carry the same kind, offset and message as before.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqtool import constants as C
+from rmqtool.columnar.decode import check_lengths, decode_batch
+from rmqtool.columnar.walk import walk
+from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
+from rmqtool.format.commitlog import Blank, decode_entry, peek_header
+from rmqtool.format.java import index_key_hash
+from rmqtool.ops.findings import ERROR, WARNING, Finding
+from rmqtool.store.filequeue import QueueFile
+
+Progress = Callable[[int], None]
+WINDOW_BYTES = 16 * 1024 * 1024
+_MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
+_NEEDS_CQ = np.array([t in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT) for t in C.TransactionType])
+_COLUMNS = ("offset", "size", "queue", "queue_offset", "sys_flag", "tags_code", "store_timestamp")
+
+
+class QueueNames:
+    """(topic, queue id) <-> small integer codes, shared by every file of a scan."""
+
+    def __init__(self):
+        self.names: list[tuple[str, int]] = []
+        self.codes: dict[tuple[str, int], int] = {}
+
+    def code(self, name: tuple[str, int]) -> int:
+        c = self.codes.get(name)
+        if c is None:
+            c = self.codes[name] = len(self.names)
+            self.names.append(name)
+        return c
+
+    def encode(self, topic: pa.Array, queue_id: np.ndarray) -> np.ndarray:
+        enc = pc.dictionary_encode(topic)
+        topics = enc.dictionary.to_pylist()
+        pair = enc.indices.to_numpy().astype(np.int64) << 32 | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        table = np.array([self.code((topics[int(p >> 32)], int(np.int32(p & 0xFFFFFFFF)))) for p in uniq],
+                         np.int64)
+        return table[inverse.reshape(-1)]
+
+
+@dataclass
+class FileFacts:
+    """The valid records of one file (columns of equal length) and where its walk stopped."""
+
+    file: QueueFile
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    key_offsets: np.ndarray | None = None   # record i's key hashes: key_hashes[key_offsets[i]:key_offsets[i+1]]
+    key_hashes: np.ndarray | None = None
+    stop: str = "zero"           # "blank", "zero" (end of data), "invalid", "file_end"
+    stop_offset: int = 0         # physical offset where the walk stopped (a BLANK's own offset)
+    findings: list[Finding] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.columns["offset"])
+
+    @property
+    def end(self) -> int:
+        """Physical offset after the file's valid data (the file's end after a BLANK)."""
+        return self.file.start + self.file.length if self.stop == "blank" else self.stop_offset
+
+    def gets_cq_unit(self) -> np.ndarray:
+        """CommitLogDispatcherBuildConsumeQueue: only NOT and COMMIT transaction types."""
+        return _NEEDS_CQ[(self.columns["sys_flag"] >> 2) & 3]
+
+    def indexed(self) -> np.ndarray:
+        return ((self.columns["sys_flag"] >> 2) & 3) != C.TransactionType.ROLLBACK
+
+
+def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False,
+              progress: Progress | None = None) -> FileFacts:
+    """Walk one commit-log file from position 0 (see the module docstring)."""
+    facts = FileFacts(f)
+    parts: list[dict[str, np.ndarray]] = []
+    key_parts: list[tuple[np.ndarray, np.ndarray]] = []
+    path = str(f.path)
+    mm = _map(f)
+    buf = pa.py_buffer(mm) if mm is not None else pa.py_buffer(b"")
+    data = np.frombuffer(mm, np.uint8) if mm is not None else np.empty(0, np.uint8)
+    pos = released = 0
+    while True:
+        done = pos // mmap.PAGESIZE * mmap.PAGESIZE
+        if mm is not None and done > released:          # keep RSS flat: drop pages already decoded
+            mm.madvise(mmap.MADV_DONTNEED, released, done - released)
+            released = done
+        remaining = len(data) - pos
+        if remaining < C.END_FILE_MIN_BLANK_LENGTH:
+            facts.stop = "file_end"
+            if data[pos:].any():
+                facts.findings.append(Finding(ERROR, "torn_tail", path, f.start + pos,
+                                              f"{remaining} stray bytes at the end of the file"))
+            break
+        size, magic = peek_header(buf, pos)
+        if size == 0 and magic == 0:
+            facts.stop = "zero"
+            nonzero = np.flatnonzero(data[pos:])
+            if len(nonzero):
+                facts.findings.append(Finding(ERROR, "torn_tail", path, f.start + pos + int(nonzero[0]),
+                                              f"non-zero bytes after the end of written data at {f.start + pos} "
+                                              "(a torn or truncated write)", expected=0, actual="non-zero"))
+            break
+        if magic in _MESSAGE_MAGICS:
+            starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
+            good, lengths = check_lengths(data, starts)
+            if good:
+                batch = decode_batch(data, buf, starts[:good], lengths, f.start, deep)
+                cols, ok = _batch_facts(batch, data, starts[:good], names, deep)
+                if ok < good:                       # CRC mismatch or a bad DELAY: named below
+                    cols = {k: v[:ok] for k, v in cols.items()}
+                    batch = batch.slice(0, ok)
+                parts.append(cols)
+                if keys:
+                    key_parts.append(_key_hashes(batch))
+                _physical_offset_warnings(facts, data, starts[:ok], f.start, path)
+                if progress:
+                    progress(int(cols["size"].sum()))
+                if ok < good:
+                    pos = int(starts[ok])
+                elif good == len(starts):
+                    pos = nxt
+                    continue
+                else:
+                    pos = int(starts[good])
+            else:
+                pos = int(starts[0]) if len(starts) else pos
+        _stop_at(facts, buf, pos, remaining=len(data) - pos, deep=deep, path=path)
+        break
+    facts.stop_offset = f.start + pos
+    facts.columns = {k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64)
+                     for k in _COLUMNS}
+    if keys:
+        facts.key_offsets, facts.key_hashes = _concat_keys(key_parts)
+    return facts
+
+
+def _map(f: QueueFile) -> mmap.mmap | None:
+    if f.length == 0:
+        return None
+    with open(f.path, "rb") as fh:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, path: str) -> None:
+    """The walk stops at ``pos`` (a BLANK or damage): decode that entry one at a time to say why."""
+    f = facts.file
+    size = peek_header(buf, pos)[0]
+    try:
+        entry = decode_entry(buf, pos, check_crc=deep)
+        if not isinstance(entry, Blank):
+            entry.tags_code()                       # a malformed DELAY raises ValueError
+    except (FormatError, ValueError) as exc:
+        facts.stop = "invalid"
+        kind = "bad_delay" if isinstance(exc, ValueError) else _error_kind(exc, size, remaining)
+        msg = exc.message if isinstance(exc, RmqError) else f"bad DELAY property: {exc}"
+        expected = actual = None
+        if isinstance(exc, InconsistentLength):
+            expected, actual = exc.computed, exc.declared
+        elif isinstance(exc, ChecksumMismatch):
+            expected, actual = exc.computed, exc.stored
+        elif isinstance(exc, BadMagic):
+            actual = f"0x{exc.actual & 0xFFFFFFFF:08x}"
+        elif kind == "record_crosses_file_end":
+            expected, actual = remaining, size
+        facts.findings.append(Finding(ERROR, kind, path, f.start + pos,
+                                      f"{msg}; recovery truncates the commit log here", expected, actual))
+        return
+    if isinstance(entry, Blank):
+        facts.stop = "blank"
+        if size != remaining:
+            facts.findings.append(Finding(ERROR, "blank_size_mismatch", path, f.start + pos,
+                                          "BLANK total size is not the rest of the file", remaining, size))
+        return
+    raise FormatError("record decodes one at a time but not in a batch (internal error)", path=path,
+                      offset=f.start + pos)
+
+
+def _error_kind(exc: FormatError, size: int, remaining: int) -> str:
+    if isinstance(exc, BadMagic):
+        return "bad_magic"
+    if isinstance(exc, ChecksumMismatch):
+        return "crc_mismatch"
+    if isinstance(exc, InconsistentLength):
+        return "length_mismatch"
+    if isinstance(exc, Truncated) and size > remaining:
+        return "record_crosses_file_end"
+    return "bad_record"
+
+
+def _batch_facts(batch: pa.RecordBatch, data: np.ndarray, starts: np.ndarray, names: QueueNames,
+                 deep: bool) -> tuple[dict[str, np.ndarray], int]:
+    """The fact columns of a decoded batch and how many leading records are valid."""
+    col = batch.column
+    tags_code = col(batch.schema.get_field_index("tags_code"))
+    bad = tags_code.is_null()
+    if deep:
+        bad = pc.or_(bad, pc.invert(col(batch.schema.get_field_index("crc_ok"))))
+    bad = bad.to_numpy(zero_copy_only=False)
+    ok = int(np.argmax(bad)) if bad.any() else len(bad)
+    queue_id = col(batch.schema.get_field_index("queue_id")).to_numpy()
+    cols = {
+        "offset": col(batch.schema.get_field_index("physical_offset")).to_numpy(),
+        "size": col(batch.schema.get_field_index("total_size")).to_numpy().astype(np.int64),
+        "queue": names.encode(col(batch.schema.get_field_index("topic")), queue_id),
+        "queue_offset": col(batch.schema.get_field_index("queue_offset")).to_numpy(),
+        "sys_flag": col(batch.schema.get_field_index("sys_flag")).to_numpy().astype(np.int64),
+        "tags_code": tags_code.fill_null(0).to_numpy(),
+        "store_timestamp": col(batch.schema.get_field_index("store_timestamp")).cast(pa.int64()).to_numpy(),
+    }
+    return cols, ok
+
+
+def _physical_offset_warnings(facts: FileFacts, data: np.ndarray, starts: np.ndarray, file_start: int,
+                              path: str) -> None:
+    if not len(starts):
+        return
+    words = np.ndarray((max(len(data) - 7, 0),), ">i8", data, 0, (1,))
+    stored = words[starts + C.PHYSICALOFFSET_POS].astype(np.int64)
+    for i in np.flatnonzero(stored != starts + file_start).tolist():
+        at = int(starts[i]) + file_start
+        facts.findings.append(Finding(WARNING, "physical_offset_mismatch", path, at,
+                                      "stored PHYSICALOFFSET differs from the record's position",
+                                      at, int(stored[i])))
+
+
+# -- index key hashes ---------------------------------------------------------------------------------
+_INV31 = pow(31, -1, 1 << 32)
+
+
+def _key_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, IndexFile.indexKeyHashMethod of ``topic#key`` for UNIQ_KEY then each KEYS element
+    (IndexService.buildIndex order): (keys per record, flat hashes)."""
+    topic = batch.column(batch.schema.get_field_index("topic"))
+    uniq = batch.column(batch.schema.get_field_index("uniq_key"))
+    keys = batch.column(batch.schema.get_field_index("keys"))
+    has_uniq = uniq.is_valid().to_numpy(zero_copy_only=False)
+    key_counts = pc.list_value_length(keys).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    counts = has_uniq.astype(np.int64) + key_counts
+    # flat (record, key) pairs in record order: the UNIQ_KEY first, then the keys
+    rec_of_key = pc.list_parent_indices(keys).to_numpy(zero_copy_only=False)
+    rec = np.concatenate([np.flatnonzero(has_uniq), rec_of_key])
+    first = np.concatenate([np.zeros(int(has_uniq.sum()), np.int64), np.ones(len(rec_of_key), np.int64)])
+    text = pa.concat_arrays([uniq.filter(pa.array(has_uniq)), pc.list_flatten(keys)]).cast(pa.string())
+    order = np.lexsort((first, rec))
+    full = pc.binary_join_element_wise(topic.take(pa.array(rec[order])), text.take(pa.array(order)), "#")
+    return counts, java_hashes(full)
+
+
+def java_hashes(strings: pa.Array) -> np.ndarray:
+    """index_key_hash of every string: vectorised for ASCII strings, per string otherwise."""
+    n = len(strings)
+    if n == 0:
+        return np.empty(0, np.int64)
+    strings = strings.cast(pa.large_string()) if strings.type != pa.large_string() else strings
+    offsets = np.frombuffer(strings.buffers()[1], np.int64, n + 1, strings.offset)
+    raw = strings.buffers()[2]
+    chars = np.frombuffer(raw, np.uint8) if raw is not None else np.empty(0, np.uint8)
+    chars = chars[offsets[0]:offsets[-1]]
+    offsets = offsets - offsets[0]
+    # h(s) = sum c_i * 31^(len-1-i) = 31^(end-1) * sum c_i * inv31^i  (mod 2^32, i global)
+    terms = chars.astype(np.uint64) * _pow_table(_INV31, len(chars))
+    prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms)]) & 0xFFFFFFFF   # wraps mod 2^64: fine
+    starts, ends = offsets[:-1], offsets[1:]
+    sums = (prefix[ends] - prefix[starts]) & 0xFFFFFFFF
+    pow_end = _pow_table(31, len(chars) + 1)[np.maximum(ends - 1, 0)]
+    h = (sums * pow_end) & 0xFFFFFFFF
+    h = np.where(ends > starts, h, 0).astype(np.int64)
+    h = np.where(h >= 1 << 31, h - (1 << 32), h)
+    out = np.where(h == -(1 << 31), 0, np.abs(h))
+    high = np.concatenate([[0], np.cumsum(chars >= 0x80)])
+    for i in np.flatnonzero(high[ends] > high[starts]).tolist():     # UTF-16 code units differ from bytes
+        out[i] = index_key_hash(strings[i].as_py())
+    return out
+
+
+_POW_CACHE: dict[int, np.ndarray] = {}
+
+
+def _pow_table(base: int, n: int) -> np.ndarray:
+    """base^i mod 2^32 for i < n (uint64), grown by doubling and cached."""
+    table = _POW_CACHE.get(base)
+    if table is None:
+        table = np.ones(1, np.uint64)
+    while len(table) < n:
+        step = pow(base, len(table), 1 << 32)
+        table = np.concatenate([table, table * np.uint64(step) & 0xFFFFFFFF])
+    _POW_CACHE[base] = table
+    return table[:n]
+
+
+def _concat_keys(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    counts = np.concatenate([c for c, _ in parts]) if parts else np.empty(0, np.int64)
+    hashes = np.concatenate([h for _, h in parts]) if parts else np.empty(0, np.int64)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), hashes
