@@ -24,15 +24,10 @@ def store_info(store: Store) -> dict[str, Any]:
         scan.pop("damage")
     queues = []
     for cq in store.consume_queues():
-        try:
-            offsets = [qo for qo, _ in cq.iter_units(commitlog_end=scan["max_physical_offset"])]
-        except FormatError as exc:
-            problems.append(str(exc))
-            offsets = []
+        first, units = cq.extent(commitlog_end=scan["max_physical_offset"])
         queues.append({"topic": cq.topic, "queue_id": cq.queue_id, "files": len(cq.queue),
-                       "min_queue_offset": offsets[0] if offsets else 0,
-                       "max_queue_offset": offsets[-1] + 1 if offsets else 0,
-                       "units": len(offsets)})
+                       "min_queue_offset": first, "max_queue_offset": first + units if units else 0,
+                       "units": units})
     cp = store.checkpoint()
     return {
         "store": str(store.root),
@@ -52,26 +47,63 @@ def store_info(store: Store) -> dict[str, Any]:
 
 
 def _scan_commitlog(store: Store) -> dict[str, Any]:
+    """Counts and dates from the boundary walk and fixed header fields (no body or property decoding),
+    file by file as CommitLog.iter_entries goes: to the zero end of data or the first damage."""
+    import numpy as np
+
+    from rmqtool.columnar.decode import check_lengths
+    from rmqtool.columnar.walk import walk
+    from rmqtool.format.commitlog import decode_entry, peek_header
+    from rmqtool.ops.facts import WINDOW_BYTES
+
     cl = store.commitlog
     messages = blanks = v2 = trailing = 0
     first_ts = last_ts = None
     end = cl.min_offset
     damage = None
-    try:
-        for loc in cl.iter_entries():
-            end = loc.offset + loc.entry.total_size
-            msg = loc.entry
-            if isinstance(msg, Blank):
+    for f in cl.queue:
+        if not f.length:
+            continue
+        buf = f.read()
+        data = np.frombuffer(buf, np.uint8)
+        pos = 0
+        try:
+            while len(data) - pos >= C.END_FILE_MIN_BLANK_LENGTH:
+                size, magic = peek_header(buf, pos)
+                if size == 0 and magic == 0:
+                    return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
+                if magic in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2):
+                    starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
+                    good, parts = check_lengths(data, starts)
+                    if good:
+                        ts_pos = starts[:good] + C.BORNHOST_POS + np.where(
+                            parts["sys_flag"] & C.SysFlag.BORNHOST_V6, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
+                        ts = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[ts_pos].astype(np.int64)
+                        last_byte = parts["props_pos"] + parts["props_len"] - 1
+                        messages += good
+                        v2 += int(parts["v2"].sum())
+                        trailing += int(((parts["props_len"] > 0) & (data[last_byte] == 2)).sum())
+                        first_ts = int(ts.min()) if first_ts is None else min(first_ts, int(ts.min()))
+                        last_ts = int(ts.max()) if last_ts is None else max(last_ts, int(ts.max()))
+                        end = f.start + int(starts[good - 1] + parts["total"][good - 1])
+                        if good == len(starts):
+                            pos = nxt
+                            continue
+                        pos = int(starts[good])
+                entry = decode_entry(buf, pos)          # a BLANK, or damage named by the decoder
+                end = f.start + pos + entry.total_size
+                if entry.magic_code != C.BLANK_MAGIC_CODE:
+                    raise FormatError("record decodes alone but not in the walk", offset=f.start + pos)
                 blanks += 1
-                continue
-            messages += 1
-            v2 += msg.version == 2
-            trailing += msg.properties_raw.endswith(C.PROPERTY_SEPARATOR)
-            ts = msg.store_timestamp
-            first_ts = ts if first_ts is None else min(first_ts, ts)
-            last_ts = ts if last_ts is None else max(last_ts, ts)
-    except FormatError as exc:
-        damage = f"{exc} (records after it were not read)"
+                break
+        except FormatError as exc:
+            exc.offset = f.start + pos
+            damage = f"{exc.at(path=str(f.path))} (records after it were not read)"
+            break
+    return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
+
+
+def _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage) -> dict[str, Any]:
     return {"min_physical_offset": cl.min_offset, "max_physical_offset": end, "messages": messages,
             "blanks": blanks, "v2_records": v2, "trailing_separator_records": trailing,
             "min_store_timestamp": first_ts, "max_store_timestamp": last_ts, "damage": damage}

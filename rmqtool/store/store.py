@@ -49,6 +49,28 @@ class ConsumeQueue:
             if size and len(units) * C.CQ_STORE_UNIT_SIZE < size:
                 return
 
+    def extent(self, commitlog_end: int | None = None) -> tuple[int, int]:
+        """(first queue offset, number of units) that ``iter_units`` yields from 0, counted as columns."""
+        import numpy as np
+
+        size = self.queue.file_size
+        first, count = 0, 0
+        for f in self.queue:
+            buf = f.read()
+            n = len(buf) // C.CQ_STORE_UNIT_SIZE
+            units = np.frombuffer(buf, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")], n)
+            phy, usize = units["phy"].astype(np.int64), units["size"].astype(np.int64)
+            stop = (phy < 0) | (usize <= 0)
+            if commitlog_end is not None:
+                stop |= phy >= commitlog_end
+            valid = int(np.argmax(stop)) if stop.any() else n
+            if not count:
+                first = f.start // C.CQ_STORE_UNIT_SIZE
+            count += valid
+            if valid < n or (size and n * C.CQ_STORE_UNIT_SIZE < size):
+                break
+        return (first, count) if count else (0, 0)
+
 
 @dataclass(frozen=True)
 class IndexFileRef:
