@@ -134,8 +134,20 @@ def generate_store(root: str | os.PathLike, size: int, *, file_size: int = C.DEF
 def _write_queue(directory: Path, units: bytearray, file_size: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for start in range(0, len(units), file_size):
-        chunk = units[start:start + file_size]
-        (directory / C.offset_to_file_name(start)).write_bytes(chunk + bytes(file_size - len(chunk)))
+        write_sparse(directory / C.offset_to_file_name(start), units[start:start + file_size], file_size)
+
+
+def write_sparse(path: Path, data, size: int, block: int = 1 << 16) -> None:
+    """``data`` padded with zeros to ``size`` bytes; all-zero blocks stay holes, as in the broker's
+    pre-allocated files."""
+    view = memoryview(data)
+    with open(path, "wb") as fh:
+        for pos in range(0, len(view), block):
+            chunk = view[pos:pos + block]
+            if any(chunk.cast("Q")) if len(chunk) % 8 == 0 else any(chunk):
+                fh.seek(pos)
+                fh.write(chunk)
+        fh.truncate(size)
 
 
 class _Indexer:
@@ -163,7 +175,7 @@ class _Indexer:
     def _flush(self) -> None:
         if self.writer is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            (self.directory / self.name).write_bytes(self.writer.to_bytes())
+            write_sparse(self.directory / self.name, self.writer.buf, self.geometry.file_size)
             self.files += 1
 
     def close(self) -> int:

@@ -21,6 +21,7 @@ from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Blank, decode_entry
 from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
+from rmqtool.ops.verify import first_nonzero
 from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir, store_cq_file_size, valid_facts
 from rmqtool.store.atomic import Transaction
 from rmqtool.store.filequeue import QueueFile
@@ -117,12 +118,18 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     cq_size = store_cq_file_size(store) or C.DEFAULT_CQ_FILE_SIZE
     writers: dict[tuple[str, int], CqWriter] = {}
     originals: dict[tuple[str, int], dict[int, bytes]] = {}
+    reach = _record_reach(scanned, names) if abnormal else {}
+    untouched = set()
     for cq in store.consume_queues():
         size = cq.queue.file_size or cq_size
-        writers[(cq.topic, cq.queue_id)] = CqWriter.load(cq, size)
-        originals[(cq.topic, cq.queue_id)] = {f.start: bytes(f.read()) for f in cq.queue}
+        name = (cq.topic, cq.queue_id)
+        if _untouched(cq, size, process, reach.get(name, -1)):
+            untouched.add(name)            # most queues of a big store: nothing read but their tails
+            continue
+        writers[name] = CqWriter.load(cq, size)
+        originals[name] = {f.start: bytes(f.read()) for f in cq.queue}
     if abnormal:
-        _dispatch(scanned, names, writers, cq_size)
+        _dispatch(scanned, names, writers, cq_size, skip=untouched)
     for w in writers.values():
         w.truncate_dirty(process)
     for (topic, qid), w in sorted(writers.items()):
@@ -184,8 +191,43 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     return plan
 
 
+def _record_reach(scanned: list[FileFacts], names: QueueNames) -> dict[tuple[str, int], int]:
+    """Per queue, the end (offset + size) of its last re-read record that gets a unit."""
+    reach: dict[tuple[str, int], int] = {}
+    for facts in scanned:
+        rows = np.flatnonzero(facts.gets_cq_unit())
+        queue, end = facts.columns["queue"][rows], facts.columns["offset"][rows] + facts.columns["size"][rows]
+        for code in np.unique(queue).tolist():
+            reach[names.names[code]] = max(reach.get(names.names[code], -1), int(end[queue == code].max()))
+    return reach
+
+
+def _untouched(cq, file_size: int, process: int, reach: int) -> bool:
+    """Whether recovery leaves a queue as it is: full-size files, nothing after the valid units of
+    its last three files, no unit at or after ``process``, and every re-read record (ending by
+    ``reach``) already covered (ConsumeQueue.putMessagePositionInfo skips those)."""
+    files = list(cq.queue)
+    if any(f.length != file_size for f in files):
+        return False
+    max_phy = last_phy = -1
+    tail = files[max(0, len(files) - 3):]
+    for i, f in enumerate(tail):
+        units = np.frombuffer(f.read(), [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")],
+                              file_size // C.CQ_STORE_UNIT_SIZE) if f.length else np.empty(0)
+        phy, size = units["phy"].astype(np.int64), units["size"].astype(np.int64)
+        bad = (phy < 0) | (size <= 0)
+        valid = int(np.argmax(bad)) if bad.any() else len(units)
+        if valid:
+            last_phy, max_phy = int(phy[valid - 1]), int(phy[valid - 1] + size[valid - 1])
+        if valid < len(units):
+            if i + 1 < len(tail) or first_nonzero(f.path, valid * C.CQ_STORE_UNIT_SIZE) is not None:
+                return False
+            break
+    return last_phy < process and reach <= max_phy
+
+
 def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[str, int], CqWriter],
-              file_size: int) -> None:
+              file_size: int, skip: set) -> None:
     """CommitLogDispatcherBuildConsumeQueue over the re-read records, one queue's run at a time."""
     for facts in scanned:
         cols = facts.columns
@@ -194,6 +236,8 @@ def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[s
         codes, first = np.unique(cols["queue"][rows], return_index=True)
         for code, run in zip(codes.tolist(), np.split(rows, first[1:])):
             name = names.names[code]
+            if name in skip:
+                continue
             w = writers.get(name)
             if w is None:
                 safe_topic_dir(name[0], int(cols["offset"][run[0]]))
