@@ -15,6 +15,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Message
 from rmqtool.format.timer import TimerBlank, TimerSlot, TimerUnit, magic_flags
+from rmqtool.ops.rows import real_queue_id
 from rmqtool.store.store import Store
 from rmqtool.store.timer import TimerStore
 
@@ -117,8 +118,8 @@ def _pending_row(slot_ms: int, pos: int, unit: TimerUnit, msg: Message | None, d
         state = "cancelled-by-delete"
     else:
         state = STATE_ROLL if unit.is_roll else "pending"
-    row.update(real_topic=real_topic, real_queue_id=_int(props.get(C.PROPERTY_REAL_QUEUE_ID)), uniq_key=uniq_key,
-               deliver_timestamp=_int(props.get(PROPERTY_TIMER_OUT_MS)),
+    row.update(real_topic=real_topic, real_queue_id=real_queue_id(props.get(C.PROPERTY_REAL_QUEUE_ID)),
+               uniq_key=uniq_key, deliver_timestamp=_int(props.get(PROPERTY_TIMER_OUT_MS)),
                roll_times=_int(props.get(PROPERTY_TIMER_ROLL_TIMES)) or 0, state=state)
     return row
 
