@@ -63,7 +63,8 @@ def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None
 
 
 def totals(rows: Iterator[dict], by: tuple[str, ...]) -> Iterator[dict]:
-    """Offset rows summed per ``by`` (e.g. ("group", "topic")): queues, and lag over known queues."""
+    """Offset rows summed per ``by`` (e.g. ("group", "topic")): queues, and lag over the queues the store
+    has (None when it has none of them)."""
     out: dict[tuple, dict] = {}
     for row in rows:
         key = tuple(row[k] for k in by)
@@ -73,7 +74,10 @@ def totals(rows: Iterator[dict], by: tuple[str, ...]) -> Iterator[dict]:
             acc["unknown_queues"] += 1
         else:
             acc["lag"] += row["lag"]
-    yield from out.values()
+    for acc in out.values():
+        if acc["unknown_queues"] == acc["queues"]:
+            acc["lag"] = None
+        yield acc
 
 
 def delay_rows(loaded: Loaded[Table], store: Store, levels: str = C.DEFAULT_DELAY_LEVELS) -> Iterator[dict]:
