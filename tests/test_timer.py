@@ -240,3 +240,33 @@ def test_bad_units_are_format_errors(raw, what):
     from rmqtool.errors import FormatError
     with pytest.raises(FormatError, match=what):
         decode_timerlog_entry(raw)
+
+
+def test_broken_slot_chain_is_a_finding_with_its_offset(tmp_path, name):
+    dst = _copy(tmp_path, name)
+    shutil.copy(store_path(name) / "timerwheel", dst / "timerwheel")   # a dense copy: no holes to skip
+    first = sorted((dst / "timerlog").iterdir())[0]
+    pending = readback(name)["timer"]["pendingMessages"]
+    victim = next(w["timerlogOffset"] for w in pending if w["timerlogOffset"] < first.stat().st_size)
+    data = bytearray(first.read_bytes())
+    data[victim:victim + 4] = (999).to_bytes(4, "big")
+    first.write_bytes(bytes(data))
+    result = run("timer", dst, "-f", "jsonl")
+    assert result.exit_code == 1
+    assert len(result.stdout.splitlines()) == len(pending) - 1
+    assert f"{first}: offset {victim}: not a timer-log unit: size 999" in result.stderr
+    assert result.stderr.startswith("rmqtool: problem: slot ")
+
+
+def test_timer_command_imports_neither_pyarrow_nor_pyspark(name):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    code = ("import sys\nfrom rmqtool.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'pyspark', 'pandas'))\n"
+            "print('HEAVY', heavy, file=sys.stderr)\n")
+    for args in (["timer"], ["offsets"], ["topics"]):
+        proc = subprocess.run([sys.executable, "-c", code, *args, str(store_path(name))], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert "HEAVY []" in proc.stderr, proc.stderr
