@@ -12,7 +12,8 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.output import Format, format_timestamp, output_options, resolve_format, write_record, write_rows
+from rmqtool.cli.output import (TIMESTAMP, Format, format_timestamp, output_options, resolve_format, write_record,
+                                write_rows)
 from rmqtool.errors import StoreError
 from rmqtool.store.store import Store
 
@@ -50,6 +51,21 @@ def _loaded(store: Store, name: str):
     if loaded.fallback:
         _note(f"read {loaded.path.name} as the broker would: {loaded.fallback}")
     return loaded
+
+
+def _columns(fields: str | None, known: list[str]) -> list[str]:
+    if not fields:
+        return known
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are {', '.join(known)}",
+                                 param_hint="--fields")
+    return names
+
+
+def _pick(rows: Iterable[dict], columns: list[str]) -> Iterator[dict]:
+    return ({c: r[c] for c in columns} for r in rows)
 
 
 # -- topics / groups --------------------------------------------------------------------------------
@@ -196,12 +212,13 @@ def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str)
               help="Timer messages per real topic (config/timermetrics).")
 @click.option("--precision", type=click.IntRange(min=1), metavar="MS",
               help="The broker's timerPrecisionMs [default: read from the wheel, else 1000].")
-@click.option("--since", type=click.IntRange(min=0), metavar="MS",
-              help="List slots from this time (epoch ms) [default: the checkpoint's lastReadTimeMs].")
+@click.option("--since", type=TIMESTAMP,
+              help="List slots from this time (ISO-8601 or epoch ms) [default: the checkpoint's lastReadTimeMs].")
+@click.option("--fields", metavar="A,B,...", help="Only these columns of the pending, --units or --slots rows.")
 @output_options
 @click.pass_context
 def timer(ctx: click.Context, store: str, view: str | None, precision: int | None, since: int | None,
-          fmt: str | None, tablefmt: str) -> None:
+          fields: str | None, fmt: str | None, tablefmt: str) -> None:
     """List the timer messages (5.x timerWheelEnable) the broker has still to deliver, in delivery order.
 
     Every wheel slot at or after the checkpoint's read time is walked from its last unit back, as the
@@ -215,6 +232,7 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
     \b
     Examples:
       rmqtool timer fixtures/dev-timer-5x/store
+      rmqtool timer fixtures/dev-timer-5x/store --fields slot_timestamp,real_topic,real_queue_id,state
       rmqtool timer fixtures/dev-timer-5x/store --units -f csv
       rmqtool timer fixtures/dev-timer-5x/store --slots
       rmqtool timer fixtures/dev-timer-5x/store --check
@@ -242,15 +260,18 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
         _write(ctx, rows, out, tablefmt, None, "no timer metrics")
         return
     if view == "units":
-        _write(ctx, (T.unit_row(pos, e) for pos, e in ts.iter_timerlog()), out, tablefmt, T.UNIT_FIELDS,
-               "no timer-log units")
+        columns = _columns(fields, T.UNIT_FIELDS)
+        _write(ctx, _pick((T.unit_row(pos, e) for pos, e in ts.iter_timerlog()), columns), out, tablefmt,
+               columns, "no timer-log units")
         return
     if view == "slots":
-        _write(ctx, T.slot_rows(ts), out, tablefmt, T.SLOT_FIELDS, "no used timer-wheel slots")
+        columns = _columns(fields, T.SLOT_FIELDS)
+        _write(ctx, _pick(T.slot_rows(ts), columns), out, tablefmt, columns, "no used timer-wheel slots")
         return
     problems: list[str] = []
-    n = write_rows(_for_people(T.pending_rows(st, ts, problems, since), out), out, columns=T.PENDING_FIELDS,
-                   tablefmt=tablefmt)
+    columns = _columns(fields, T.PENDING_FIELDS)
+    n = write_rows(_for_people(_pick(T.pending_rows(st, ts, problems, since), columns), out), out,
+                   columns=columns, tablefmt=tablefmt)
     for text in problems:
         _note(f"problem: {text}")
     if n == 0:
