@@ -8,6 +8,8 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rmqtool.cli import cli
 from rmqtool.errors import FormatError
@@ -198,3 +200,14 @@ def test_fastjson_errors_give_the_offset_in_the_original_text():
     with pytest.raises(FormatError) as err:
         parse_fastjson(text)
     assert err.value.offset == len(text[:text.index("x")].encode())
+
+
+@given(st.dictionaries(st.text(max_size=8), st.dictionaries(st.integers(-5, 10**6), st.integers(-2**63, 2**63 - 1),
+                                                            max_size=4), max_size=4))
+def test_fastjson_integer_keys_parse_like_quoted_ones(table):
+    quoted = json.dumps({"offsetTable": {k: {str(q): o for q, o in v.items()} for k, v in table.items()}},
+                        ensure_ascii=False)
+    bare = "{\"offsetTable\":{" + ",".join(
+        json.dumps(k, ensure_ascii=False) + ":{" + ",".join(f"{q}:{o}" for q, o in v.items()) + "\n\t\t}"
+        for k, v in table.items()) + "\n\t}}"
+    assert parse_fastjson(bare) == json.loads(quoted)

@@ -270,3 +270,12 @@ def test_timer_command_imports_neither_pyarrow_nor_pyspark(name):
         proc = subprocess.run([sys.executable, "-c", code, *args, str(store_path(name))], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert "HEAVY []" in proc.stderr, proc.stderr
+
+
+def test_wheel_of_a_size_that_is_not_whole_slots(tmp_path, name):
+    dst = _copy(tmp_path, name)
+    (dst / "timerwheel").write_bytes(bytes(SLOT_SIZE * 3 + 5))
+    result = run("timer", dst, "--slots")
+    assert result.exit_code == 3
+    assert result.stderr == (f"rmqtool: error: {dst / 'timerwheel'}: offset {SLOT_SIZE * 3}: timer wheel of "
+                             f"{SLOT_SIZE * 3 + 5} bytes is not a whole number of 32-byte slots\n")
