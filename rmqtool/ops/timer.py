@@ -14,7 +14,7 @@ from typing import Iterator
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Message
-from rmqtool.format.timer import TimerBlank, TimerSlot, TimerUnit, magic_flags
+from rmqtool.format.timer import SLOT_SIZE, TimerBlank, TimerSlot, TimerUnit, magic_flags
 from rmqtool.ops.rows import real_queue_id
 from rmqtool.store.store import Store
 from rmqtool.store.timer import TimerStore
@@ -52,7 +52,7 @@ def unit_row(offset: int, entry: TimerUnit | TimerBlank) -> dict:
 def slot_rows(ts: TimerStore) -> Iterator[dict]:
     """Every non-empty slot; ``in_place`` is TimerWheel.getSlot's test (the stored time maps here)."""
     for index, slot in ts.iter_slots():
-        yield {"slot": index, "byte_offset": index * 32, "slot_timestamp": slot.time_ms(ts.precision_ms),
+        yield {"slot": index, "byte_offset": index * SLOT_SIZE, "slot_timestamp": slot.time_ms(ts.precision_ms),
                "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "magic": slot.magic,
                "in_place": slot.ticks % ts.slot_count == index}
 
