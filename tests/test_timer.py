@@ -20,6 +20,7 @@ from rmqtool.format.timer import (BLANK_MAGIC_CODE, MIN_BLANK_LEN, SLOT_SIZE, UN
                                   parse_timer_metrics)
 from rmqtool.format.fastjson import DataVersion
 from rmqtool.format.java import java_string_hash
+from rmqtool.ops.metadata import config_rows
 from rmqtool.ops.timer import PENDING_FIELDS, open_timer_store, pending_rows
 from rmqtool.store import timer as store_timer
 from rmqtool.store.store import Store
@@ -127,6 +128,9 @@ def test_timercheck_and_timermetrics(name):
     assert loaded.value.data_version.to_json() == json.loads(rb["timermetrics.dataVersion"])
     text = (store_path(name) / "config" / "timermetrics").read_text()
     assert encode_timer_metrics(parse_timer_metrics(text)) == text
+    row = next(config_rows(Store.open(store_path(name))))
+    assert (row["file"], row["entries"], row["data_version_counter"]) == (
+        "timermetrics", len(rb["timermetrics.timingCount"]), loaded.value.data_version.counter)
 
 
 def test_timer_command_views(name):

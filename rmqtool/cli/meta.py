@@ -186,15 +186,16 @@ def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, 
 @output_options
 @click.pass_context
 def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
-    """Summarise the metadata files in config/: which file the broker would read (the .bak when the main
-    file is missing, empty or unparseable), their entries and data versions.
+    """Summarise the metadata files in config/ (topics, subscription groups, consumer and delay offsets,
+    timer metrics): which file the broker would read (the .bak when the main file is missing, empty or
+    unparseable), their entries and data versions.
 
     A file that does not decode (and has no usable .bak) is an error (exit 3). Exits 1 when there is none.
 
     \b
     Examples:
       rmqtool config fixtures/dev-config-5x/store
-      rmqtool config fixtures/dev-sample/store -f json
+      rmqtool config fixtures/dev-timer-5x/store -f json
     """
     from rmqtool.ops.metadata import CONFIG_FIELDS, config_rows
 

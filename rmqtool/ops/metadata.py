@@ -7,8 +7,10 @@ import re
 from typing import Iterator
 
 from rmqtool import constants as C
+from rmqtool.format.fastjson import DataVersion
 from rmqtool.format.java import parse_delay_levels
-from rmqtool.store.config import Loaded
+from rmqtool.format.timer import decode_timer_metrics
+from rmqtool.store.config import Loaded, load_config
 from rmqtool.store.metadata import CONFIG_FILES, Table, cq_max_offset, load
 from rmqtool.store.store import Store
 
@@ -93,14 +95,19 @@ def delay_rows(loaded: Loaded[Table], store: Store, levels: str = C.DEFAULT_DELA
 
 
 def config_rows(store: Store) -> Iterator[dict]:
-    """Each metadata file the store has: which file was read (.bak when the broker would), entries and
-    data version."""
+    """Each metadata file the store has (and timermetrics): which file was read (.bak when the broker
+    would), entries and data version."""
     for name in CONFIG_FILES:
         loaded = load(store, name)
-        if loaded is None:
-            continue
-        dv = loaded.value.data_version
-        yield {"file": name, "read_from": loaded.path.name, "entries": len(loaded.value.entries),
-               "data_version_counter": dv.counter if dv else None,
-               "data_version_timestamp": dv.timestamp if dv else None,
-               "state_version": dv.state_version if dv else None, "fallback_reason": loaded.fallback}
+        if loaded is not None:
+            yield _config_row(name, loaded, len(loaded.value.entries), loaded.value.data_version)
+    if store.is_store_root:
+        metrics = load_config(store.root / "config" / "timermetrics", decode_timer_metrics)
+        if metrics is not None:
+            yield _config_row("timermetrics", metrics, len(metrics.value.timing_count), metrics.value.data_version)
+
+
+def _config_row(name: str, loaded: Loaded, entries: int, dv: DataVersion | None) -> dict:
+    return {"file": name, "read_from": loaded.path.name, "entries": entries,
+            "data_version_counter": dv.counter if dv else None, "data_version_timestamp": dv.timestamp if dv else None,
+            "state_version": dv.state_version if dv else None, "fallback_reason": loaded.fallback}
