@@ -110,12 +110,12 @@ def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
     """
     from rmqtool.ops.metadata import group_rows
 
-    st = Store.open(store)
     out = resolve_format(fmt)
+    rows = group_rows(_loaded(Store.open(store), "subscriptionGroup.json"))
     columns = ["group", "consume_enable", "consume_message_orderly", "consume_broadcast_enable",
                "retry_queue_nums", "retry_max_times", "broker_id", "consume_timeout_minute"]
-    rows = ({c: r.get(c) for c in columns} for r in group_rows(_loaded(st, "subscriptionGroup.json"))) \
-        if out in PEOPLE else group_rows(_loaded(st, "subscriptionGroup.json"))
+    if out in PEOPLE:
+        rows = ({c: r.get(c) for c in columns} for r in rows)
     _write(ctx, rows, out, tablefmt, None, "no subscription groups")
 
 
