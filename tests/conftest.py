@@ -16,6 +16,9 @@ FIXTURES = ROOT / "fixtures"
 CLEAN_SETS = ["dev-sample", "dev-sample-5x"]
 CRASH_SETS = ["dev-sample-crash", "dev-sample-crash-torn", "dev-sample-5x-crash", "dev-sample-5x-crash-torn"]
 ALL_SETS = CLEAN_SETS + CRASH_SETS
+# Second batch: 5.x feature sets (clean shutdowns).
+TIMER_SETS = ["dev-timer-5x"]
+CONFIG_SETS = ["dev-config-5x"]
 # Older upstream store files live outside the project (not copied); tests using them skip when absent.
 UPSTREAM = Path(os.environ.get("RMQTOOL_UPSTREAM_FIXTURES", ROOT.parent / "shared" / "fixtures-upstream"))
 

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _register() -> None:
     # Commands register themselves on import; each module must keep heavy imports inside functions.
-    from rmqtool.cli import bulk, maintain, pipeline, read  # noqa: F401
+    from rmqtool.cli import bulk, maintain, meta, pipeline, read  # noqa: F401
 
 
 _register()

@@ -1,5 +1,5 @@
-"""The PROPERTIES column parsed columnarly into map<string,string>, plus the TAGS, KEYS and UNIQ_KEY
-columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4.9.1+ parser).
+"""The PROPERTIES column parsed columnarly into map<string,string>, plus the TAGS, KEYS, UNIQ_KEY,
+REAL_TOPIC and REAL_QID columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4.9.1+ parser).
 
 Items are the spans between \\x02 separators; an item's first \\x01 splits key and value, both
 non-empty, or the item is dropped. Positions come from numpy over the concatenated raw bytes; keys and
@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.format.properties import parse_properties
+from rmqtool.ops.rows import real_queue_id
 
 MAP_TYPE = pa.map_(pa.string(), pa.string())
 _MASKS = np.array([(1 << 8 * i) - 1 for i in range(9)], np.uint64)     # the low i bytes
@@ -26,7 +27,8 @@ class _Irregular(Exception):
 
 
 def property_columns(raw: pa.BinaryArray) -> dict[str, pa.Array]:
-    """``properties``, ``tags``, ``keys``, ``uniq_key`` for a binary array of raw PROPERTIES."""
+    """``properties``, ``tags``, ``keys``, ``uniq_key``, ``real_topic``, ``real_queue_id`` for a binary array
+    of raw PROPERTIES."""
     try:
         return _vectorised(raw)
     except _Irregular:
@@ -98,7 +100,21 @@ def _vectorised(raw: pa.BinaryArray) -> dict[str, pa.Array]:
     out["tags"] = lookup(C.PROPERTY_TAGS)
     out["uniq_key"] = lookup(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     out["keys"] = split_keys(lookup(C.PROPERTY_KEYS))
+    out["real_topic"] = lookup(C.PROPERTY_REAL_TOPIC)
+    out["real_queue_id"] = queue_ids(lookup(C.PROPERTY_REAL_QUEUE_ID))
     return out
+
+
+def queue_ids(text: pa.Array) -> pa.Array:
+    """REAL_QID values as int32 (null where absent or not a Java int); only the few present are parsed."""
+    present = np.flatnonzero(text.is_valid().to_numpy(zero_copy_only=False))
+    values = np.zeros(len(text), np.int32)
+    missing = np.ones(len(text), bool)
+    for i, value in zip(present, text.take(pa.array(present, pa.int64())).to_pylist()):
+        parsed = real_queue_id(value)
+        if parsed is not None:
+            values[i], missing[i] = parsed, False
+    return pa.array(values, pa.int32(), mask=missing)
 
 
 def _head_words(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -168,6 +184,8 @@ def _per_record(raw: pa.BinaryArray) -> dict[str, pa.Array]:
         "properties": pa.array([list(d.items()) for d in dicts], MAP_TYPE),
         "tags": pa.array([d.get(C.PROPERTY_TAGS) for d in dicts], pa.string()),
         "uniq_key": pa.array([d.get(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for d in dicts], pa.string()),
+        "real_topic": pa.array([d.get(C.PROPERTY_REAL_TOPIC) for d in dicts], pa.string()),
+        "real_queue_id": pa.array([real_queue_id(d.get(C.PROPERTY_REAL_QUEUE_ID)) for d in dicts], pa.int32()),
         "keys": pa.array([[k for k in d.get(C.PROPERTY_KEYS, "").split(C.KEY_SEPARATOR) if k] for d in dicts],
                          pa.list_(pa.string())),
     }

@@ -32,6 +32,8 @@ _TYPES = {
     "tags": pa.string(),
     "keys": pa.list_(pa.string()),
     "uniq_key": pa.string(),
+    "real_topic": pa.string(),
+    "real_queue_id": pa.int32(),
     "msg_id": pa.string(),
     "tags_code": pa.int64(),
     "body_length": pa.int32(),

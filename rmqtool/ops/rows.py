@@ -2,7 +2,8 @@
 
 Record fields, in order: type, physical_offset, total_size, magic_code, body_crc, queue_id, flag,
 queue_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
-prepared_transaction_offset, topic, properties, tags, keys, uniq_key, msg_id, tags_code, body_length,
+prepared_transaction_offset, topic, properties, tags, keys, uniq_key, real_topic, real_queue_id (REAL_TOPIC
+and REAL_QID: where a delay-level, timer or half message goes or came from), msg_id, tags_code, body_length,
 body, body_encoding, properties_raw (the stored PROPERTIES bytes in base64, so that a row re-encodes
 exactly even where the parsed ``properties`` object cannot hold them, e.g. a repeated key), and crc_ok
 when checked. Timestamps are epoch milliseconds; hosts are
@@ -14,18 +15,28 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from rmqtool import constants as C
 from rmqtool.format.commitlog import Blank, Entry, Message
-from rmqtool.format.java import body_crc
+from rmqtool.format.java import body_crc, parse_java_int
 
 RECORD_FIELDS = [
     "type", "physical_offset", "total_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset",
     "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-    "prepared_transaction_offset", "topic", "properties", "tags", "keys", "uniq_key", "msg_id", "tags_code",
+    "prepared_transaction_offset", "topic", "properties", "tags", "keys", "uniq_key", "real_topic",
+    "real_queue_id", "msg_id", "tags_code",
     "body_length", "body", "body_encoding", "properties_raw",
 ]
 CQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code"]
 INDEX_HIT_FIELDS = ["topic", "key", "physical_offset", "store_timestamp", "index_file"]
 BODY_ENCODINGS = ("text", "hex", "base64", "none")
+
+
+def real_queue_id(text: str | None) -> int | None:
+    """REAL_QID as Integer.parseInt reads it; None when absent or not a Java int."""
+    try:
+        return parse_java_int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def encode_body(body: bytes, encoding: str) -> str | None:
@@ -90,6 +101,8 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         "tags": props.get("TAGS"),
         "keys": msg.keys,
         "uniq_key": props.get("UNIQ_KEY"),
+        "real_topic": props.get(C.PROPERTY_REAL_TOPIC),
+        "real_queue_id": real_queue_id(props.get(C.PROPERTY_REAL_QUEUE_ID)),
         "msg_id": msg.msg_id,
         "tags_code": tags_code,
         "body_length": len(body),

@@ -1,0 +1,281 @@
+"""Broker metadata and the timer store: topics, groups, offsets, delay-offsets, config, timer.
+
+Nothing here imports pyarrow or pyspark.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+import click
+
+from rmqtool import constants as C
+from rmqtool.cli import cli
+from rmqtool.cli.exitcodes import ExitCode
+from rmqtool.cli.output import (TIMESTAMP, Format, format_timestamp, output_options, resolve_format, write_record,
+                                write_rows)
+from rmqtool.errors import StoreError
+from rmqtool.store.store import Store
+
+PEOPLE = (Format.TABLE, Format.PLAIN)
+TIME_FIELDS = frozenset({"slot_timestamp", "deliver_timestamp", "curr_write_timestamp", "delayed_timestamp",
+                         "data_version_timestamp", "last_read_time_ms", "timestamp", "time_stamp"})
+
+
+def _note(text: str) -> None:
+    click.echo(f"rmqtool: {text}", err=True)
+
+
+def _for_people(rows: Iterable[dict], fmt: Format) -> Iterator[dict]:
+    """Tables show times as UTC dates; scripts get epoch milliseconds."""
+    for row in rows:
+        if fmt in PEOPLE:
+            row = {k: format_timestamp(v) if k in TIME_FIELDS and isinstance(v, int) and v > 0 else v
+                   for k, v in row.items()}
+        yield row
+
+
+def _write(ctx: click.Context, rows: Iterable[dict], fmt: Format, tablefmt: str, columns: list[str] | None,
+           nothing: str) -> None:
+    if write_rows(_for_people(rows, fmt), fmt, columns=columns, tablefmt=tablefmt) == 0:
+        _note(nothing)
+        ctx.exit(ExitCode.FINDINGS)
+
+
+def _loaded(store: Store, name: str):
+    from rmqtool.store.metadata import load
+
+    loaded = load(store, name)
+    if loaded is None:
+        raise StoreError(f"no config/{name} (nor its .bak)", path=str(store.root / "config"))
+    if loaded.fallback:
+        _note(f"read {loaded.path.name} as the broker would: {loaded.fallback}")
+    return loaded
+
+
+def _columns(fields: str | None, known: list[str]) -> list[str]:
+    if not fields:
+        return known
+    names = [f.strip() for f in fields.split(",") if f.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are {', '.join(known)}",
+                                 param_hint="--fields")
+    return names
+
+
+def _pick(rows: Iterable[dict], columns: list[str]) -> Iterator[dict]:
+    return ({c: r[c] for c in columns} for r in rows)
+
+
+# -- topics / groups --------------------------------------------------------------------------------
+@cli.command()
+@click.argument("store", type=click.Path())
+@output_options
+@click.pass_context
+def topics(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
+    """List the topic table (config/topics.json): queue counts, permission, queue type, order.
+
+    perm is PermName's R/W/X (inherit); queue_type is the queue.type attribute (SimpleCQ unless BatchCQ);
+    queues_on_disk counts the topic's consume-queue directories. The .bak file is read when the broker
+    would read it (the main file missing, empty or unparseable). Exits 1 when the table is empty.
+
+    \b
+    Examples:
+      rmqtool topics fixtures/dev-config-5x/store
+      rmqtool topics fixtures/dev-config-5x/store -f jsonl | jq -r 'select(.queue_type=="BatchCQ").topic'
+    """
+    from rmqtool.ops.metadata import TOPIC_FIELDS, topic_rows
+
+    st = Store.open(store)
+    out = resolve_format(fmt)
+    _write(ctx, topic_rows(_loaded(st, "topics.json"), st), out, tablefmt,
+           TOPIC_FIELDS[:-3] if out in PEOPLE else None, "no topics")
+
+
+@cli.command()
+@click.argument("store", type=click.Path())
+@output_options
+@click.pass_context
+def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
+    """List the subscription groups (config/subscriptionGroup.json) with their settings.
+
+    Tables show the main settings; json/jsonl/csv every stored field (in snake_case). Exits 1 when the
+    table is empty.
+
+    \b
+    Examples:
+      rmqtool groups fixtures/dev-config-5x/store
+      rmqtool groups fixtures/dev-config-5x/store -f json
+    """
+    from rmqtool.ops.metadata import group_rows
+
+    out = resolve_format(fmt)
+    rows = group_rows(_loaded(Store.open(store), "subscriptionGroup.json"))
+    columns = ["group", "consume_enable", "consume_message_orderly", "consume_broadcast_enable",
+               "retry_queue_nums", "retry_max_times", "broker_id", "consume_timeout_minute"]
+    if out in PEOPLE:
+        rows = ({c: r.get(c) for c in columns} for r in rows)
+    _write(ctx, rows, out, tablefmt, None, "no subscription groups")
+
+
+# -- offsets ----------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("store", type=click.Path())
+@click.option("--group", "-g", help="Only this consumer group.")
+@click.option("--topic", "-t", help="Only this topic.")
+@click.option("--by", type=click.Choice(["queue", "topic", "group"]), default="queue", show_default=True,
+              help="One row per queue, or lag summed per group and topic, or per group.")
+@output_options
+@click.pass_context
+def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None, by: str, fmt: str | None,
+            tablefmt: str) -> None:
+    """Consumer offsets with lag (as mqadmin consumerProgress): the committed offset of each group, topic
+    and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
+    files (batchconsumequeue for BatchCQ topics).
+
+    lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
+    as an unused %RETRY% topic). Groups that never committed have no rows. Exits 1 when nothing matches.
+
+    \b
+    Examples:
+      rmqtool offsets fixtures/dev-config-5x/store
+      rmqtool offsets fixtures/dev-config-5x/store --group GroupB --topic TopicA
+      rmqtool offsets fixtures/dev-config-5x/store --by topic -f csv
+    """
+    from rmqtool.ops.metadata import OFFSET_FIELDS, offset_rows, totals
+
+    st = Store.open(store)
+    rows = offset_rows(_loaded(st, "consumerOffset.json"), st, group=group, topic=topic)
+    if by != "queue":
+        rows = totals(rows, ("group", "topic") if by == "topic" else ("group",))
+    _write(ctx, rows, resolve_format(fmt), tablefmt, OFFSET_FIELDS if by == "queue" else None,
+           "no committed offsets" + (" match" if group or topic else ""))
+
+
+@cli.command("delay-offsets")
+@click.argument("store", type=click.Path())
+@click.option("--levels", default=C.DEFAULT_DELAY_LEVELS, show_default=True, metavar="SPEC",
+              help="The broker's messageDelayLevel, for delay_ms.")
+@output_options
+@click.pass_context
+def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, tablefmt: str) -> None:
+    """Delay-level progress (config/delayOffset.json): per level, the SCHEDULE_TOPIC_XXXX queue
+    (level - 1), the offset the schedule service delivered up to, the queue's max offset, and the
+    messages still waiting (pending). Exits 1 when the table is empty.
+
+    \b
+    Examples:
+      rmqtool delay-offsets fixtures/dev-config-5x/store
+      rmqtool delay-offsets fixtures/dev-sample/store -f jsonl
+    """
+    from rmqtool.ops.metadata import DELAY_FIELDS, delay_rows
+
+    try:
+        from rmqtool.format.java import parse_delay_levels
+        parse_delay_levels(levels)
+    except (KeyError, ValueError, IndexError):
+        raise click.BadParameter(f"not a delay-level list: {levels!r}", param_hint="--levels") from None
+    st = Store.open(store)
+    _write(ctx, delay_rows(_loaded(st, "delayOffset.json"), st, levels), resolve_format(fmt), tablefmt,
+           DELAY_FIELDS, "no delay-level offsets")
+
+
+@cli.command("config")
+@click.argument("store", type=click.Path())
+@output_options
+@click.pass_context
+def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
+    """Summarise the metadata files in config/ (topics, subscription groups, consumer and delay offsets,
+    timer metrics): which file the broker would read (the .bak when the main file is missing, empty or
+    unparseable), their entries and data versions.
+
+    A file that does not decode (and has no usable .bak) is an error (exit 3). Exits 1 when there is none.
+
+    \b
+    Examples:
+      rmqtool config fixtures/dev-config-5x/store
+      rmqtool config fixtures/dev-timer-5x/store -f json
+    """
+    from rmqtool.ops.metadata import CONFIG_FIELDS, config_rows
+
+    _write(ctx, config_rows(Store.open(store)), resolve_format(fmt), tablefmt, CONFIG_FIELDS,
+           "no metadata files in config/")
+
+
+# -- timer ------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("store", type=click.Path())
+@click.option("--units", "view", flag_value="units", help="Every timer-log unit (and file-end BLANK) as stored.")
+@click.option("--slots", "view", flag_value="slots", help="Every non-empty timer-wheel slot.")
+@click.option("--check", "view", flag_value="check", help="The timer checkpoint (config/timercheck).")
+@click.option("--metrics", "view", flag_value="metrics",
+              help="Timer messages per real topic (config/timermetrics).")
+@click.option("--precision", type=click.IntRange(min=1), metavar="MS",
+              help="The broker's timerPrecisionMs [default: read from the wheel, else 1000].")
+@click.option("--since", type=TIMESTAMP,
+              help="List slots from this time (ISO-8601 or epoch ms) [default: the checkpoint's lastReadTimeMs].")
+@click.option("--fields", metavar="A,B,...", help="Only these columns of the pending, --units or --slots rows.")
+@output_options
+@click.pass_context
+def timer(ctx: click.Context, store: str, view: str | None, precision: int | None, since: int | None,
+          fields: str | None, fmt: str | None, tablefmt: str) -> None:
+    """List the timer messages (5.x timerWheelEnable) the broker has still to deliver, in delivery order.
+
+    Every wheel slot at or after the checkpoint's read time is walked from its last unit back, as the
+    broker's dequeue does; each unit is resolved to its commit-log record (real topic and queue, UNIQ_KEY,
+    TIMER_OUT_MS, roll count). state: pending; pending(roll: ...) for a message beyond the roll window
+    (the slot is a stop on the way: deliver_timestamp is the real due time); delete-marker for a recall;
+    cancelled-by-delete for the message a recall in the same slot cancels; message-missing when the record
+    is gone. The wheel file is read only where it holds data. Exits 1 when nothing is listed or a slot's
+    chain is broken.
+
+    \b
+    Examples:
+      rmqtool timer fixtures/dev-timer-5x/store
+      rmqtool timer fixtures/dev-timer-5x/store --fields slot_timestamp,real_topic,real_queue_id,state
+      rmqtool timer fixtures/dev-timer-5x/store --units -f csv
+      rmqtool timer fixtures/dev-timer-5x/store --slots
+      rmqtool timer fixtures/dev-timer-5x/store --check
+    """
+    from rmqtool.ops import timer as T
+
+    st = Store.open(store)
+    ts = T.open_timer_store(st, precision)
+    out = resolve_format(fmt)
+    if view == "check":
+        cp = ts.checkpoint()
+        if cp is None:
+            raise StoreError("no timer checkpoint", path=str(st.root / "config" / "timercheck"))
+        row = {k: v for k, v in cp._asdict().items() if k != "rest"}
+        write_record(next(_for_people([row], out)), out, tablefmt=tablefmt)
+        return
+    if view == "metrics":
+        loaded = ts.metrics()
+        if loaded is None:
+            raise StoreError("no timer metrics", path=str(st.root / "config" / "timermetrics"))
+        if loaded.fallback:
+            _note(f"read {loaded.path.name} as the broker would: {loaded.fallback}")
+        rows = ({"topic": t, "count": m.count, "time_stamp": m.time_stamp}
+                for t, m in loaded.value.timing_count.items())
+        _write(ctx, rows, out, tablefmt, None, "no timer metrics")
+        return
+    if view == "units":
+        columns = _columns(fields, T.UNIT_FIELDS)
+        _write(ctx, _pick((T.unit_row(pos, e) for pos, e in ts.iter_timerlog()), columns), out, tablefmt,
+               columns, "no timer-log units")
+        return
+    if view == "slots":
+        columns = _columns(fields, T.SLOT_FIELDS)
+        _write(ctx, _pick(T.slot_rows(ts), columns), out, tablefmt, columns, "no used timer-wheel slots")
+        return
+    problems: list[str] = []
+    columns = _columns(fields, T.PENDING_FIELDS)
+    n = write_rows(_for_people(_pick(T.pending_rows(st, ts, problems, since), columns), out), out,
+                   columns=columns, tablefmt=tablefmt)
+    for text in problems:
+        _note(f"problem: {text}")
+    if n == 0:
+        _note("no pending timer messages")
+    if n == 0 or problems:
+        ctx.exit(ExitCode.FINDINGS)

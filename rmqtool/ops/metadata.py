@@ -1,0 +1,113 @@
+"""Broker metadata as rows: topics, subscription groups, consumer offsets with lag, delay-level offsets,
+and the config files themselves (which file was read, data version)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+from rmqtool import constants as C
+from rmqtool.format.fastjson import DataVersion
+from rmqtool.format.java import parse_delay_levels
+from rmqtool.format.timer import decode_timer_metrics
+from rmqtool.store.config import Loaded, load_config
+from rmqtool.store.metadata import CONFIG_FILES, Table, cq_max_offset, load
+from rmqtool.store.store import Store
+
+TOPIC_FIELDS = ["topic", "queue_type", "read_queue_nums", "write_queue_nums", "perm", "order", "queues_on_disk",
+                "topic_filter_type", "topic_sys_flag", "attributes"]
+OFFSET_FIELDS = ["group", "topic", "queue_id", "offset", "max_offset", "lag"]
+DELAY_FIELDS = ["level", "delay_ms", "queue_id", "offset", "max_offset", "pending"]
+CONFIG_FIELDS = ["file", "read_from", "entries", "data_version_counter", "data_version_timestamp",
+                 "state_version", "fallback_reason"]
+
+
+def topic_rows(loaded: Loaded[Table], store: Store) -> Iterator[dict]:
+    """One row per topic, by name; ``queues_on_disk`` counts its consume-queue directories."""
+    for name in sorted(loaded.value.entries):
+        tc = loaded.value.entries[name]
+        yield {"topic": name, "queue_type": tc.queue_type, "read_queue_nums": tc.read_queue_nums,
+               "write_queue_nums": tc.write_queue_nums, "perm": tc.perm_text, "order": tc.order,
+               "queues_on_disk": _queue_dirs(store, name), "topic_filter_type": tc.topic_filter_type,
+               "topic_sys_flag": tc.topic_sys_flag, "attributes": tc.attributes}
+
+
+def _queue_dirs(store: Store, topic: str) -> int:
+    return sum(1 for kind in ("consumequeue", "batchconsumequeue") if (store.root / kind / topic).is_dir()
+               for q in (store.root / kind / topic).iterdir() if q.is_dir() and q.name.isdigit())
+
+
+def group_rows(loaded: Loaded[Table]) -> Iterator[dict]:
+    """One row per subscription group, by name: its stored fields in snake_case."""
+    for name in sorted(loaded.value.entries):
+        fields = {snake(k): v for k, v in loaded.value.entries[name].items() if k != "groupName"}
+        yield {"group": name, **fields}
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None,
+                topic: str | None = None) -> Iterator[dict]:
+    """Committed offset, the queue's max offset and lag = max - committed, per group/topic/queue.
+    max_offset and lag are None when the store has no such queue (e.g. an unused retry topic)."""
+    maxima: dict[tuple[str, int], int | None] = {}
+    for (t, g), queues in sorted(loaded.value.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if (group is not None and g != group) or (topic is not None and t != topic):
+            continue
+        for queue_id in sorted(queues):
+            if (t, queue_id) not in maxima:
+                maxima[(t, queue_id)] = cq_max_offset(store, t, queue_id)
+            high = maxima[(t, queue_id)]
+            yield {"group": g, "topic": t, "queue_id": queue_id, "offset": queues[queue_id], "max_offset": high,
+                   "lag": None if high is None else high - queues[queue_id]}
+
+
+def totals(rows: Iterator[dict], by: tuple[str, ...]) -> Iterator[dict]:
+    """Offset rows summed per ``by`` (e.g. ("group", "topic")): queues, and lag over the queues the store
+    has (None when it has none of them)."""
+    out: dict[tuple, dict] = {}
+    for row in rows:
+        key = tuple(row[k] for k in by)
+        acc = out.setdefault(key, {**dict(zip(by, key)), "queues": 0, "lag": 0, "unknown_queues": 0})
+        acc["queues"] += 1
+        if row["lag"] is None:
+            acc["unknown_queues"] += 1
+        else:
+            acc["lag"] += row["lag"]
+    for acc in out.values():
+        if acc["unknown_queues"] == acc["queues"]:
+            acc["lag"] = None
+        yield acc
+
+
+def delay_rows(loaded: Loaded[Table], store: Store, levels: str = C.DEFAULT_DELAY_LEVELS) -> Iterator[dict]:
+    """Per delay level: its delay, SCHEDULE_TOPIC_XXXX queue, the offset delivered up to, that queue's max
+    offset and the messages still waiting there."""
+    delays = parse_delay_levels(levels)
+    for level in sorted(loaded.value.entries):
+        offset = loaded.value.entries[level]
+        high = cq_max_offset(store, C.RMQ_SYS_SCHEDULE_TOPIC, level - 1)
+        yield {"level": level, "delay_ms": delays[level - 1] if 1 <= level <= len(delays) else None,
+               "queue_id": level - 1, "offset": offset, "max_offset": high,
+               "pending": None if high is None else high - offset}
+
+
+def config_rows(store: Store) -> Iterator[dict]:
+    """Each metadata file the store has (and timermetrics): which file was read (.bak when the broker
+    would), entries and data version."""
+    for name in CONFIG_FILES:
+        loaded = load(store, name)
+        if loaded is not None:
+            yield _config_row(name, loaded, len(loaded.value.entries), loaded.value.data_version)
+    if store.is_store_root:
+        metrics = load_config(store.root / "config" / "timermetrics", decode_timer_metrics)
+        if metrics is not None:
+            yield _config_row("timermetrics", metrics, len(metrics.value.timing_count), metrics.value.data_version)
+
+
+def _config_row(name: str, loaded: Loaded, entries: int, dv: DataVersion | None) -> dict:
+    return {"file": name, "read_from": loaded.path.name, "entries": entries,
+            "data_version_counter": dv.counter if dv else None, "data_version_timestamp": dv.timestamp if dv else None,
+            "state_version": dv.state_version if dv else None, "fallback_reason": loaded.fallback}

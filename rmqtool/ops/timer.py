@@ -1,0 +1,131 @@
+"""Timer messages as rows: the pending ones as the broker's dequeue will see them, and raw units and slots.
+
+``pending_rows`` visits every slot at or after the checkpoint's lastReadTimeMs in time order and walks
+it from lastPos along prevPos, as ``TimerMessageStore.dequeue`` does; each unit is resolved to its
+commit-log record. States: ``delete-marker`` (DELETE without ROLL: a recall), ``cancelled-by-delete``
+(its REAL_TOPIC+UNIQ_KEY is recalled in the same slot), ``pending(roll: re-enqueued at slot time)``
+(ROLL: the slot is an intermediate stop), ``pending``; ``message-missing`` when the record cannot be read.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.commitlog import Message
+from rmqtool.format.timer import SLOT_SIZE, TimerBlank, TimerSlot, TimerUnit, magic_flags
+from rmqtool.ops.rows import real_queue_id
+from rmqtool.store.store import Store
+from rmqtool.store.timer import TimerStore
+
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+STATE_ROLL = "pending(roll: re-enqueued at slot time)"
+
+PENDING_FIELDS = ["slot_timestamp", "real_topic", "real_queue_id", "uniq_key", "deliver_timestamp",
+                  "roll_times", "state", "timerlog_offset", "magic", "physical_offset", "size"]
+UNIT_FIELDS = ["timerlog_offset", "type", "size", "prev_pos", "magic", "magic_flags", "curr_write_timestamp",
+               "delayed_time", "delayed_timestamp", "offset_py", "size_py", "real_topic_hash", "reserved"]
+SLOT_FIELDS = ["slot", "byte_offset", "slot_timestamp", "first_pos", "last_pos", "num", "magic", "in_place"]
+
+
+def open_timer_store(store: Store, precision_ms: int | None = None) -> TimerStore:
+    ts = TimerStore.open(store.root, precision_ms) if store.is_store_root else None
+    if ts is None:
+        raise StoreError("no timer store (timerlog/ or timerwheel): the broker ran without timerWheelEnable",
+                         path=str(store.root))
+    return ts
+
+
+def unit_row(offset: int, entry: TimerUnit | TimerBlank) -> dict:
+    if isinstance(entry, TimerBlank):
+        return {**dict.fromkeys(UNIT_FIELDS), "timerlog_offset": offset, "type": "blank", "size": entry.size}
+    return {"timerlog_offset": offset, "type": "unit", "size": entry.size, "prev_pos": entry.prev_pos,
+            "magic": entry.magic, "magic_flags": magic_flags(entry.magic),
+            "curr_write_timestamp": entry.curr_write_time_ms, "delayed_time": entry.delayed_time,
+            "delayed_timestamp": entry.delayed_time_ms, "offset_py": entry.offset_py, "size_py": entry.size_py,
+            "real_topic_hash": entry.real_topic_hash, "reserved": entry.reserved}
+
+
+def slot_rows(ts: TimerStore) -> Iterator[dict]:
+    """Every non-empty slot; ``in_place`` is TimerWheel.getSlot's test (the stored time maps here)."""
+    for index, slot in ts.iter_slots():
+        yield {"slot": index, "byte_offset": index * SLOT_SIZE, "slot_timestamp": slot.time_ms(ts.precision_ms),
+               "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "magic": slot.magic,
+               "in_place": slot.ticks % ts.slot_count == index}
+
+
+def pending_slots(ts: TimerStore, from_ms: int) -> list[TimerSlot]:
+    """Slots holding a time at or after ``from_ms`` (in their own place), in time order."""
+    slots = [slot for index, slot in ts.iter_slots()
+             if slot.ticks % ts.slot_count == index and slot.time_ms(ts.precision_ms) >= from_ms]
+    return sorted(slots, key=lambda s: s.ticks)
+
+
+def walk_slot(ts: TimerStore, slot: TimerSlot, problems: list[str]) -> Iterator[tuple[int, TimerUnit]]:
+    """The slot's units from lastPos along prevPos (each link must point back: units are appended)."""
+    pos = slot.last_pos
+    while pos != -1:
+        try:
+            unit = ts.read_unit(pos)
+        except FormatError as exc:
+            problems.append(f"slot {slot.time_ms(ts.precision_ms)}: {exc}")
+            return
+        yield pos, unit
+        if unit.prev_pos >= pos:
+            problems.append(f"slot {slot.time_ms(ts.precision_ms)}: timer-log unit at {pos} links forward "
+                            f"to {unit.prev_pos}")
+            return
+        pos = unit.prev_pos
+
+
+def pending_rows(store: Store, ts: TimerStore, problems: list[str], from_ms: int | None = None) -> Iterator[dict]:
+    """Rows of the timer messages still to be dequeued (from ``from_ms``, default lastReadTimeMs)."""
+    if from_ms is None:
+        cp = ts.checkpoint()
+        from_ms = cp.last_read_time_ms if cp is not None else 0
+    for slot in pending_slots(ts, from_ms):
+        resolved = [(pos, unit, _message(store, unit)) for pos, unit in walk_slot(ts, slot, problems)]
+        deletes = {m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY) for _, u, m in resolved
+                   if m is not None and u.is_delete and not u.is_roll}
+        for pos, unit, msg in resolved:
+            yield _pending_row(slot.time_ms(ts.precision_ms), pos, unit, msg, deletes)
+
+
+def _message(store: Store, unit: TimerUnit) -> Message | None:
+    """TimerMessageStore.getMessageByCommitOffset: the record at offsetPy, None when it is not there."""
+    try:
+        msg = store.commitlog.read_at(unit.offset_py)
+    except (FormatError, StoreError):
+        return None
+    return msg if isinstance(msg, Message) and msg.total_size == unit.size_py else None
+
+
+def _pending_row(slot_ms: int, pos: int, unit: TimerUnit, msg: Message | None, deletes: set) -> dict:
+    row = {"slot_timestamp": slot_ms, "real_topic": None, "real_queue_id": None, "uniq_key": None,
+           "deliver_timestamp": None, "roll_times": None, "state": "message-missing", "timerlog_offset": pos,
+           "magic": unit.magic, "physical_offset": unit.offset_py, "size": unit.size_py}
+    if msg is None:
+        return row
+    props = msg.properties
+    real_topic = props.get(C.PROPERTY_REAL_TOPIC)
+    uniq_key = props.get(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    if unit.is_delete and not unit.is_roll:
+        state = "delete-marker"
+    elif uniq_key is not None and f"{real_topic}+{uniq_key}" in deletes:
+        state = "cancelled-by-delete"
+    else:
+        state = STATE_ROLL if unit.is_roll else "pending"
+    row.update(real_topic=real_topic, real_queue_id=real_queue_id(props.get(C.PROPERTY_REAL_QUEUE_ID)),
+               uniq_key=uniq_key, deliver_timestamp=_int(props.get(PROPERTY_TIMER_OUT_MS)),
+               roll_times=_int(props.get(PROPERTY_TIMER_ROLL_TIMES)) or 0, state=state)
+    return row
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,163 @@
+"""The broker's metadata in ``config/``: topics.json, subscriptionGroup.json, consumerOffset.json and
+delayOffset.json (``TopicConfigManager``, ``SubscriptionGroupManager``, ``ConsumerOffsetManager``,
+``ScheduleMessageService``), each loaded as ``ConfigManager.load`` does (``.bak`` fallback), and the
+consume queues' max offsets that consumer lag is measured against.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError
+from rmqtool.format.consumequeue import UNIT
+from rmqtool.format.fastjson import DataVersion, as_int, data_version
+from rmqtool.store.config import Loaded, load_config
+from rmqtool.store.filequeue import FileQueue
+from rmqtool.store.store import Store
+
+QUEUE_TYPE_ATTRIBUTE = "queue.type"
+DEFAULT_QUEUE_TYPE = "SimpleCQ"          # TopicAttributes.QUEUE_TYPE_ATTRIBUTE's default
+TOPIC_GROUP_SEPARATOR = "@"
+PERM_READ, PERM_WRITE, PERM_INHERIT = 0x4, 0x2, 0x1
+
+
+class TopicConfig(NamedTuple):
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_filter_type: str
+    topic_sys_flag: int
+    order: bool
+    attributes: dict[str, str]
+
+    @property
+    def queue_type(self) -> str:
+        return self.attributes.get(QUEUE_TYPE_ATTRIBUTE, DEFAULT_QUEUE_TYPE)
+
+    @property
+    def perm_text(self) -> str:
+        """PermName.perm2String: R, W, X (inherit) or '-'."""
+        return "".join(c if self.perm & bit else "-"
+                       for c, bit in (("R", PERM_READ), ("W", PERM_WRITE), ("X", PERM_INHERIT)))
+
+
+class Table(NamedTuple):
+    data_version: DataVersion | None
+    entries: dict                      # name -> value, in file order
+
+
+def _object(value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise FormatError(f"{what} is not an object")
+    return value
+
+
+def decode_topics(value: Any) -> Table:
+    """topics.json: ``{"dataVersion":…,"topicConfigTable":{name:TopicConfig}}``."""
+    table = _object(_object(value, "topics.json").get("topicConfigTable", {}), "topicConfigTable")
+    topics = {}
+    for name, tc in table.items():
+        tc = _object(tc, f"topic {name!r}")
+        topics[name] = TopicConfig(
+            tc.get("topicName", name), as_int(tc.get("readQueueNums", 16), f"{name}.readQueueNums"),
+            as_int(tc.get("writeQueueNums", 16), f"{name}.writeQueueNums"), as_int(tc.get("perm", 6), f"{name}.perm"),
+            str(tc.get("topicFilterType", "SINGLE_TAG")), as_int(tc.get("topicSysFlag", 0), f"{name}.topicSysFlag"),
+            bool(tc.get("order", False)), dict(_object(tc.get("attributes") or {}, f"{name}.attributes")))
+    return Table(data_version(value), topics)
+
+
+def decode_groups(value: Any) -> Table:
+    """subscriptionGroup.json: group name -> its SubscriptionGroupConfig fields as stored (camelCase)."""
+    table = _object(_object(value, "subscriptionGroup.json").get("subscriptionGroupTable", {}),
+                    "subscriptionGroupTable")
+    return Table(data_version(value), {name: _object(g, f"group {name!r}") for name, g in table.items()})
+
+
+def decode_consumer_offsets(value: Any) -> Table:
+    """consumerOffset.json: (topic, group) -> {queueId: committed offset}; keys are ``topic@group``."""
+    table = _object(_object(value, "consumerOffset.json").get("offsetTable", {}), "offsetTable")
+    out = {}
+    for key, queues in table.items():
+        topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        if not sep:
+            raise FormatError(f"offsetTable key {key!r} is not topic@group")
+        out[(topic, group)] = {as_int(q, f"{key} queue id"): as_int(o, f"{key} offset")
+                               for q, o in _object(queues, key).items()}
+    return Table(data_version(value), out)
+
+
+def decode_delay_offsets(value: Any) -> Table:
+    """delayOffset.json: delay level -> offset in SCHEDULE_TOPIC_XXXX queue level-1."""
+    table = _object(_object(value, "delayOffset.json").get("offsetTable", {}), "offsetTable")
+    return Table(data_version(value), {as_int(k, "delay level"): as_int(v, f"level {k} offset")
+                                       for k, v in table.items()})
+
+
+CONFIG_FILES = {"topics.json": decode_topics, "subscriptionGroup.json": decode_groups,
+                "consumerOffset.json": decode_consumer_offsets, "delayOffset.json": decode_delay_offsets}
+
+
+def load(store: Store, name: str) -> Loaded[Table] | None:
+    """One of CONFIG_FILES, as the broker loads it; None when the store has neither it nor its .bak."""
+    if not store.is_store_root:
+        return None
+    return load_config(store.root / "config" / name, CONFIG_FILES[name])
+
+
+def topic_table(store: Store) -> dict[str, TopicConfig] | None:
+    """Topic name -> TopicConfig from config/topics.json (or its .bak); None when there is none."""
+    loaded = load(store, "topics.json")
+    return loaded.value.entries if loaded is not None else None
+
+
+# -- consume-queue max offsets ----------------------------------------------------------------------
+BCQ_UNIT_SIZE = 46
+_BCQ_HEAD = struct.Struct(">qiqqqh")     # physOffset, size, tagsCode, storeTime, msgBaseOffset, batchSize
+
+
+def cq_max_offset(store: Store, topic: str, queue_id: int) -> int | None:
+    """ConsumeQueue/BatchConsumeQueue.getMaxOffsetInQueue after the broker's recovery (which walks the
+    last three files up to the first invalid unit); None when the queue has no directory."""
+    classic = store.root / "consumequeue" / topic / str(queue_id)
+    batch = store.root / "batchconsumequeue" / topic / str(queue_id)
+    if classic.is_dir():
+        return _recovered_end(FileQueue.from_dir(classic), C.CQ_STORE_UNIT_SIZE, _classic_valid) // C.CQ_STORE_UNIT_SIZE
+    if batch.is_dir():
+        queue = FileQueue.from_dir(batch)
+        end = _recovered_end(queue, BCQ_UNIT_SIZE, _batch_valid)
+        if end == queue.min_offset:
+            return 0
+        f, pos = queue.locate(end - BCQ_UNIT_SIZE)
+        _, _, _, _, base, batch_size = _BCQ_HEAD.unpack_from(f.read(), pos)
+        return base + batch_size
+    return None
+
+
+def _classic_valid(buf, pos: int) -> bool:
+    phy, size, _ = UNIT.unpack_from(buf, pos)
+    return phy >= 0 and size > 0
+
+
+def _batch_valid(buf, pos: int) -> bool:
+    phy, size, _, _, base, batch_size = _BCQ_HEAD.unpack_from(buf, pos)
+    return phy >= 0 and size > 0 and base >= 0 and batch_size > 0
+
+
+def _recovered_end(queue: FileQueue, unit: int, valid) -> int:
+    """The byte offset after the last valid unit, walking from the third-last file as recover() does."""
+    files = queue.files
+    if not files:
+        return 0
+    end = files[max(0, len(files) - 3)].start
+    for f in files[max(0, len(files) - 3):]:
+        buf = f.read()
+        pos = 0
+        while pos + unit <= len(buf) and valid(buf, pos):
+            pos += unit
+        end = f.start + pos
+        if pos < len(buf):
+            break
+    return end
