@@ -27,6 +27,7 @@ from rmqtool.format.indexfile import Geometry
 from rmqtool.ops import dataset, grep, scan, stats
 from rmqtool.ops.generate import generate_store
 from rmqtool.ops.verify import verify_store
+from rmqtool.store.store import Store
 
 pyspark = pytest.importorskip("pyspark")
 pytestmark = pytest.mark.spark
@@ -229,6 +230,57 @@ def test_verify_parity(spark, generated, name):
     want = list(verify_store(path, deep=deep))
     assert list(verify_spark(spark, path, deep=deep)) == want
     assert bool(want) == (name not in CLEAN_SETS + ["generated"])
+
+
+@pytest.fixture(scope="module")
+def damaged(generated, tmp_path_factory):
+    """The generated store with a broken magic code in its third file, a consume-queue file cut
+    mid-unit, an index entry pointing nowhere and a record's unit removed."""
+    import shutil
+    import struct
+    from pathlib import Path
+
+    root = tmp_path_factory.mktemp("damaged") / "store"
+    shutil.copytree(generated, root)
+    third = sorted((root / "commitlog").iterdir())[2]
+    data = bytearray(third.read_bytes())
+    data[struct.unpack_from(">i", data, 0)[0] + 5] ^= 0xFF        # the second record's magic code
+    third.write_bytes(bytes(data))
+    queues = sorted(p for p in (root / "consumequeue").rglob("0000*"))
+    queues[0].write_bytes(queues[0].read_bytes()[:130])
+    units = bytearray(queues[1].read_bytes())
+    units[40:60] = bytes(20)                       # the third unit: zero, so the queue ends there
+    queues[1].write_bytes(bytes(units))
+    index = sorted((root / "index").iterdir())[0]
+    data = bytearray(index.read_bytes())
+    struct.pack_into(">q", data, 40 + 4 * 50 + 20 * 3 + 4, 12345)
+    index.write_bytes(bytes(data))
+    return str(Path(root))
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_verify_parity_on_damage_and_only_findings_travel(spark, generated, damaged, deep):
+    """Same findings as the local engine; what the tasks send back does not grow with the records."""
+    import pickle
+
+    from rmqtool.spark.jobs import spark_map
+
+    sizes = []
+
+    def runner(fn, items):
+        results = spark_map(spark, fn, items)
+        sizes.extend((len(pickle.dumps(r)), len(r.findings) + sum(map(len, r.unit_findings.values()))
+                      + sum(map(len, r.entry_findings.values()))) for r in results)
+        return results
+
+    want = list(verify_store(damaged, deep=deep))
+    assert list(verify_store(damaged, deep=deep, run_files=runner)) == want
+    kinds = {f.kind for f in want}
+    assert {"cq_file_size", "index_entry_no_record", "cq_missing_unit"} <= kinds
+    assert {"bad_magic", "data_after_end"} <= kinds
+    assert sum(1 for _ in Store.open(generated).commitlog.iter_entries()) > 300    # records: many
+    for size, findings in sizes:     # a few hundred bytes of summary per queue, not per record
+        assert size < 8000 + 600 * findings
 
 
 # -- the commands -----------------------------------------------------------------------------------
