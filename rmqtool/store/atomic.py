@@ -13,6 +13,7 @@ removes); killed after it, ``complete_pending`` finishes the same steps: never a
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
@@ -149,12 +150,12 @@ class Transaction:
             src = self.root / rel
             dst = backup / rel
             if src.is_dir():
-                shutil.copytree(src, dst, dirs_exist_ok=True)
+                shutil.copytree(src, dst, dirs_exist_ok=True, copy_function=link_or_copy)
                 _fsync_tree(dst)
                 entries.append({"path": rel, "kind": "dir"})
             elif src.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dst)
+                link_or_copy(src, dst)
                 with open(dst, "rb") as fh:
                     os.fsync(fh.fileno())
                 entries.append({"path": rel, "kind": "file", "sha256": _sha256(dst)})
@@ -165,6 +166,43 @@ class Transaction:
         _write_synced(backup / "manifest.json", json.dumps(manifest, indent=1).encode())
         fsync_dir(backup)
         fault_point()
+
+
+def link_or_copy(src, dst) -> None:
+    """Back a file up as a hard link: a change never writes into a store file in place (it stages a
+    new file and renames it over, or swaps a directory), so the linked inode keeps the old bytes.
+    Across file systems, a copy that keeps the holes of sparse files."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        copy_sparse(src, dst)
+
+
+def copy_sparse(src, dst) -> None:
+    """Copy a file's data regions only (holes stay holes), with its times and mode."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        pos = 0
+        while pos < size:
+            try:
+                pos = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
+                end = os.lseek(fin.fileno(), pos, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:    # no hole support here: copy the rest as it is
+                    fin.seek(pos)
+                    fout.seek(pos)
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+                break                           # ENXIO: only a hole is left
+            fin.seek(pos)
+            fout.seek(pos)
+            left = end - pos
+            while left:
+                chunk = fin.read(min(left, 1 << 20))
+                fout.write(chunk)
+                left -= len(chunk)
+            pos = end
+        fout.truncate(size)
+    shutil.copystat(src, dst)
 
 
 def _fsync_tree(path: Path) -> None:
@@ -254,7 +292,7 @@ def restore_backup(backup: Path, root: Path) -> None:
         elif entry["kind"] == "dir":
             built = Path(root) / (rel + BUILD)
             _remove(built)
-            shutil.copytree(backup / rel, built)
+            shutil.copytree(backup / rel, built, copy_function=copy_sparse)   # new inodes
             txn.replace_dir(rel, built)
         else:
             txn.delete(rel)
