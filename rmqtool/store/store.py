@@ -18,6 +18,7 @@ from rmqtool.format.indexfile import (Geometry, IndexHeader, decode_header, infe
                                       select_phy_offsets)
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.config import read_config
+from rmqtool.store.dledger import DLedgerCommitLog, DLedgerFiles, find_dledger_dir, is_dledger_queue
 from rmqtool.store.filequeue import FileQueue, map_file
 
 
@@ -68,6 +69,7 @@ class Store:
     def __init__(self, root: Path, commitlog_path: Path | None = None):
         self.root = Path(root)
         self._commitlog_path = commitlog_path or self.root / "commitlog"
+        self._root_given = commitlog_path is None or commitlog_path == self.root / "commitlog"
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":
@@ -77,7 +79,7 @@ class Store:
             raise StoreError("no such file or directory", path=str(path))
         if path.is_file():
             return cls(path.parent, commitlog_path=path)
-        if (path / "commitlog").is_dir():
+        if (path / "commitlog").is_dir() or find_dledger_dir(path) is not None:
             return cls(path)
         if path.name == "commitlog" or any(_is_offset_file(p) for p in path.iterdir()):
             return cls(path, commitlog_path=path)   # the commit log alone: no queues, index or checkpoint
@@ -88,13 +90,30 @@ class Store:
 
     @property
     def is_store_root(self) -> bool:
-        return self._commitlog_path == self.root / "commitlog"
+        return self._root_given
+
+    @cached_property
+    def dledger(self) -> DLedgerFiles | None:
+        """The DLedger directory of a store with enableDLegerCommitLog (None: a classic commit log)."""
+        found = find_dledger_dir(self.root) if self.is_store_root else None
+        return DLedgerFiles(found) if found is not None else None
 
     @cached_property
     def commitlog(self) -> CommitLog:
+        """The commit log: ``commitlog/``, or the DLedger data files (records at entry position + 48).
+
+        A bare directory or file is read as DLedger data when its first entry header says so.
+        """
+        if self.dledger is not None:
+            old = self._commitlog_path
+            if old.is_dir() and any(f.length for f in FileQueue.from_dir(old)):
+                raise StoreError("both commitlog/ and a DLedger log hold data (a store converted to DLedger); "
+                                 "reading it is not supported", path=str(self.root))
+            return DLedgerCommitLog.open(self.dledger.data_dir)
         if not self._commitlog_path.exists():
             return CommitLog(FileQueue([]))
-        return CommitLog.open(self._commitlog_path)
+        cl = CommitLog.open(self._commitlog_path)
+        return DLedgerCommitLog(cl.queue) if is_dledger_queue(cl.queue) else cl
 
     # -- consume queues ---------------------------------------------------------------------------
     @property
