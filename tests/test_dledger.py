@@ -294,3 +294,19 @@ def test_export_and_grep(tmp_path):
         [(b["pos"], "0xffffffff") for b in readback("dev-dledger-5x")["dledgerBlanks"]]
     hits = [json.loads(line) for line in _run("grep", root, "--topic", "TopicB", "-f", "jsonl").splitlines()]
     assert [h["physical_offset"] for h in hits] == [r["physicalOffset"] for r in recs if r["topic"] == "TopicB"]
+
+
+def test_spark_data_source_reads_dledger_partitions():
+    """The rocketmq data source's partitions and reader (run here without a JVM): one partition per
+    DLedger data file, records at the broker's offsets."""
+    pytest.importorskip("pyspark.sql.datasource")
+    from rmqtool.spark.datasource import RocketMQReader
+
+    root = store_path("dev-dledger")
+    reader = RocketMQReader([str(root)], "commitlog", True, False, False)
+    parts = reader.partitions()
+    assert [p.value.name for p in parts] == [p.name for p in sorted((root / "dledger-n0" / "data").iterdir())]
+    rows = [r for p in parts for b in reader.read(p) for r in b.to_pylist() if r["type"] == "message"]
+    recs = readback("dev-dledger")["commitlogRecords"]
+    assert [(r["physical_offset"], r["msg_id"], r["crc_ok"]) for r in rows] == \
+        [(r["physicalOffset"], r["msgId"], True) for r in recs]
