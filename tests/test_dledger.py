@@ -20,7 +20,8 @@ from rmqtool.store.store import Store
 from test_columnar import assert_parity
 
 # (set name, the store directory its readback describes)
-STORES = [(n, store_path(n)) for n in DLEDGER_SETS] + [(n, FIXTURES / n / "recovered-store") for n in DLEDGER_CRASH_SETS]
+STORES = [(n, store_path(n)) for n in DLEDGER_SETS] + \
+    [(n, FIXTURES / n / "recovered-store") for n in DLEDGER_CRASH_SETS]
 IDS = [n for n, _ in STORES]
 KILLED = [store_path(n) for n in DLEDGER_CRASH_SETS]
 

@@ -269,7 +269,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     rows = commitlog_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
                           include_blank=include_blank, body=_body_encoding(body, out),
                           decompress=decompress, check_crc=check_crc, unwrap=unwrap)
-    extra = (("crc_ok",) if check_crc and fields is None and out in PEOPLE else ()) + (("inner_index",) if unwrap else ())
+    extra = (("crc_ok",) if check_crc and fields is None and out in PEOPLE else ()) \
+        + (("inner_index",) if unwrap else ())
     columns = _fields(fields, out, extra)
     if _write_records(rows, out, tablefmt, columns) == 0:
         _nothing(ctx, "no records")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from rmqtool.errors import EncodeError, FormatError, Truncated
 from rmqtool.format.commitlog import Blank
@@ -238,6 +238,3 @@ def decode_currterm(text: str) -> CurrentTerm:
 
 def encode_currterm(ct: CurrentTerm) -> str:
     return encode_properties_text({"voteLeader": ct.vote_leader or "", "currTerm": ct.curr_term})
-
-
-AnyEntry = Union[DLedgerEntry, DLedgerBlank]

@@ -88,11 +88,11 @@ def _record_findings(walk: LedgerWalk, deep: bool) -> list[Finding]:
     """The RocketMQ record inside each entry (what DLedgerCommitLog.checkMessageAndReturnSize reads)."""
     out = []
     for le in walk.entries:
-        buf = le.file.read()
+        buf = le.buf if le.buf is not None else le.file.read()
         at = le.pos - le.file.start + D.HEADER_SIZE
         path = str(le.file.path)
         try:
-            msg = decode_entry(buf[:at + le.header.body_size], at, check_crc=deep)
+            msg = decode_entry(memoryview(buf)[at:at + le.header.body_size], 0, check_crc=deep)
         except FormatError as exc:
             kind = "dledger_crc_mismatch" if "CRC" in exc.message else "dledger_record_invalid"
             out.append(Finding(ERROR, kind, path, le.pos + D.HEADER_SIZE, exc.message))
@@ -151,7 +151,8 @@ def index_findings(store: Store, walk: LedgerWalk) -> list[Finding]:
     for slot, (f, unit) in sorted(by_slot.items()):
         if slot >= first:
             out.append(Finding(ERROR, "dledger_index_past_end", str(f.path), slot * D.INDEX_UNIT_SIZE - f.start,
-                               f"index unit {slot} has no entry (the log ends at entry {first + len(walk.entries) - 1})",
+                               f"index unit {slot} has no entry "
+                               f"(the log ends at entry {first + len(walk.entries) - 1})",
                                None, tuple(unit)))
     return out
 

@@ -2,8 +2,9 @@
 
 Paths may be local paths or URIs (``hdfs://``, ``s3://``, ``file://``), opened through ``pyarrow.fs``;
 glob patterns (``*``, ``?``, ``[...]``) expand per path component. A path may be a store root, its
-``commitlog/`` directory or one commit-log file; a DLedger store's commit log is ``dledger-<id>/data/``. Records never cross a commit-log file, so the files of
-every store can be decoded independently and in any order; results are put back in (store, offset) order.
+``commitlog/`` directory or one commit-log file (a DLedger store's commit log is ``dledger-<id>/data/``).
+Records never cross a commit-log file, so the files of every store can be decoded independently and in any
+order; results are put back in (store, offset) order.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ yielded as a ``DLedgerBlank`` at its own position.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -27,6 +27,7 @@ class LedgerEntry:
     file: QueueFile
     header: D.EntryHeader | None      # None for the BLANK
     blank: D.DLedgerBlank | None = None
+    buf: object = field(default=None, repr=False, compare=False)   # the file's mapped bytes
 
 
 class DLedgerCommitLog(CommitLog):
@@ -79,7 +80,7 @@ class DLedgerCommitLog(CommitLog):
                 magic = D.peek_magic(buf, pos)
                 if magic == D.BLANK_MAGIC:
                     try:
-                        yield LedgerEntry(f.start + pos, f, None, D.decode_blank(buf, pos, f.start))
+                        yield LedgerEntry(f.start + pos, f, None, D.decode_blank(buf, pos, f.start), buf)
                     except FormatError as exc:
                         raise exc.at(path=str(f.path)) from None
                     break
@@ -90,7 +91,7 @@ class DLedgerCommitLog(CommitLog):
                 except FormatError as exc:
                     exc.offset = f.start + pos
                     raise exc.at(path=str(f.path)) from None
-                yield LedgerEntry(f.start + pos, f, h)
+                yield LedgerEntry(f.start + pos, f, h, None, buf)
                 if h.size <= 0:
                     return
                 pos += h.size
@@ -130,14 +131,14 @@ class DLedgerCommitLog(CommitLog):
                 raise
 
     def _record(self, le: LedgerEntry, check_crc: bool) -> Message:
-        f, buf = le.file, le.file.read()
+        f, buf = le.file, le.buf if le.buf is not None else le.file.read()
         pos = le.pos - f.start
         try:
             D.check_header(le.header, le.pos, len(buf) - pos)
         except FormatError as exc:
             raise exc.at(path=str(f.path)) from None
         try:
-            msg = decode_entry(buf[:pos + le.header.size], pos + D.HEADER_SIZE, check_crc=check_crc)
+            msg = decode_entry(memoryview(buf)[pos + D.HEADER_SIZE:pos + le.header.size], 0, check_crc=check_crc)
         except FormatError as exc:
             exc.offset = le.pos + D.HEADER_SIZE
             raise exc.at(path=str(f.path)) from None
@@ -148,7 +149,7 @@ class DLedgerCommitLog(CommitLog):
 
     def read_entry(self, le: LedgerEntry) -> D.DLedgerEntry:
         """The whole entry (header and body bytes)."""
-        buf = le.file.read()
+        buf = le.buf if le.buf is not None else le.file.read()
         try:
             entry = D.decode_entry(buf, le.pos - le.file.start, le.file.start)
         except FormatError as exc:
