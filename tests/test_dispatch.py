@@ -21,6 +21,7 @@ from rmqtool.format.batch import BatchItem, decode_batch, encode_batch, inner_me
 from rmqtool.format.commitlog import Message
 from rmqtool.format.dispatch import QueueLayout, dispatch, java_split, multi_dispatch_targets
 from rmqtool.ops.query import lookup_key
+from rmqtool.ops.queues import layout_store, queue_file_bytes
 from rmqtool.store.store import Store
 
 DISPATCH_SETS = CLEAN_SETS + FEATURE_SETS
@@ -302,3 +303,17 @@ def test_find_unit(bases, probe):
 
 def test_dledger_sets_are_dispatched_too():
     assert set(DLEDGER_SETS) <= set(DISPATCH_SETS)
+
+
+@pytest.mark.parametrize("name", DISPATCH_SETS)
+def test_layout_files_are_the_brokers_files(name):
+    """The queue files built from the dispatched units (fillers, zero tails) equal the broker's, byte for
+    byte: consume queues, LMQ queues and batch consume queues, and no queue more or less."""
+    store = Store.open(store_path(name))
+    layout = layout_store(store)
+    on_disk = {(q.topic, q.queue_id): q.queue for q in store.consume_queues()}
+    on_disk.update({(q.topic, q.queue_id): q.queue for q in store.batch_consume_queues()})
+    assert set(layout.queues) == set(on_disk)
+    for key, placed in layout.queues.items():
+        files = {f.start: f.path.read_bytes() for f in on_disk[key]}
+        assert queue_file_bytes(placed, on_disk[key].file_size) == files, key

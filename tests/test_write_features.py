@@ -19,6 +19,7 @@ from rmqtool.format.commitlog import Message
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dledger import check_dledger, plan_dledger_recovery
+from rmqtool.ops.queues import batch_cq_topics
 from rmqtool.ops.write import StoreWriter, build_message, init_store, message_from_row, with_inner_base
 from rmqtool.store.store import Store
 from test_columnar import assert_parity
@@ -101,6 +102,7 @@ def test_batch_topics_come_from_the_topic_table(tmp_path):
     init_store(dst, **GEOMETRY)
     (dst / "config" / "topics.json").write_bytes((store_path("dev-config-5x") / "config" / "topics.json").read_bytes())
     assert "BatchTopic" in StoreWriter(Store.open(dst)).batch_topics
+    assert batch_cq_topics(Store.open(store_path("dev-config-5x"))) == {"BatchTopic"}
 
 
 def _message(put: dict) -> Message:

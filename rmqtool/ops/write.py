@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rmqtool import constants as C
-from rmqtool.errors import EncodeError, FormatError, StoreError, UnsafeWrite
+from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
 from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.batchcq import encode_unit as encode_bcq_unit
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
@@ -31,6 +31,7 @@ from rmqtool.ops.rows import decode_body
 from rmqtool.ops.verify import RecordInfo, data_end, scan_commitlog
 from rmqtool.store.atomic import Transaction, atomic_write
 from rmqtool.ops.findings import ERROR
+from rmqtool.ops.queues import batch_cq_topics
 from rmqtool.store.config import read_config
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
 from rmqtool.store.store import BatchConsumeQueue, Store
@@ -106,7 +107,7 @@ class StoreWriter:
         self.queues: dict[tuple[str, int], CqWriter] = {}
         self.queue_originals: set[tuple[str, int, int]] = set()
         # BatchCQ topics: the store's batchconsumequeue/ topics, queue.type=BatchCQ in config/topics.json, given
-        self.batch_topics = set(store.batch_topics()) | batch_cq_topics(store) | set(batch_topics)
+        self.batch_topics = batch_cq_topics(store) | set(batch_topics)
         self.bcq_file_size = (bcq_file_size or next((q.queue.file_size for q in store.batch_consume_queues()
                                                      if q.queue.file_size), None)
                               or saved.get("mapperFileSizeBatchConsumeQueue") or DEFAULT_BCQ_FILE_SIZE)
@@ -321,20 +322,6 @@ def with_inner_base(msg: Message, queue_offset: int) -> Message:
     raw = encode_properties({k: props[k] for k in hashmap_order(list(props))},
                             trailing_separator=msg.properties_raw.endswith(b"\x02"))
     return dataclasses.replace(msg, properties_raw=raw)
-
-
-def batch_cq_topics(store: Store) -> set[str]:
-    """Topics with queue.type=BatchCQ in config/topics.json (attributes as TopicConfig keeps them)."""
-    try:
-        table = (store.config("topics.json") or {}).get("topicConfigTable") or {}
-    except FormatError:
-        return set()
-    out = set()
-    for name, conf in table.items():
-        attrs = conf.get("attributes") if isinstance(conf, dict) else None
-        if isinstance(attrs, dict) and attrs.get("queue.type") == "BatchCQ":
-            out.add(name)
-    return out
 
 
 def _ledger_appender(store: Store, data_file_size: int, saved: dict) -> LedgerAppender:
