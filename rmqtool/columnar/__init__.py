@@ -6,6 +6,8 @@ rebuild, Spark). It yields the same records, field for field, as ``CommitLog.ite
 most ``batch_rows`` rows, streaming: one mapped file at a time, one window of it at a time.
 
 - BLANK records come as one-row batches of ``type == "blank"`` (their other fields null).
+- A DLedger commit log gives the records inside its entries (at entry position + 48, each entry header
+  checked as the recovery does) and its BLANKs (magic 0xffffffff) at their own position.
 - The walk ends where ``iter_entries`` ends: a zero header (the end of written data), or the last file.
 - A damaged record raises the same ``FormatError`` (file path, physical offset, reason) that
   ``iter_entries`` raises, after every record before it was yielded; with ``on_damage`` the error is
@@ -63,11 +65,11 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     files = cl.queue.files
     if not files:
         return
-    first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
-    if cl.entry_header_size:
+    if cl.entry_header_size:             # DLedger: records inside entries
         first, pos = (files[0], 0) if start is None else cl.entry_position(start)
         file_batches = _ledger_file_batches
     else:
+        first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
         file_batches = _file_batches
     try:
         for f in files[files.index(first):]:
