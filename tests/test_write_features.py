@@ -174,3 +174,19 @@ def test_written_dledger_logs_read_back(tmp_path_factory, bodies, data_size, ind
     plan = plan_dledger_recovery(store)
     assert plan.end_index == len(bodies) - 1 and not (plan.data_cut or plan.index_rewrite or plan.index_cut)
     assert store.dledger.currterm() == (0, "n7")
+
+
+def test_put_to_a_batch_topic(store_copy):
+    root = store_copy("dev-batchcq-5x")
+    bcq = Store.open(root).batch_consume_queue("BatchTopic", 1)
+    end = bcq.offsets()[1]
+    result = run("put", root, "--topic", "BatchTopic", "--queue-id", "1", "--tags", "TagZ", "--body", "one")
+    assert result.exit_code == 0, result.stderr
+    store = Store.open(root)
+    units = store.batch_consume_queue("BatchTopic", 1).units()
+    msg = store.commitlog.read_at(units[-1].physical_offset)
+    assert (units[-1].msg_base_offset, units[-1].batch_size, msg.queue_offset) == (end, 1, end)
+    assert units[-1].tags_code == msg.tags_code() and units[-1].store_time == msg.store_timestamp
+    assert not (root / "consumequeue" / "BatchTopic").exists()
+    rows = json.loads(run("cat-cq", root, "BatchTopic", "1", "--resolve", "-f", "json").stdout)
+    assert {r["status"] for r in rows} == {"ok"} and rows[-1]["queue_offset"] == end
