@@ -105,12 +105,19 @@ PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_INNER_NUM = "INNER_NUM"                     # inner batch: message count
+PROPERTY_INNER_BASE = "INNER_BASE"                   # inner batch: first queue offset
+PROPERTY_INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"          # LMQ: queue names
+PROPERTY_INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"  # LMQ: one queue offset per name
+MULTI_DISPATCH_QUEUE_SPLITTER = ","
+LMQ_PREFIX = "%LMQ%"
 KEY_SEPARATOR = " "
 
 # -- system topics (TopicValidator) ----------------------------------------------------------------
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RMQ_SYS_WHEEL_TIMER_TOPIC = "rmq_sys_wheel_timer"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TOPIC_MAX_LENGTH_V1 = 127
@@ -124,6 +131,10 @@ CQ_FILLER_SIZE = 0x7FFFFFFF           # fillPreBlank units: (0, 0x7FFFFFFF, 0)
 CQ_EXT_MAX_ADDR = -2147483649         # ConsumeQueueExt.MAX_ADDR = Integer.MIN_VALUE - 1
 CQ_EXT_MIN_UNIT_SIZE = 20
 CQ_EXT_END_BLANK_DATA_LENGTH = 4
+
+# -- batch consume queue (BatchConsumeQueue, 5.x) --------------------------------------------------
+BCQ_STORE_UNIT_SIZE = 46
+BCQ_INVALID_POS = -1                  # compactedOffset as written
 
 # -- index file (IndexHeader / IndexFile) ----------------------------------------------------------
 INDEX_HEADER_SIZE = 40

@@ -16,9 +16,14 @@ FIXTURES = ROOT / "fixtures"
 CLEAN_SETS = ["dev-sample", "dev-sample-5x"]
 CRASH_SETS = ["dev-sample-crash", "dev-sample-crash-torn", "dev-sample-5x-crash", "dev-sample-5x-crash-torn"]
 ALL_SETS = CLEAN_SETS + CRASH_SETS
-# Second batch: 5.x feature sets (clean shutdowns).
+# Second batch: 5.x features and DLedger (not in the lists above, which other tests walk as classic stores).
 TIMER_SETS = ["dev-timer-5x"]
 CONFIG_SETS = ["dev-config-5x"]
+DLEDGER_SETS = ["dev-dledger", "dev-dledger-5x"]
+DLEDGER_CRASH_SETS = ["dev-dledger-crash", "dev-dledger-5x-crash"]
+BATCHCQ_SETS = ["dev-batchcq-5x", "dev-config-5x"]
+LMQ_SETS = ["dev-lmq-5x"]
+FEATURE_SETS = DLEDGER_SETS + BATCHCQ_SETS + LMQ_SETS + TIMER_SETS
 # Older upstream store files live outside the project (not copied); tests using them skip when absent.
 UPSTREAM = Path(os.environ.get("RMQTOOL_UPSTREAM_FIXTURES", ROOT.parent / "shared" / "fixtures-upstream"))
 

@@ -17,9 +17,9 @@ from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.output import (TIMESTAMP, Format, output_options, resolve_format, write_record,
                                 write_rows)
-from rmqtool.errors import StoreError
+from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank
-from rmqtool.ops.rows import BODY_ENCODINGS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, RECORD_FIELDS, entry_row
+from rmqtool.ops.rows import BCQ_UNIT_FIELDS, BODY_ENCODINGS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, RECORD_FIELDS, entry_row
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.store import Store
 
@@ -151,17 +151,32 @@ def _section(title: str, rows: list[dict] | None, fmt: Format, tablefmt: str) ->
 # -- cat-commitlog ----------------------------------------------------------------------------------
 def commitlog_rows(cl: CommitLog, *, start: int | None = None, count: int | None = None, where=None,
                    include_blank: bool = False, body: str = "base64", decompress: bool = False,
-                   check_crc: bool = False) -> Iterator[dict]:
-    """The rows of cat-commitlog, in commit-log order: the one source of records (filters applied here)."""
+                   check_crc: bool = False, unwrap: bool = False) -> Iterator[dict]:
+    """The rows of cat-commitlog, in commit-log order: the one source of records (filters applied here).
+
+    With ``unwrap``, an inner-batch record gives one row per inner message (with ``inner_index``)."""
+    from rmqtool.format.batch import inner_messages, is_inner_batch
+
     n = 0
     for loc in cl.iter_entries(start, include_blank=include_blank):
-        if count is not None and n >= count:
-            return
         entry = loc.entry
-        if not isinstance(entry, Blank) and where is not None and not where.matches(entry):
-            continue
-        n += 1
-        yield entry_row(entry, loc.offset, body_encoding=body, check_crc=check_crc, decompress=decompress)
+        parts = [(None, entry)]
+        if unwrap and not isinstance(entry, Blank) and is_inner_batch(entry):
+            try:
+                parts = list(enumerate(inner_messages(entry)))
+            except FormatError as exc:
+                raise exc.at(path=str(loc.file.path), offset=loc.offset) from None
+        for inner, msg in parts:
+            if count is not None and n >= count:
+                return
+            if not isinstance(msg, Blank) and where is not None and not where.matches(msg):
+                continue
+            n += 1
+            row = entry_row(msg, loc.offset, body_encoding=body, check_crc=check_crc and inner is None,
+                            decompress=decompress)
+            if unwrap:
+                row["inner_index"] = inner
+            yield row
 
 
 def _scan_jsonl(cl: CommitLog, *, start: int | None, count: int | None, include_blank: bool, body: str,
@@ -208,17 +223,21 @@ def _scan_jsonl(cl: CommitLog, *, start: int | None, count: int | None, include_
 @click.option("--until", type=TIMESTAMP, help="Only records stored at or before TIME.")
 @click.option("--include-blank", is_flag=True, help="Also print the BLANK records that pad file ends.")
 @click.option("--check-crc", is_flag=True, help="Recompute each body CRC and add crc_ok.")
+@click.option("--unwrap", is_flag=True,
+              help="Show an inner-batch record (sysFlag INNER_BATCH, BatchCQ topics) as its messages, each "
+                   "with the queue offset the broker gives it (INNER_BASE + i) and inner_index.")
 @record_options
 @output_options
 @click.pass_context
 def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int | None, topic: str | None,
                   queue_id: int | None, tag: str | None, key: str | None, since: int | None,
-                  until: int | None, include_blank: bool, check_crc: bool, body: str | None, decompress: bool,
-                  fields: str | None, fmt: str | None, tablefmt: str) -> None:
+                  until: int | None, include_blank: bool, check_crc: bool, unwrap: bool, body: str | None,
+                  decompress: bool, fields: str | None, fmt: str | None, tablefmt: str) -> None:
     """Decode commit-log records in commit-log order, from a store or a single commit-log file.
 
-    Output is streamed; a damaged record stops the output with an error naming its file and offset.
-    Exits 1 when no record was printed.
+    A DLedger store (dledger-<id>/data) is read through its entries: each record at the physical offset
+    the broker reports (entry position + 48). Output is streamed; a damaged record stops the output with
+    an error naming its file and offset. Exits 1 when no record was printed.
 
     \b
     Examples:
@@ -226,6 +245,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
       rmqtool cat-commitlog store --topic TopicA --tag TagA -f jsonl | jq .body
       rmqtool cat-commitlog store/commitlog/00000000000000000000 --offset 257 -n 1 --body hex
       rmqtool cat-commitlog store --since 2026-11-20T23:13 --until 2026-11-20T23:14 -f csv
+      rmqtool cat-commitlog store --topic BatchTopic --unwrap -n 8
     """
     from rmqtool.ops.query import RecordFilter, nearest_boundaries
 
@@ -240,7 +260,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
             raise RmqCliError(f"{f.path}: offset {offset}: not a record boundary (nearest {near})",
                               ExitCode.USAGE)
     where = RecordFilter(topic, queue_id, tag, key, since, until)
-    if out is Format.JSONL and where.is_empty and fields is None and not decompress:
+    if out is Format.JSONL and where.is_empty and fields is None and not decompress and not unwrap:
         # A scan: the columnar decoder writes JSON lines column by column (same bytes as below).
         if _scan_jsonl(cl, start=offset, count=count, include_blank=include_blank,
                        body=_body_encoding(body, out), check_crc=check_crc) == 0:
@@ -248,8 +268,10 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
         return
     rows = commitlog_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
                           include_blank=include_blank, body=_body_encoding(body, out),
-                          decompress=decompress, check_crc=check_crc)
-    columns = _fields(fields, out, ("crc_ok",) if check_crc and fields is None and out in PEOPLE else ())
+                          decompress=decompress, check_crc=check_crc, unwrap=unwrap)
+    extra = (("crc_ok",) if check_crc and fields is None and out in PEOPLE else ()) \
+        + (("inner_index",) if unwrap else ())
+    columns = _fields(fields, out, extra)
     if _write_records(rows, out, tablefmt, columns) == 0:
         _nothing(ctx, "no records")
 
@@ -272,17 +294,25 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     """Print the units of one consume queue with their queue offsets.
 
     Units at the end that point past the end of the commit log (left by a crash) are left out with a
-    note, as the broker drops them when it loads the store.
+    note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
+    found by itself: one row per 46-byte unit, queue_offset being the first of its batch_size messages;
+    --from N starts at the unit holding message N. LMQ queues (%LMQ%name, queue 0) are resolved against
+    the records that dispatch to them.
 
     \b
     Examples:
       rmqtool cat-cq store TopicA 0
       rmqtool cat-cq store TopicA 0 --from 10 -n 5 --resolve
+      rmqtool cat-cq store BatchTopic 0 --from 7 --resolve
+      rmqtool cat-cq store '%LMQ%room-1' 0 -n 5 --resolve
     """
     from rmqtool.ops.query import dirty_tail_start, unit_problems
 
     out = resolve_format(fmt)
     st = Store.open(store)
+    if topic not in st.topics() and topic in st.batch_topics():
+        _cat_bcq(ctx, st, topic, queue_id, start, count, resolve, out, tablefmt)
+        return
     cq = _consume_queue(st, topic, queue_id)
     cut = dirty_tail_start(cq, st.commitlog)
     bad = 0
@@ -306,6 +336,35 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
         _note(f"units from queue offset {cut} on point past the end of the commit log and are left out "
               "(the broker drops them on load)")
     if n == 0:
+        _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}")
+    if bad:
+        _note(f"{bad} unit(s) disagree with their records")
+        ctx.exit(ExitCode.FINDINGS)
+
+
+def _cat_bcq(ctx: click.Context, st: Store, topic: str, queue_id: int, start: int, count: int | None,
+             resolve: bool, out: Format, tablefmt: str) -> None:
+    from rmqtool.ops.query import batch_unit_problems
+
+    queues = [q.queue_id for q in st.batch_consume_queues(topic)]
+    if queue_id not in queues:
+        raise StoreError(f"BatchCQ topic {topic!r} has no queue {queue_id} (queues: "
+                         f"{', '.join(map(str, queues)) or 'none'})", path=str(st.batch_consumequeue_dir / topic))
+    units = st.batch_consume_queue(topic, queue_id).units()
+    first = next((i for i, u in enumerate(units) if u.next_offset > start), len(units))
+    chosen = units[first:] if count is None else units[first:first + count]
+    bad = 0
+    rows = []
+    for u in chosen:
+        row = dict(zip(BCQ_UNIT_FIELDS, (topic, queue_id, u.msg_base_offset, u.batch_size, u.physical_offset,
+                                         u.size, u.tags_code, u.store_time, u.compacted_offset)))
+        if resolve:
+            problems = batch_unit_problems(st.commitlog, topic, queue_id, u)
+            bad += bool(problems)
+            row["status"] = "mismatch" if problems else "ok"
+            row["problems"] = problems
+        rows.append(row)
+    if write_rows(iter(rows), out, tablefmt=tablefmt) == 0:
         _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}")
     if bad:
         _note(f"{bad} unit(s) disagree with their records")
@@ -438,8 +497,11 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, begin: int, 
         if found.collisions:
             _note(f"{len(found.collisions)} index hit(s) dropped: the record there does not carry "
                   f"{topic}#{key} (hash collision)")
+        if found.via_queue:
+            _note(f"{topic} is an LMQ (not indexed by the broker): found by reading its consume queue")
     if n == 0:
-        hint = "" if topic in st.topics() else f" (the store has no consume queue for topic {topic!r})"
+        hint = "" if topic in st.topics() + st.batch_topics() else \
+            f" (the store has no consume queue for topic {topic!r})"
         _nothing(ctx, f"no record of topic {topic!r} with key {key!r}{hint}")
 
 

@@ -6,6 +6,8 @@ rebuild, Spark). It yields the same records, field for field, as ``CommitLog.ite
 most ``batch_rows`` rows, streaming: one mapped file at a time, one window of it at a time.
 
 - BLANK records come as one-row batches of ``type == "blank"`` (their other fields null).
+- A DLedger commit log gives the records inside its entries (at entry position + 48, each entry header
+  checked as the recovery does) and its BLANKs (magic 0xffffffff) at their own position.
 - The walk ends where ``iter_entries`` ends: a zero header (the end of written data), or the last file.
 - A damaged record raises the same ``FormatError`` (file path, physical offset, reason) that
   ``iter_entries`` raises, after every record before it was yielded; with ``on_damage`` the error is
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -25,12 +28,14 @@ import pyarrow as pa
 from rmqtool import constants as C
 from rmqtool.columnar.decode import check_lengths, decode_batch
 from rmqtool.columnar.schema import record_schema
-from rmqtool.columnar.walk import walk
+from rmqtool.columnar.walk import ledger_headers_ok, walk
 from rmqtool.errors import FormatError
+from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
 from rmqtool.ops.rows import entry_row
 from rmqtool.store.commitlog import CommitLog
-from rmqtool.store.filequeue import QueueFile
+from rmqtool.store.dledger import DLedgerCommitLog
+from rmqtool.store.filequeue import FileQueue, QueueFile
 from rmqtool.store.store import Store
 
 __all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "DEFAULT_BATCH_ROWS"]
@@ -60,10 +65,15 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     files = cl.queue.files
     if not files:
         return
-    first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
+    if cl.entry_header_size:             # DLedger: records inside entries
+        first, pos = (files[0], 0) if start is None else cl.entry_position(start)
+        file_batches = _ledger_file_batches
+    else:
+        first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
+        file_batches = _file_batches
     try:
         for f in files[files.index(first):]:
-            end_of_data = yield from _file_batches(f, pos, check_crc, max(batch_rows, 1))
+            end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1))
             if end_of_data:
                 return
             pos = 0
@@ -112,6 +122,50 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
         if isinstance(entry, Blank):
             return False
         pos += entry.total_size
+
+
+def _ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Batches of one DLedger data file from the entry at ``pos``: the records inside the entries (at
+    entry position + 48), then the BLANK row; returns True at the end of written data."""
+    if f.length == 0:
+        return False
+    with open(f.path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    buf = pa.py_buffer(mm)
+    data = np.frombuffer(mm, np.uint8)
+    cl = DLedgerCommitLog(FileQueue([f]))
+    released = 0
+    while True:
+        done = pos // mmap.PAGESIZE * mmap.PAGESIZE
+        if done > released:
+            mm.madvise(mmap.MADV_DONTNEED, released, done - released)
+            released = done
+        if len(data) - pos < D.MIN_BLANK_LEN:
+            if pos < len(data) and data[pos:].any():
+                raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",
+                                  path=str(f.path), offset=f.start + pos)
+            return False
+        magic, size = struct.unpack_from(">ii", buf, pos)
+        if magic == 0 and size == 0:
+            return True
+        if magic in D.VALID_MAGICS and len(data) - pos > D.HEADER_SIZE + 8 \
+                and peek_header(buf, pos + D.HEADER_SIZE)[1] in _MESSAGE_MAGICS:
+            starts, nxt = walk(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE)
+            good, parts = check_lengths(data, starts)
+            good = ledger_headers_ok(data, starts[:good], parts["total"][:good], f.start) if good else 0
+            for lo in range(0, good, batch_rows):
+                hi = min(lo + batch_rows, good)
+                yield decode_batch(data, buf, starts[lo:hi], {k: v[lo:hi] for k, v in parts.items()},
+                                   f.start, check_crc)
+            if good and good == len(starts):
+                pos = nxt
+                continue
+            pos = int(starts[good]) - D.HEADER_SIZE if good else pos
+        loc = next(cl.entries_at(f, pos))     # a BLANK, or a damaged entry: its error
+        yield entries_batch([(loc.offset, loc.entry)], check_crc)
+        if isinstance(loc.entry, Blank):
+            return False
+        pos = loc.offset + loc.entry.total_size - f.start
 
 
 def _decode_one(buf, f: QueueFile, pos: int) -> Entry:

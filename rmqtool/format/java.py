@@ -84,3 +84,20 @@ def tags_code(topic: str, properties: dict[str, str], store_timestamp: int,
             if level > 0:
                 code = compute_deliver_timestamp(level, store_timestamp, delay_millis)
     return code
+
+
+def hashmap_order(keys: list[str], initial_capacity: int = 128) -> list[str]:
+    """The iteration order of a java.util.HashMap filled with ``keys`` in this order: bucket index
+    ``(h ^ h >>> 16) & (cap - 1)`` ascending, insertion order within a bucket (no treeification below 8);
+    ``cap`` is the initial capacity rounded up to a power of two, doubled while size > 0.75 * cap."""
+    cap = 1
+    while cap < initial_capacity:
+        cap <<= 1
+    while len(keys) > 0.75 * cap:
+        cap <<= 1
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (cap - 1)
+
+    return [k for _, _, k in sorted((bucket(k), i, k) for i, k in enumerate(keys))]

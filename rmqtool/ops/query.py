@@ -10,8 +10,10 @@ from typing import Iterable
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, RmqError
+from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.commitlog import Blank, Message
 from rmqtool.format.consumequeue import decode_units, written_unit_count
+from rmqtool.format.dispatch import dispatch, is_lmq
 from rmqtool.format.msgid import decode_message_id, decode_uniq_key
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.store import Store, query_index
@@ -67,11 +69,16 @@ class KeyLookup:
     hits: list[IndexHit]                      # the broker's raw list, in its order (newest first)
     records: list[tuple[int, Message]] = field(default_factory=list)   # matching, each offset once
     collisions: list[int] = field(default_factory=list)                # hits whose record lacks the key
+    via_queue: bool = False                   # found by reading an LMQ consume queue (LMQs are not indexed)
 
 
 def lookup_key(store: Store, topic: str, key: str, *, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
-               begin: int = 0, end: int = LONG_MAX) -> KeyLookup:
-    """IndexService.queryOffset over every index file, then each hit read and checked against the key."""
+               begin: int = 0, end: int = LONG_MAX, lmq_scan: bool = True) -> KeyLookup:
+    """IndexService.queryOffset over every index file, then each hit read and checked against the key.
+
+    The broker indexes a multi-dispatched record under its own topic only; for an ``%LMQ%`` name with no
+    index hit (and ``lmq_scan``), the LMQ's consume queue is read instead: its records carrying the key.
+    """
     cl = store.commitlog
     hits = [IndexHit(topic, key, phy, ref.name, _read_message(cl, phy))
             for phy, ref in query_index(store.index_files(), topic, key, max_num, begin, end)]
@@ -83,6 +90,15 @@ def lookup_key(store: Store, topic: str, key: str, *, max_num: int = C.INDEX_MAX
         elif hit.physical_offset not in seen:
             seen.add(hit.physical_offset)
             result.records.append((hit.physical_offset, hit.record))
+    if not result.records and lmq_scan and is_lmq(topic):
+        result.via_queue = True
+        for cq in store.consume_queues(topic):
+            for _, unit in cq.iter_units():
+                msg = _read_message(cl, unit.physical_offset)
+                if (msg is not None and (key in msg.keys or msg.uniq_key == key)
+                        and begin <= msg.store_timestamp <= end and unit.physical_offset not in seen):
+                    seen.add(unit.physical_offset)
+                    result.records.append((unit.physical_offset, msg))
     return result
 
 
@@ -137,7 +153,7 @@ def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None =
     """Records whose UNIQ_KEY is ``uniq_key``, in commit-log order (retries and scheduled copies share it)."""
     found: dict[int, Message] = {}
     for topic in (store.topics() if topics is None else topics):
-        for offset, msg in lookup_key(store, topic, uniq_key, max_num=max_num).records:
+        for offset, msg in lookup_key(store, topic, uniq_key, max_num=max_num, lmq_scan=False).records:
             if msg.uniq_key == uniq_key:
                 found[offset] = msg
     if not found and scan:
@@ -192,7 +208,12 @@ class RecordFilter:
 
 
 def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, unit) -> list[str]:
-    """How a consume-queue unit disagrees with the record it points at (empty when it agrees)."""
+    """How a consume-queue unit disagrees with the record it points at (empty when it agrees).
+
+    A unit in another queue than the record's own (an LMQ or other multi-dispatch target) must be one the
+    record dispatches to; the broker appends such units at the queue's end, so the unit may sit below the
+    offset the record asks for (after a record whose targets it skipped), never above it.
+    """
     try:
         entry = cl.read_at(unit.physical_offset)
     except RmqError as exc:
@@ -202,12 +223,20 @@ def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, u
     out = []
     if entry.total_size != unit.size:
         out.append(f"size {unit.size} != record size {entry.total_size}")
+    target = None
     if entry.topic != topic:
-        out.append(f"record topic is {entry.topic!r}")
-    if entry.queue_id != queue_id:
-        out.append(f"record queue id is {entry.queue_id}")
-    if entry.queue_offset != queue_offset:
-        out.append(f"record queue offset is {entry.queue_offset}")
+        target = next((d for d in _dispatches(entry, unit.physical_offset)[1:]
+                       if (d.topic, d.queue_id) == (topic, queue_id)), None)
+    if target is not None:
+        if queue_offset > target.queue_offset:
+            out.append(f"record asks for queue offset {target.queue_offset} in {topic}")
+    else:
+        if entry.topic != topic:
+            out.append(f"record topic is {entry.topic!r}")
+        if entry.queue_id != queue_id:
+            out.append(f"record queue id is {entry.queue_id}")
+        if entry.queue_offset != queue_offset:
+            out.append(f"record queue offset is {entry.queue_offset}")
     if not unit.has_ext_address:
         try:
             expected = entry.tags_code()
@@ -216,6 +245,31 @@ def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, u
         if expected != unit.tags_code:
             out.append(f"tagsCode {unit.tags_code} != {expected} computed from the record")
     return out
+
+
+def _dispatches(entry: Message, offset: int, batch_cq: bool = False) -> list:
+    try:
+        return dispatch(entry, offset, batch_cq=batch_cq)
+    except FormatError:
+        return []
+
+
+def batch_unit_problems(cl: CommitLog, topic: str, queue_id: int, unit: BatchCqUnit) -> list[str]:
+    """How a batch consume-queue unit disagrees with the record it points at (empty when it agrees)."""
+    try:
+        entry = cl.read_at(unit.physical_offset)
+    except RmqError as exc:
+        return [f"no record at offset {unit.physical_offset}: {exc.message}"]
+    if isinstance(entry, Blank):
+        return [f"offset {unit.physical_offset} is a BLANK record"]
+    if entry.topic != topic or entry.queue_id != queue_id:
+        return [f"record is in {entry.topic}/{entry.queue_id}"]
+    want = _dispatches(entry, unit.physical_offset, batch_cq=True)
+    if not want:
+        return ["the record gets no consume-queue unit (a prepared or rolled-back transaction, or bad fields)"]
+    names = ("size", "tagsCode", "storeTime", "msgBaseOffset", "batchSize")
+    return [f"{name} {have} != {expected} from the record"
+            for name, have, expected in zip(names, unit[1:6], want[0].unit[1:6]) if have != expected]
 
 
 def dirty_tail_start(cq, cl: CommitLog) -> int | None:

@@ -27,6 +27,9 @@ RECORD_FIELDS = [
     "body_length", "body", "body_encoding", "properties_raw",
 ]
 CQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code"]
+# A batch consume-queue unit: queue_offset is its msgBaseOffset, the first of its batch_size messages.
+BCQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "batch_size", "physical_offset", "size", "tags_code",
+                   "store_timestamp", "compacted_offset"]
 INDEX_HIT_FIELDS = ["topic", "key", "physical_offset", "store_timestamp", "index_file"]
 BODY_ENCODINGS = ("text", "hex", "base64", "none")
 

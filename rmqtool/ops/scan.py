@@ -2,8 +2,9 @@
 
 Paths may be local paths or URIs (``hdfs://``, ``s3://``, ``file://``), opened through ``pyarrow.fs``;
 glob patterns (``*``, ``?``, ``[...]``) expand per path component. A path may be a store root, its
-``commitlog/`` directory or one commit-log file. Records never cross a commit-log file, so the files of
-every store can be decoded independently and in any order; results are put back in (store, offset) order.
+``commitlog/`` directory or one commit-log file (a DLedger store's commit log is ``dledger-<id>/data/``).
+Records never cross a commit-log file, so the files of every store can be decoded independently and in any
+order; results are put back in (store, offset) order.
 """
 
 from __future__ import annotations
@@ -137,12 +138,16 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
             raise StoreError(f"a single file holds no {kind}", path=store)
         return [entry(info)]
     names = {posixpath.basename(i.path): i for i in _children(fsys, path)}
-    is_root = "commitlog" in names or "consumequeue" in names or "index" in names or "checkpoint" in names
+    is_root = ("commitlog" in names or "consumequeue" in names or "index" in names or "checkpoint" in names
+               or any(n.startswith("dledger-") for n in names))
     if kind == "commitlog":
         if not is_root and not any(_is_offset_name(n) for n in names):
             raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
                              path=store)
         directory = posixpath.join(path, "commitlog") if is_root else path
+        ledgers = sorted(n for n, i in names.items() if n.startswith("dledger-") and i.type == fs.FileType.Directory)
+        if is_root and "commitlog" not in names and ledgers:
+            directory = posixpath.join(path, ledgers[0], "data")   # DLedger: records inside the data files
         return [entry(i) for i in _children(fsys, directory)
                 if i.type == fs.FileType.File and _is_offset_name(posixpath.basename(i.path))]
     if not is_root:

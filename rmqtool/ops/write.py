@@ -16,17 +16,41 @@ from typing import Any, Iterable, Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
+from rmqtool.format.batchcq import BatchCqUnit
+from rmqtool.format.batchcq import encode_unit as encode_bcq_unit
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Blank, Message, encode_blank, encode_message
+from rmqtool.format.dispatch import dispatch, is_lmq, multi_dispatch_targets
+from rmqtool.format.dledger import CurrentTerm, encode_currterm
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter
+from rmqtool.format.java import hashmap_order
 from rmqtool.format.properties import encode_properties
 from rmqtool.ops.facts import QueueNames, scan_file
 from rmqtool.ops.rebuild import CqWriter, IndexBuilder, RecordInfo, safe_topic_dir
 from rmqtool.ops.rows import decode_body
 from rmqtool.store.atomic import Transaction, atomic_write
+from rmqtool.ops.findings import ERROR
+from rmqtool.ops.queues import batch_cq_topics
 from rmqtool.store.config import read_config
-from rmqtool.store.store import Store
+from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
+from rmqtool.store.store import BatchConsumeQueue, Store
+
+def _written_end(store: Store) -> int:
+    """The commit log's written end, one file at a time; a damaged commit log is refused."""
+    queue = store.commitlog.queue
+    end = queue.files[0].start if queue.files else 0
+    names = QueueNames()
+    for f in queue:
+        facts = scan_file(f, names)
+        if facts.findings:
+            bad = facts.findings[0]
+            raise UnsafeWrite(f"the commit log is damaged ({bad.kind} at offset {bad.offset}); run repair first",
+                              path=bad.path)
+        if facts.stop == "blank" or len(facts):
+            end = facts.end
+    return end
+
 
 GEOMETRY_FILE = "config/rmqtool.json"     # sizes chosen at init (the broker keeps them in its own config)
 DEFAULT_HOST = Host(bytes([127, 0, 0, 1]), 10911)
@@ -34,27 +58,45 @@ _NO_UNIT = (C.TransactionType.PREPARED, C.TransactionType.ROLLBACK)
 
 
 def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FILE_SIZE,
-               cq_file_size: int = C.DEFAULT_CQ_FILE_SIZE, geometry: Geometry = DEFAULT_GEOMETRY) -> None:
-    """An empty store as a broker leaves it before the first message, plus the sizes in use."""
+               cq_file_size: int = C.DEFAULT_CQ_FILE_SIZE, geometry: Geometry = DEFAULT_GEOMETRY,
+               dledger_self_id: str | None = None,
+               dledger_index_file_size: int = DEFAULT_INDEX_FILE_SIZE) -> None:
+    """An empty store as a broker leaves it before the first message, plus the sizes in use.
+
+    With ``dledger_self_id`` (enableDLegerCommitLog), the commit log is ``dledger-<id>/data`` and
+    ``index`` (files created by the first append) and ``currterm`` of the node that leads term 0.
+    """
     root = Path(root)
     if root.exists() and any(root.iterdir()):
         raise StoreError("directory exists and is not empty", path=str(root))
     if commitlog_file_size < 1024 or cq_file_size <= 0 or cq_file_size % C.CQ_STORE_UNIT_SIZE:
         raise StoreError("commit-log file size must be >= 1024 and the consume-queue size a multiple of 20")
-    for sub in ("commitlog", "consumequeue", "index", "config"):
+    if dledger_self_id is not None and (dledger_index_file_size <= 0 or dledger_index_file_size % 32
+                                        or not dledger_self_id.isidentifier()):
+        raise StoreError("the DLedger index file size must be a multiple of 32 and the node id a plain name")
+    for sub in ("consumequeue", "index", "config"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    atomic_write(root / "commitlog" / C.offset_to_file_name(0), bytes(commitlog_file_size))
+    sizes = {"mappedFileSizeCommitLog": commitlog_file_size, "mappedFileSizeConsumeQueue": cq_file_size,
+             "maxHashSlotNum": geometry.hash_slot_num, "maxIndexNum": geometry.index_num}
+    if dledger_self_id is None:
+        (root / "commitlog").mkdir()
+        atomic_write(root / "commitlog" / C.offset_to_file_name(0), bytes(commitlog_file_size))
+    else:
+        ledger = root / f"dledger-{dledger_self_id}"
+        for sub in ("data", "index"):
+            (ledger / sub).mkdir(parents=True)
+        atomic_write(ledger / "currterm", encode_currterm(CurrentTerm(0, dledger_self_id)).encode())
+        sizes["dledgerMappedFileSizeForEntryIndex"] = dledger_index_file_size
     atomic_write(root / "checkpoint", encode_checkpoint(Checkpoint()))
     atomic_write(root / "lock", b"lock")
-    atomic_write(root / GEOMETRY_FILE, json.dumps({
-        "mappedFileSizeCommitLog": commitlog_file_size, "mappedFileSizeConsumeQueue": cq_file_size,
-        "maxHashSlotNum": geometry.hash_slot_num, "maxIndexNum": geometry.index_num}, indent=1).encode())
+    atomic_write(root / GEOMETRY_FILE, json.dumps(sizes, indent=1).encode())
 
 
 class StoreWriter:
     """Open a store for appending; ``append`` messages, then ``commit``."""
 
-    def __init__(self, store: Store, *, cq_file_size: int | None = None, geometry: Geometry | None = None):
+    def __init__(self, store: Store, *, cq_file_size: int | None = None, geometry: Geometry | None = None,
+                 batch_topics: Iterable[str] = (), bcq_file_size: int | None = None):
         if store.abort_path.exists():
             raise UnsafeWrite("abort file present: the store was not shut down cleanly; run repair first",
                               path=str(store.abort_path))
@@ -63,16 +105,8 @@ class StoreWriter:
         saved = read_config(root / GEOMETRY_FILE) if (root / GEOMETRY_FILE).is_file() else {}
         queue = store.commitlog.queue
         self.file_size = queue.file_size or saved.get("mappedFileSizeCommitLog") or C.DEFAULT_COMMITLOG_FILE_SIZE
-        self.end = queue.files[0].start if queue.files else 0
-        names = QueueNames()
-        for f in queue:                       # the written end, one file at a time
-            facts = scan_file(f, names)
-            if facts.findings:
-                bad = facts.findings[0]
-                raise UnsafeWrite(f"the commit log is damaged ({bad.kind} at offset {bad.offset}); "
-                                  "run repair first", path=bad.path)
-            if facts.stop == "blank" or len(facts):
-                self.end = facts.end
+        self.ledger = _ledger_appender(store, self.file_size, saved) if store.dledger is not None else None
+        self.end = self.ledger.end_pos if self.ledger is not None else _written_end(store)
         self.files: dict[int, bytearray] = {}
         self.touched: set[int] = set()
         self.cq_file_size = (cq_file_size or next((cq.queue.file_size for cq in store.consume_queues()
@@ -80,6 +114,13 @@ class StoreWriter:
                              or saved.get("mappedFileSizeConsumeQueue") or C.DEFAULT_CQ_FILE_SIZE)
         self.queues: dict[tuple[str, int], CqWriter] = {}
         self.queue_originals: set[tuple[str, int, int]] = set()
+        # BatchCQ topics: the store's batchconsumequeue/ topics, queue.type=BatchCQ in config/topics.json, given
+        self.batch_topics = batch_cq_topics(store) | set(batch_topics)
+        self.bcq_file_size = (bcq_file_size or next((q.queue.file_size for q in store.batch_consume_queues()
+                                                     if q.queue.file_size), None)
+                              or saved.get("mapperFileSizeBatchConsumeQueue") or DEFAULT_BCQ_FILE_SIZE)
+        self.batch_queues: dict[tuple[str, int], BcqWriter] = {}
+        self.lmq_next: dict[str, int] = {}       # the broker's LMQ offset table during this session
         refs = store.index_files()
         self.geometry = geometry or (refs[0].geometry if refs else None) or (
             Geometry(saved["maxHashSlotNum"], saved["maxIndexNum"]) if "maxHashSlotNum" in saved else DEFAULT_GEOMETRY)
@@ -106,51 +147,118 @@ class StoreWriter:
                 self.queues[key] = CqWriter(self.cq_file_size)
         return self.queues[key]
 
+    def _batch_queue(self, topic: str, queue_id: int) -> BcqWriter:
+        key = (topic, queue_id)
+        if key not in self.batch_queues:
+            safe_topic_dir(topic)
+            qdir = self.store.batch_consumequeue_dir / topic / str(queue_id)
+            self.batch_queues[key] = BcqWriter.load(
+                self.store.batch_consume_queue(topic, queue_id) if qdir.is_dir() else None, self.bcq_file_size)
+        return self.batch_queues[key]
+
+    def _with_lmq_offsets(self, msg: Message) -> Message:
+        """INNER_MULTI_QUEUE_OFFSET as the broker's put adds it to a multi-dispatch message: the next offset
+        of each LMQ named (an empty field for other names), properties re-serialized in HashMap order.
+        A message that has the offsets (an import) keeps them; either way the LMQs' next offsets advance."""
+        props = msg.properties
+        names = props.get(C.PROPERTY_INNER_MULTI_DISPATCH)
+        if not names or not multi_dispatch_targets(msg.topic, {**props, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET: "0"}):
+            return msg
+        names_list = names.split(C.MULTI_DISPATCH_QUEUE_SPLITTER)
+        if C.PROPERTY_INNER_MULTI_QUEUE_OFFSET not in props:
+            offsets = [str(self._lmq_next(n)) if is_lmq(n) else "" for n in names_list]
+            props[C.PROPERTY_INNER_MULTI_QUEUE_OFFSET] = C.MULTI_DISPATCH_QUEUE_SPLITTER.join(offsets)
+            raw = encode_properties({k: props[k] for k in hashmap_order(list(props))},
+                                    trailing_separator=msg.properties_raw.endswith(b"\x02"))
+            msg = dataclasses.replace(msg, properties_raw=raw)
+        for name, offset in zip(names_list, props[C.PROPERTY_INNER_MULTI_QUEUE_OFFSET].split(",")):
+            if is_lmq(name) and offset.isdigit():
+                self.lmq_next[name] = max(self._lmq_next(name), int(offset) + 1)
+        return msg
+
+    def _lmq_next(self, name: str) -> int:
+        if name not in self.lmq_next:
+            self.lmq_next[name] = self._queue(name, 0).write_pos // C.CQ_STORE_UNIT_SIZE
+        return self.lmq_next[name]
+
     def append(self, msg: Message) -> Message:
         """Place one message as CommitLog.putMessage / doAppend would; returns it as stored."""
         safe_topic_dir(msg.topic)
-        size = msg.total_size
-        if size + C.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise EncodeError(f"a record of {size} bytes does not fit a {self.file_size}-byte commit-log file")
-        start = self.end - self.end % self.file_size
-        pos = self.end - start
-        if pos + size + C.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            buf = self._file(start)
-            blank = encode_blank(Blank(self.file_size - pos))
-            buf[pos:] = blank
-            self.touched.add(start)
-            start += self.file_size
-            pos = 0
         tran = C.transaction_type(msg.sys_flag)
-        queue = self._queue(msg.topic, msg.queue_id)
-        queue_offset = 0 if tran in _NO_UNIT else queue.write_pos // C.CQ_STORE_UNIT_SIZE
-        stored = dataclasses.replace(msg, queue_offset=queue_offset, physical_offset=start + pos,
-                          store_timestamp=msg.store_timestamp or int(time.time() * 1000))
-        data = encode_message(stored)
-        buf = self._file(start)
-        buf[pos:pos + len(data)] = data
-        self.touched.add(start)
-        self.end = start + pos + len(data)
+        batch = msg.topic in self.batch_topics
+        if batch:
+            queue_offset = self._batch_queue(msg.topic, msg.queue_id).next_offset
+            msg = with_inner_base(msg, queue_offset)
+        else:
+            queue = self._queue(msg.topic, msg.queue_id)
+            queue_offset = 0 if tran in _NO_UNIT else queue.write_pos // C.CQ_STORE_UNIT_SIZE
+            msg = self._with_lmq_offsets(msg)
+        stored = dataclasses.replace(msg, queue_offset=queue_offset,
+                                     store_timestamp=msg.store_timestamp or int(time.time() * 1000))
+        if self.ledger is not None:
+            offset = self.ledger.append(stored.total_size, lambda phys: encode_message(
+                dataclasses.replace(stored, physical_offset=phys)))
+            stored = dataclasses.replace(stored, physical_offset=offset)
+            data_len = stored.total_size
+            self.end = self.ledger.end_pos
+        else:
+            stored, data_len = self._append_record(stored)
         keys = ([stored.uniq_key] if stored.uniq_key is not None else []) + stored.keys
-        info = RecordInfo(stored.physical_offset, len(data), stored.topic, stored.queue_id, queue_offset,
+        info = RecordInfo(stored.physical_offset, data_len, stored.topic, stored.queue_id, queue_offset,
                           stored.sys_flag, stored.tags_code(), stored.store_timestamp, tuple(keys))
-        if info.gets_cq_unit:
+        if info.gets_cq_unit and batch:
+            self._batch_queue(msg.topic, msg.queue_id).put(dispatch(stored, batch_cq=True)[0].unit)
+            self.checkpoint = self.checkpoint._replace(logics_msg_timestamp=info.store_timestamp)
+        elif info.gets_cq_unit:
             queue.put(info.offset, info.size, info.tags_code, info.queue_offset)
+            for d in dispatch(stored)[1:]:                # LMQ and other multi-dispatch targets
+                safe_topic_dir(d.topic)
+                self._queue(d.topic, d.queue_id).put(info.offset, info.size, info.tags_code, d.queue_offset)
             self.checkpoint = self.checkpoint._replace(logics_msg_timestamp=info.store_timestamp)
         self.index.add(info)
         self.checkpoint = self.checkpoint._replace(physic_msg_timestamp=info.store_timestamp)
         self.count += 1
         return stored
 
+    def _append_record(self, stored: Message) -> tuple[Message, int]:
+        """Place a record in the commit log (a BLANK and the next file when it does not fit)."""
+        size = stored.total_size
+        if size + C.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise EncodeError(f"a record of {size} bytes does not fit a {self.file_size}-byte commit-log file")
+        start = self.end - self.end % self.file_size
+        pos = self.end - start
+        if pos + size + C.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            buf = self._file(start)
+            buf[pos:] = encode_blank(Blank(self.file_size - pos))
+            self.touched.add(start)
+            start += self.file_size
+            pos = 0
+        stored = dataclasses.replace(stored, physical_offset=start + pos)
+        data = encode_message(stored)
+        buf = self._file(start)
+        buf[pos:pos + len(data)] = data
+        self.touched.add(start)
+        self.end = start + pos + len(data)
+        return stored, len(data)
+
     def commit(self, backup: Path | None = None) -> Path | None:
         txn = Transaction(self.store.root, backup, label="put")
         for start in sorted(self.touched):
             txn.write(f"commitlog/{C.offset_to_file_name(start)}", bytes(self.files[start]))
+        if self.ledger is not None:
+            for rel, data in sorted(self.ledger.files().items()):
+                txn.write(f"{self.store.dledger.dir.name}/{rel}", data)
         for (topic, qid), w in self.queues.items():
             for start, data in w.file_bytes().items():
                 path = self.store.consumequeue_dir / topic / str(qid) / C.offset_to_file_name(start)
                 if not path.exists() or path.read_bytes() != data:
                     txn.write(str(path.relative_to(self.store.root)), data)
+        for (topic, qid), bw in self.batch_queues.items():
+            for start, data in bw.file_bytes().items():
+                rel = f"batchconsumequeue/{topic}/{qid}/{C.offset_to_file_name(start)}"
+                path = self.store.root / rel
+                if not path.exists() or path.read_bytes() != data:
+                    txn.write(rel, data)
         for name, w in self.index.files:
             if name in self.index.changed:
                 txn.write(f"index/{name}", w.to_bytes())
@@ -162,6 +270,84 @@ class StoreWriter:
         self.touched.clear()
         self.index.changed.clear()
         return result
+
+
+DEFAULT_BCQ_FILE_SIZE = 300_000 * C.BCQ_STORE_UNIT_SIZE     # MessageStoreConfig.mapperFileSizeBatchConsumeQueue
+
+
+class BcqWriter:
+    """One batch consume queue in memory: full-size files by start offset; units are appended at the
+    end (BatchConsumeQueue.putBatchMessagePositionInfo has no expected-position check)."""
+
+    def __init__(self, file_size: int, units: list[BatchCqUnit] | None = None, first_slot: int = 0):
+        if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
+            raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
+        self.file_size = file_size
+        self.units = units or []
+        self.first_slot = first_slot            # the slot (byte offset / 46) of units[0]
+        self.first_new = len(self.units)
+
+    @classmethod
+    def load(cls, bcq: BatchConsumeQueue | None, file_size: int) -> "BcqWriter":
+        if bcq is None or not bcq.queue.files:
+            return cls(file_size)
+        return cls(file_size, bcq.units(), bcq.queue.files[0].start // C.BCQ_STORE_UNIT_SIZE)
+
+    @property
+    def next_offset(self) -> int:
+        """The queue offset the next message gets (the end of the last unit)."""
+        return self.units[-1].next_offset if self.units else 0
+
+    def put(self, unit: BatchCqUnit) -> None:
+        if self.units and unit.physical_offset <= self.units[-1].physical_offset:
+            return                                     # a repeat
+        self.units.append(unit)
+
+    def file_bytes(self) -> dict[int, bytes]:
+        """The files holding new units, full size (zero tail), by start offset."""
+        per_file = self.file_size // C.BCQ_STORE_UNIT_SIZE
+        out = {}
+        slot = (self.first_slot + self.first_new) // per_file * per_file
+        while slot < self.first_slot + len(self.units):
+            lo, hi = max(slot - self.first_slot, 0), slot + per_file - self.first_slot
+            data = bytes((self.first_slot - slot) * C.BCQ_STORE_UNIT_SIZE if slot < self.first_slot else 0)
+            data += b"".join(encode_bcq_unit(u) for u in self.units[lo:hi])
+            out[slot * C.BCQ_STORE_UNIT_SIZE] = data + bytes(self.file_size - len(data))
+            slot += per_file
+        return out
+
+
+def with_inner_base(msg: Message, queue_offset: int) -> Message:
+    """An inner-batch message as the broker stores it: INNER_BASE = its queue offset, the properties
+    re-serialized in java.util.HashMap order (BatchConsumeQueue.assignQueueOffset); unchanged when
+    INNER_BASE already says so."""
+    if not msg.sys_flag & C.SysFlag.INNER_BATCH:
+        return msg
+    props = msg.properties
+    if props.get(C.PROPERTY_INNER_BASE) == str(queue_offset):
+        return msg
+    props[C.PROPERTY_INNER_BASE] = str(queue_offset)
+    raw = encode_properties({k: props[k] for k in hashmap_order(list(props))},
+                            trailing_separator=msg.properties_raw.endswith(b"\x02"))
+    return dataclasses.replace(msg, properties_raw=raw)
+
+
+def _ledger_appender(store: Store, data_file_size: int, saved: dict) -> LedgerAppender:
+    """The DLedger log opened for appending; refused when the log is damaged."""
+    from rmqtool.ops.dledger import check_dledger, walk_ledger
+
+    bad = next((f for f in check_dledger(store) if f.severity == ERROR), None)
+    if bad is not None:
+        raise UnsafeWrite(f"the DLedger log is damaged ({bad.kind} at offset {bad.offset}); run repair first",
+                          path=bad.path)
+    cl = store.commitlog
+    walk = walk_ledger(cl)
+    term = store.dledger.currterm()
+    index_size = (store.dledger.index_queue().file_size or saved.get("dledgerMappedFileSizeForEntryIndex")
+                  or DEFAULT_INDEX_FILE_SIZE)
+    return LedgerAppender(cl, store.dledger, data_file_size=data_file_size, index_file_size=index_size,
+                          end_pos=walk.end_pos, last=walk.entries[-1].header if walk.entries else None,
+                          term=term.curr_term if term else 0)
 
 
 def build_message(topic: str, body: bytes, *, queue_id: int = 0, tags: str | None = None,

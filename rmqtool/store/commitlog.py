@@ -24,6 +24,8 @@ class Located:
 
 
 class CommitLog:
+    entry_header_size = 0     # bytes in front of each record (DLedger: its entry header)
+
     def __init__(self, queue: FileQueue):
         self.queue = queue
 

@@ -12,13 +12,16 @@ from typing import Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.batchcq import BatchCqUnit, find_unit
+from rmqtool.format.batchcq import decode_units as decode_batch_units
 from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
 from rmqtool.format.consumequeue import CqUnit, decode_units
 from rmqtool.format.indexfile import (Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.config import read_config
-from rmqtool.store.filequeue import FileQueue, map_file
+from rmqtool.store.dledger import DLedgerCommitLog, DLedgerFiles, find_dledger_dir, is_dledger_queue
+from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,44 @@ class ConsumeQueue:
 
 
 @dataclass(frozen=True)
+class BatchConsumeQueue:
+    """``batchconsumequeue/<topic>/<queueId>/``: 46-byte units, one per batch (5.x, queue.type=BatchCQ)."""
+
+    topic: str
+    queue_id: int
+    queue: FileQueue
+
+    def iter_units(self) -> Iterator[tuple[QueueFile, int, BatchCqUnit]]:
+        """(file, byte position, unit) in queue order up to the first unit failing recovery's test."""
+        size = self.queue.file_size
+        for f in self.queue:
+            try:
+                units = decode_batch_units(f.read())
+            except FormatError as exc:
+                raise exc.at(path=str(f.path)) from None
+            for i, unit in enumerate(units):
+                if not unit.is_valid:
+                    return
+                yield f, i * C.BCQ_STORE_UNIT_SIZE, unit
+            if size and len(units) * C.BCQ_STORE_UNIT_SIZE < size:
+                return
+
+    def units(self) -> list[BatchCqUnit]:
+        return [u for _, _, u in self.iter_units()]
+
+    def lookup(self, queue_offset: int, units: list[BatchCqUnit] | None = None) -> BatchCqUnit | None:
+        """The unit holding message ``queue_offset`` (getCqUnitAndStoreTime); None: none."""
+        units = self.units() if units is None else units
+        i = find_unit(units, queue_offset)
+        return None if i is None else units[i]
+
+    def offsets(self) -> tuple[int, int]:
+        """(min, max) message offset: the first unit's msgBaseOffset, the end of the last unit."""
+        units = self.units()
+        return (units[0].msg_base_offset, units[-1].next_offset) if units else (0, 0)
+
+
+@dataclass(frozen=True)
 class IndexFileRef:
     path: Path
     geometry: Geometry
@@ -90,6 +131,7 @@ class Store:
     def __init__(self, root: Path, commitlog_path: Path | None = None):
         self.root = Path(root)
         self._commitlog_path = commitlog_path or self.root / "commitlog"
+        self._root_given = commitlog_path is None or commitlog_path == self.root / "commitlog"
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":
@@ -99,7 +141,7 @@ class Store:
             raise StoreError("no such file or directory", path=str(path))
         if path.is_file():
             return cls(path.parent, commitlog_path=path)
-        if (path / "commitlog").is_dir():
+        if (path / "commitlog").is_dir() or find_dledger_dir(path) is not None:
             return cls(path)
         if path.name == "commitlog" or any(_is_offset_file(p) for p in path.iterdir()):
             return cls(path, commitlog_path=path)   # the commit log alone: no queues, index or checkpoint
@@ -110,13 +152,30 @@ class Store:
 
     @property
     def is_store_root(self) -> bool:
-        return self._commitlog_path == self.root / "commitlog"
+        return self._root_given
+
+    @cached_property
+    def dledger(self) -> DLedgerFiles | None:
+        """The DLedger directory of a store with enableDLegerCommitLog (None: a classic commit log)."""
+        found = find_dledger_dir(self.root) if self.is_store_root else None
+        return DLedgerFiles(found) if found is not None else None
 
     @cached_property
     def commitlog(self) -> CommitLog:
+        """The commit log: ``commitlog/``, or the DLedger data files (records at entry position + 48).
+
+        A bare directory or file is read as DLedger data when its first entry header says so.
+        """
+        if self.dledger is not None:
+            old = self._commitlog_path
+            if old.is_dir() and any(f.length for f in FileQueue.from_dir(old)):
+                raise StoreError("both commitlog/ and a DLedger log hold data (a store converted to DLedger); "
+                                 "reading it is not supported", path=str(self.root))
+            return DLedgerCommitLog.open(self.dledger.data_dir)
         if not self._commitlog_path.exists():
             return CommitLog(FileQueue([]))
-        return CommitLog.open(self._commitlog_path)
+        cl = CommitLog.open(self._commitlog_path)
+        return DLedgerCommitLog(cl.queue) if is_dledger_queue(cl.queue) else cl
 
     # -- consume queues ---------------------------------------------------------------------------
     @property
@@ -150,6 +209,34 @@ class Store:
         """The ConsumeQueueExt files of a queue (only with enableConsumeQueueExt), or None."""
         qdir = self.root / "consumequeue_ext" / topic / str(queue_id)
         return FileQueue.from_dir(qdir) if self.is_store_root and qdir.is_dir() else None
+
+    # -- batch consume queues (BatchCQ topics) -------------------------------------------------------
+    @property
+    def batch_consumequeue_dir(self) -> Path:
+        return self.root / "batchconsumequeue"
+
+    def batch_topics(self) -> list[str]:
+        d = self.batch_consumequeue_dir
+        if not self.is_store_root or not d.is_dir():
+            return []
+        return sorted(p.name for p in d.iterdir() if p.is_dir())
+
+    def batch_consume_queues(self, topic: str | None = None) -> list[BatchConsumeQueue]:
+        out = []
+        for t in ([topic] if topic is not None else self.batch_topics()):
+            tdir = self.batch_consumequeue_dir / t
+            if not tdir.is_dir():
+                continue
+            for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()),
+                               key=lambda p: int(p.name)):
+                out.append(BatchConsumeQueue(t, int(qdir.name), FileQueue.from_dir(qdir)))
+        return out
+
+    def batch_consume_queue(self, topic: str, queue_id: int) -> BatchConsumeQueue:
+        qdir = self.batch_consumequeue_dir / topic / str(queue_id)
+        if not qdir.is_dir():
+            raise StoreError(f"no batch consume queue {topic}/{queue_id}", path=str(qdir))
+        return BatchConsumeQueue(topic, queue_id, FileQueue.from_dir(qdir))
 
     # -- index ------------------------------------------------------------------------------------
     @property
