@@ -38,7 +38,8 @@ from rmqtool.store.dledger import DLedgerCommitLog
 from rmqtool.store.filequeue import FileQueue, QueueFile
 from rmqtool.store.store import Store
 
-__all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "DEFAULT_BATCH_ROWS"]
+__all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "ledger_file_batches",
+           "DEFAULT_BATCH_ROWS"]
 
 DEFAULT_BATCH_ROWS = 128 * 1024
 WINDOW_BYTES = 16 * 1024 * 1024      # bytes of a file walked and decoded at a time (cache-sized)
@@ -67,7 +68,7 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
         return
     if cl.entry_header_size:             # DLedger: records inside entries
         first, pos = (files[0], 0) if start is None else cl.entry_position(start)
-        file_batches = _ledger_file_batches
+        file_batches = ledger_file_batches
     else:
         first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
         file_batches = _file_batches
@@ -124,7 +125,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
         pos += entry.total_size
 
 
-def _ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
     """Batches of one DLedger data file from the entry at ``pos``: the records inside the entries (at
     entry position + 48), then the BLANK row; returns True at the end of written data."""
     if f.length == 0:

@@ -86,8 +86,11 @@ class FileFacts:
 
 
 def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False,
-              progress: Progress | None = None) -> FileFacts:
-    """Walk one commit-log file from position 0 (see the module docstring)."""
+              progress: Progress | None = None, ledger: bool = False) -> FileFacts:
+    """Walk one commit-log file from position 0 (see the module docstring); ``ledger``: a DLedger data
+    file, whose records sit inside entries."""
+    if ledger:
+        return _scan_ledger_file(f, names, deep, keys, progress)
     facts = FileFacts(f)
     parts: list[dict[str, np.ndarray]] = []
     key_parts: list[tuple[np.ndarray, np.ndarray]] = []
@@ -122,7 +125,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
             good, lengths = check_lengths(data, starts)
             if good:
                 batch = decode_batch(data, buf, starts[:good], lengths, f.start, deep)
-                cols, ok = _batch_facts(batch, data, starts[:good], names, deep)
+                cols, ok = _batch_facts(batch, names, deep)
                 if ok < good:                       # CRC mismatch or a bad DELAY: named below
                     cols = {k: v[:ok] for k, v in cols.items()}
                     batch = batch.slice(0, ok)
@@ -144,6 +147,54 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
         _stop_at(facts, buf, pos, remaining=len(data) - pos, deep=deep, path=path)
         break
     facts.stop_offset = f.start + pos
+    facts.columns = {k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64)
+                     for k in _COLUMNS}
+    if keys:
+        facts.key_offsets, facts.key_hashes = _concat_keys(key_parts)
+    return facts
+
+
+def _scan_ledger_file(f: QueueFile, names: QueueNames, deep: bool, keys: bool,
+                      progress: Progress | None) -> FileFacts:
+    """scan_file over the columnar DLedger walk: its batches, a BLANK row, or the damage it raises."""
+    from rmqtool.columnar import DEFAULT_BATCH_ROWS, ledger_file_batches
+
+    facts = FileFacts(f, stop="file_end", stop_offset=f.start)
+    parts: list[dict[str, np.ndarray]] = []
+    key_parts: list[tuple[np.ndarray, np.ndarray]] = []
+    batches = ledger_file_batches(f, 0, deep, DEFAULT_BATCH_ROWS)
+    try:
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration as end:
+                facts.stop = "zero" if end.value else "file_end"
+                break
+            offsets = batch.column("physical_offset").to_numpy()
+            if batch.column("type")[0].as_py() == "blank":
+                facts.stop, facts.stop_offset = "blank", int(offsets[0])
+                break
+            cols, ok = _batch_facts(batch, names, deep)
+            good = {k: v[:ok] for k, v in cols.items()}
+            parts.append(good)
+            if keys:
+                key_parts.append(_key_hashes(batch.slice(0, ok)))
+            if ok:
+                facts.stop_offset = int(good["offset"][-1] + good["size"][-1])
+                if progress:
+                    progress(int(good["size"].sum()))
+            if ok < len(offsets):
+                at = int(offsets[ok])
+                facts.stop, facts.stop_offset = "invalid", at
+                kind = "crc_mismatch" if deep and not batch.column("crc_ok")[ok].as_py() else "bad_delay"
+                facts.findings.append(Finding(ERROR, kind, str(f.path), at,
+                                              f"{kind.replace('_', ' ')}; recovery truncates the commit log here"))
+                break
+    except FormatError as exc:
+        facts.stop = "invalid"
+        facts.stop_offset = exc.offset if exc.offset is not None else facts.stop_offset
+        facts.findings.append(Finding(ERROR, _error_kind(exc, 0, 0), exc.path or str(f.path), facts.stop_offset,
+                                      f"{exc.message}; recovery truncates the commit log here"))
     facts.columns = {k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64)
                      for k in _COLUMNS}
     if keys:
@@ -204,8 +255,7 @@ def _error_kind(exc: FormatError, size: int, remaining: int) -> str:
     return "bad_record"
 
 
-def _batch_facts(batch: pa.RecordBatch, data: np.ndarray, starts: np.ndarray, names: QueueNames,
-                 deep: bool) -> tuple[dict[str, np.ndarray], int]:
+def _batch_facts(batch: pa.RecordBatch, names: QueueNames, deep: bool) -> tuple[dict[str, np.ndarray], int]:
     """The fact columns of a decoded batch and how many leading records are valid."""
     col = batch.column
     tags_code = col(batch.schema.get_field_index("tags_code"))

@@ -57,6 +57,8 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
     from rmqtool.ops.facts import WINDOW_BYTES
 
     cl = store.commitlog
+    if cl.entry_header_size:
+        return _scan_records(store)
     messages = blanks = v2 = trailing = 0
     first_ts = last_ts = None
     end = cl.min_offset
@@ -101,6 +103,34 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
             damage = f"{exc.at(path=str(f.path))} (records after it were not read)"
             break
     return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
+
+
+def _scan_records(store: Store) -> dict[str, Any]:
+    """The same counts from decoded record batches (records inside DLedger entries)."""
+    import pyarrow.compute as pc
+
+    from rmqtool.columnar import iter_record_batches
+
+    cl = store.commitlog
+    messages = blanks = v2 = trailing = 0
+    first_ts = last_ts = None
+    end = cl.min_offset
+    damage = []
+    for batch in iter_record_batches(store, on_damage=lambda exc: damage.append(exc)):
+        kinds = batch.column("type").to_pylist()
+        blanks += kinds.count("blank")
+        end = int(batch.column("physical_offset")[-1].as_py() + (batch.column("total_size")[-1].as_py() or 0))
+        msgs = batch.filter(pc.equal(batch.column("type"), "message"))
+        if not msgs.num_rows:
+            continue
+        messages += msgs.num_rows
+        v2 += msgs.column("magic_code").to_pylist().count(f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}")
+        trailing += sum(1 for p in msgs.column("properties_raw").to_pylist() if p.endswith(C.PROPERTY_SEPARATOR))
+        ts = pc.min_max(msgs.column("store_timestamp").cast("int64"))
+        first_ts = ts["min"].as_py() if first_ts is None else min(first_ts, ts["min"].as_py())
+        last_ts = ts["max"].as_py() if last_ts is None else max(last_ts, ts["max"].as_py())
+    note = f"{damage[0]} (records after it were not read)" if damage else None
+    return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, note)
 
 
 def _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage) -> dict[str, Any]:

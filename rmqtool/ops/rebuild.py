@@ -63,10 +63,11 @@ def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, de
     """The files' records the broker would dispatch, in order, up to the first invalid record
     (from the file holding ``start``, whose records before it are left out)."""
     files = [f for f in store.commitlog.queue.files if f.length]
+    ledger = bool(store.commitlog.entry_header_size)
     if start is not None:
         files = [f for f in files if f.start + f.length > start]
     for f in files:
-        facts = scan_file(f, names, deep=deep, keys=keys, progress=progress)
+        facts = scan_file(f, names, deep=deep, keys=keys, progress=progress, ledger=ledger)
         if start is not None and f.start < start:
             keep = facts.columns["offset"] >= start
             facts.columns = {k: v[keep] for k, v in facts.columns.items()}

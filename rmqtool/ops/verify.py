@@ -346,10 +346,11 @@ class FileResult:
 
 
 def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[IndexPlan], min_offset: int,
-               deep: bool = False, progress: Progress | None = None) -> FileResult:
-    """Walk one commit-log file and join the units and index entries in [f.start, hi_phy) to it."""
+               deep: bool = False, progress: Progress | None = None, ledger: bool = False) -> FileResult:
+    """Walk one commit-log file (a DLedger data file with ``ledger``) and join the units and index
+    entries in [f.start, hi_phy) to it."""
     names = QueueNames()
-    facts = scan_file(f, names, deep=deep, keys=bool(index), progress=progress)
+    facts = scan_file(f, names, deep=deep, keys=bool(index), progress=progress, ledger=ledger)
     cols = facts.columns
     result = FileResult(f, facts.stop, facts.stop_offset, facts.end, bool(len(facts)), facts.findings,
                         {}, {}, {}, {}, {}, int(cols["store_timestamp"].max()) if len(facts) else 0)
@@ -489,17 +490,22 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
     files = list(queue)
     items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)]
 
+    ledger = bool(store.commitlog.entry_header_size)
+
     def one(item: tuple[QueueFile, int]) -> FileResult:
-        return check_file(item[0], item[1], queues, index, min_offset, deep)
+        return check_file(item[0], item[1], queues, index, min_offset, deep, ledger=ledger)
 
     if run_files is not None:
         results = run_files(one, items)
     else:
-        results = [check_file(f, hi, queues, index, min_offset, deep, progress) for f, hi in items]
+        results = [check_file(f, hi, queues, index, min_offset, deep, progress, ledger) for f, hi in items]
     if not files:        # no commit log: every unit and entry points past its end
         results = [check_file(QueueFile(Path("/dev/null"), 0, 0), _NO_END, queues, index, min_offset)]
         results[0].findings = []
     yield from _commitlog_sequence([r for r in results if r.file.length or files])
+    if ledger:
+        from rmqtool.ops.dledger import check_dledger
+        yield from check_dledger(store, deep=deep)
     end = data_end(results)
     yield from _queue_findings(store, queues, results, end, min_offset)
     yield from index_findings
