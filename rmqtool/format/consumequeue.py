@@ -132,3 +132,28 @@ def decode_ext_units(buf) -> list[tuple[int, CqExtUnit]]:
         out.append((pos, unit))
         pos += unit.size
     return out
+
+
+UNIT_FIELDS = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]     # a numpy dtype of one unit
+_PREFIX_CHUNK = 8192
+
+
+def valid_prefix(buf, commitlog_end: int | None = None) -> tuple[int, int]:
+    """(number of leading units that pass recovery's test, max physical end of them: offset + size,
+    -1 without any), read in chunks so that a mostly empty pre-allocated file costs little."""
+    import numpy as np
+
+    n = len(buf) // C.CQ_STORE_UNIT_SIZE
+    reach = -1
+    for lo in range(0, n, _PREFIX_CHUNK):
+        units = np.frombuffer(buf, UNIT_FIELDS, min(_PREFIX_CHUNK, n - lo), lo * C.CQ_STORE_UNIT_SIZE)
+        phy, size = units["phy"].astype(np.int64), units["size"].astype(np.int64)
+        stop = (phy < 0) | (size <= 0)
+        if commitlog_end is not None:
+            stop |= phy >= commitlog_end
+        valid = int(np.argmax(stop)) if stop.any() else len(units)
+        if valid:
+            reach = int(phy[valid - 1] + size[valid - 1])
+        if valid < len(units):
+            return lo + valid, reach
+    return n, reach

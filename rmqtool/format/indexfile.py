@@ -215,12 +215,15 @@ class IndexWriter:
 
     @classmethod
     def from_bytes(cls, buf, geometry: Geometry, hash_slot_count_every_put: bool = False) -> "IndexWriter":
-        """Continue putting keys into an existing index file (as the broker does after a restart)."""
-        writer = cls(geometry, hash_slot_count_every_put=hash_slot_count_every_put)
+        """Continue putting keys into an existing index file (as the broker does after a restart). A
+        writable buffer (a private map of the file, say) is written in place, a read-only one copied."""
         if len(buf) != geometry.file_size:
             raise FormatError(f"index file is {len(buf)} bytes, geometry {geometry} needs {geometry.file_size}")
-        writer.buf[:] = buf
-        writer.header = decode_header(buf)
+        header = decode_header(buf)
+        own = bytearray(buf) if memoryview(buf).readonly else buf
+        writer = cls(geometry, hash_slot_count_every_put=hash_slot_count_every_put, buf=own)
+        writer.header = header
+        writer.buf[:C.INDEX_HEADER_SIZE] = encode_header(header)
         return writer
 
     @property

@@ -8,7 +8,6 @@ from typing import Any
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError
-from rmqtool.format.commitlog import Blank
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import Store
 

@@ -10,21 +10,22 @@ abort file goes (5.x: it becomes abort.bak, as the broker's restart leaves it).
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqtool import constants as C
 import numpy as np
 
+from rmqtool import constants as C
 from rmqtool.errors import FormatError
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Blank, decode_entry
+from rmqtool.format.consumequeue import valid_prefix
 from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
-from rmqtool.ops.verify import first_nonzero
 from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir, store_cq_file_size, valid_facts
 from rmqtool.store.atomic import Transaction
-from rmqtool.store.filequeue import QueueFile
+from rmqtool.store.filequeue import QueueFile, first_nonzero, map_private
 from rmqtool.store.store import Store
 
 
@@ -45,7 +46,7 @@ class RepairPlan:
     process_offset: int
     recover_from: int
     actions: list[Action] = field(default_factory=list)
-    writes: dict[str, bytes] = field(default_factory=dict)
+    writes: dict[str, bytes | bytearray | mmap.mmap] = field(default_factory=dict)   # bytes-like
     deletes: list[str] = field(default_factory=list)
     renames: list[tuple[str, str]] = field(default_factory=list)
 
@@ -157,7 +158,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 plan.actions.append(Action("index_delete", rel, "end timestamp after the checkpoint's "
                                            f"indexMsgTimestamp {cp.index_msg_timestamp}"))
             else:
-                kept.append((ref.name, IndexWriter.from_bytes(ref.read(), ref.geometry)))
+                kept.append((ref.name, IndexWriter.from_bytes(map_private(ref.path), ref.geometry)))
         if refs:
             builder = IndexBuilder(refs[0].geometry, kept)
             for facts in scanned:
@@ -165,7 +166,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             for name, w in builder.files:
                 if name in builder.changed:
                     rel = f"index/{name}"
-                    plan.writes[rel] = w.to_bytes()
+                    plan.writes[rel] = w.buf          # a private map or a bytearray: not copied again
                     plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to "
                                                f"offset {w.header.end_phy_offset}"))
             if builder.full_end_timestamp is not None:
@@ -209,21 +210,17 @@ def _untouched(cq, file_size: int, process: int, reach: int) -> bool:
     files = list(cq.queue)
     if any(f.length != file_size for f in files):
         return False
-    max_phy = last_phy = -1
+    max_phy = -1
     tail = files[max(0, len(files) - 3):]
     for i, f in enumerate(tail):
-        units = np.frombuffer(f.read(), [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")],
-                              file_size // C.CQ_STORE_UNIT_SIZE) if f.length else np.empty(0)
-        phy, size = units["phy"].astype(np.int64), units["size"].astype(np.int64)
-        bad = (phy < 0) | (size <= 0)
-        valid = int(np.argmax(bad)) if bad.any() else len(units)
-        if valid:
-            last_phy, max_phy = int(phy[valid - 1]), int(phy[valid - 1] + size[valid - 1])
-        if valid < len(units):
+        buf = f.read()
+        valid, end = valid_prefix(buf)
+        max_phy = max(max_phy, end)
+        if valid < len(buf) // C.CQ_STORE_UNIT_SIZE:
             if i + 1 < len(tail) or first_nonzero(f.path, valid * C.CQ_STORE_UNIT_SIZE) is not None:
                 return False
             break
-    return last_phy < process and reach <= max_phy
+    return max_phy <= process and reach <= max_phy
 
 
 def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[str, int], CqWriter],

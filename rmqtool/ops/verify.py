@@ -29,7 +29,7 @@ from rmqtool.errors import FormatError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.atomic import pending_journal
-from rmqtool.store.filequeue import QueueFile
+from rmqtool.store.filequeue import QueueFile, first_nonzero
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
 
@@ -77,28 +77,6 @@ def _map(path: Path):
         if os.fstat(fh.fileno()).st_size == 0:
             return b""
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
-    """Position of the first non-zero byte in [start, end) of a file; holes of sparse files are skipped."""
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        end = size if end is None else min(end, size)
-        pos = start
-        while pos < end:
-            try:
-                pos = max(pos, os.lseek(fh.fileno(), pos, os.SEEK_DATA))
-            except OSError:
-                return None                   # only a hole is left
-            if pos >= end:
-                return None
-            fh.seek(pos)
-            chunk = np.frombuffer(fh.read(min(1 << 20, end - pos)), np.uint8)
-            hit = np.flatnonzero(chunk)
-            if len(hit):
-                return pos + int(hit[0])
-            pos += len(chunk)
-    return None
 
 
 def _units(buf, lo: int, hi: int) -> np.ndarray:

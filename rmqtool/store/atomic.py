@@ -13,7 +13,6 @@ removes); killed after it, ``complete_pending`` finishes the same steps: never a
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import hashlib
 import json
 import os
@@ -22,6 +21,7 @@ import signal
 from pathlib import Path
 
 from rmqtool.errors import UnsafeWrite
+from rmqtool.store.filequeue import data_extents
 
 JOURNAL = ".rmqtool-journal.json"
 STAGED = ".rmqtool-new"
@@ -182,25 +182,11 @@ def copy_sparse(src, dst) -> None:
     """Copy a file's data regions only (holes stay holes), with its times and mode."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
-        pos = 0
-        while pos < size:
-            try:
-                pos = os.lseek(fin.fileno(), pos, os.SEEK_DATA)
-                end = os.lseek(fin.fileno(), pos, os.SEEK_HOLE)
-            except OSError as exc:
-                if exc.errno != errno.ENXIO:    # no hole support here: copy the rest as it is
-                    fin.seek(pos)
-                    fout.seek(pos)
-                    shutil.copyfileobj(fin, fout, 1 << 20)
-                break                           # ENXIO: only a hole is left
-            fin.seek(pos)
-            fout.seek(pos)
-            left = end - pos
-            while left:
-                chunk = fin.read(min(left, 1 << 20))
-                fout.write(chunk)
-                left -= len(chunk)
-            pos = end
+        for lo, hi in data_extents(fin.fileno(), 0, size):
+            fin.seek(lo)
+            fout.seek(lo)
+            for pos in range(lo, hi, 1 << 20):
+                fout.write(fin.read(min(1 << 20, hi - pos)))
         fout.truncate(size)
     shutil.copystat(src, dst)
 

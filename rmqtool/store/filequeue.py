@@ -6,6 +6,7 @@ shared by every file but the last; the last file alone decides when it is the on
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass
@@ -35,6 +36,51 @@ def map_file(path: Path) -> bytes | mmap.mmap:
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise StoreError(f"cannot read: {exc.strerror or exc}", path=str(path)) from exc
+
+
+def map_private(path: Path) -> mmap.mmap:
+    """A copy-on-write map of a file: writes stay in this process's memory, the file is unchanged."""
+    try:
+        with open(path, "rb") as fh:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"cannot map: {exc}", path=str(path)) from exc
+
+
+def data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """[start, end) ranges of a file that may hold data: its data extents (the holes of a sparse file
+    skipped), or the whole range where the file system cannot tell holes."""
+    seek_data = getattr(os, "SEEK_DATA", None)      # not on every platform
+    pos = start
+    while pos < end:
+        try:
+            if seek_data is None:
+                raise OSError(errno.EINVAL, "no SEEK_DATA")
+            lo = os.lseek(fd, pos, seek_data)
+            hi = os.lseek(fd, lo, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:      # only a hole is left
+                return
+            lo, hi = pos, end
+        if lo >= end:
+            return
+        yield lo, min(hi, end)
+        pos = max(hi, pos + 1)
+
+
+def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
+    """Position of the first non-zero byte in [start, end) of a file; holes are skipped."""
+    import numpy as np
+
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        for lo, hi in data_extents(fh.fileno(), start, size if end is None else min(end, size)):
+            for pos in range(lo, hi, 1 << 20):
+                fh.seek(pos)
+                hit = np.flatnonzero(np.frombuffer(fh.read(min(1 << 20, hi - pos)), np.uint8))
+                if len(hit):
+                    return pos + int(hit[0])
+    return None
 
 
 def is_offset_name(name: str) -> bool:

@@ -15,7 +15,7 @@ from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.batchcq import BatchCqUnit, find_unit
 from rmqtool.format.batchcq import decode_units as decode_batch_units
 from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
-from rmqtool.format.consumequeue import CqUnit, decode_units
+from rmqtool.format.consumequeue import CqUnit, decode_units, valid_prefix
 from rmqtool.format.indexfile import (Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
 from rmqtool.store.commitlog import CommitLog
@@ -54,19 +54,12 @@ class ConsumeQueue:
 
     def extent(self, commitlog_end: int | None = None) -> tuple[int, int]:
         """(first queue offset, number of units) that ``iter_units`` yields from 0, counted as columns."""
-        import numpy as np
-
         size = self.queue.file_size
         first, count = 0, 0
         for f in self.queue:
             buf = f.read()
             n = len(buf) // C.CQ_STORE_UNIT_SIZE
-            units = np.frombuffer(buf, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")], n)
-            phy, usize = units["phy"].astype(np.int64), units["size"].astype(np.int64)
-            stop = (phy < 0) | (usize <= 0)
-            if commitlog_end is not None:
-                stop |= phy >= commitlog_end
-            valid = int(np.argmax(stop)) if stop.any() else n
+            valid, _ = valid_prefix(buf, commitlog_end)
             if not count:
                 first = f.start // C.CQ_STORE_UNIT_SIZE
             count += valid

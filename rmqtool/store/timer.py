@@ -9,7 +9,6 @@ is never read whole: its data extents are found with SEEK_DATA/SEEK_HOLE and rea
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,7 +20,7 @@ from rmqtool.format.timer import (DEFAULT_PRECISION_MS, SLOT_SIZE, UNIT_SIZE, Ti
                                   TimerLogEntry, TimerMetrics, TimerSlot, TimerUnit, decode_slot,
                                   decode_timer_metrics, decode_timercheck, decode_timerlog_entry)
 from rmqtool.store.config import Loaded, load_config
-from rmqtool.store.filequeue import FileQueue
+from rmqtool.store.filequeue import FileQueue, data_extents
 
 CHUNK_BYTES = 1 << 20          # wheel bytes examined at a time (a multiple of the slot size)
 
@@ -119,7 +118,7 @@ class TimerStore:
         seen = -1          # extents are block-aligned; this only guards against a slot split by one
         with open(self.wheel_path, "rb") as fh:
             fd = fh.fileno()
-            for start, end in _data_extents(fd, self.slot_count * SLOT_SIZE):
+            for start, end in data_extents(fd, 0, self.slot_count * SLOT_SIZE):
                 pos = start - start % SLOT_SIZE
                 while pos < end:
                     chunk = os.pread(fd, min(CHUNK_BYTES, end - pos + (-(end - pos)) % SLOT_SIZE), pos)
@@ -160,20 +159,3 @@ class TimerStore:
 
     def metrics(self) -> Loaded[TimerMetrics] | None:
         return load_config(self.root / "config" / "timermetrics", decode_timer_metrics)
-
-
-def _data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
-    """[start, end) ranges that may hold data: the file's data extents, or the whole file where the
-    file system cannot tell holes (SEEK_DATA unsupported)."""
-    seek_data = getattr(os, "SEEK_DATA", None)
-    pos = 0
-    while pos < size:
-        try:
-            start = os.lseek(fd, pos, seek_data) if seek_data is not None else pos
-            end = os.lseek(fd, start, os.SEEK_HOLE) if seek_data is not None else size
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:      # no data after pos
-                return
-            start, end = pos, size
-        yield start, min(end, size)
-        pos = max(end, pos + 1)

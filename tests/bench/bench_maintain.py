@@ -1,0 +1,159 @@
+"""Benchmark of the whole-store maintenance commands at production shape (not a pytest test).
+
+    python tests/bench/bench_maintain.py [--dir DIR] [--sizes 1 4] [--queues 2000] [--only verify ...]
+
+For each size (GiB of commit log, in 1 GiB files) a store is generated under DIR when missing (rmqtool's
+generator: 2,000 queues with 6,000,000-byte consume-queue files, the default 5M/20M index geometry;
+about 2.5 minutes per GiB). Every measure runs in its own process on a warm page cache; the table gives
+wall time, MB/s of commit log, peak RSS, and the ratio to the columnar decode with CRC of the same run.
+Outputs go under DIR and are removed after each measure:
+
+- ``decode_crc``: ``iter_record_batches(check_crc=True)`` over every file (the reference rate)
+- ``verify``: ``verify --deep`` (commit log, consume-queue and index cross-checks)
+- ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``)
+- ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed)
+- ``info``: the store summary
+- ``repair``: the plan for the store with an ``abort`` file and its checkpoint in the last file;
+  "read" is the commit-log bytes the recovery walk scanned
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+GIB = 1 << 30
+MEASURES = ["decode_crc", "verify", "rebuild-cq", "rebuild-index", "info", "repair"]
+TARGETS = {"verify": 0.7, "rebuild-cq": 0.7, "rebuild-index": 0.4}      # x the decode-with-CRC rate
+INFO_TARGET_MBPS = 2000
+RSS_TARGET_MB = 1000
+
+
+def measure(name: str, store: Path, scratch: Path) -> dict:
+    """One measure in this process: seconds, commit-log bytes covered, bytes read by recovery."""
+    from rmqtool.store.store import Store
+
+    st = Store.open(store)
+    size = sum(f.length for f in st.commitlog.queue)
+    read = 0
+    started = time.perf_counter()
+    if name == "decode_crc":
+        from rmqtool.columnar import iter_record_batches
+        for _ in iter_record_batches(st, check_crc=True):
+            pass
+    elif name == "verify":
+        from rmqtool.ops.verify import verify_store
+        findings = list(verify_store(store, deep=True))
+        if findings:
+            raise SystemExit(f"verify found {len(findings)} problems, first: {findings[0]}")
+    elif name == "rebuild-cq":
+        from rmqtool.ops.rebuild import rebuild_consume_queues
+        rebuild_consume_queues(st, out=scratch / "cq")
+    elif name == "rebuild-index":
+        from rmqtool.ops.rebuild import rebuild_index
+        rebuild_index(st, dry_run=True)
+    elif name == "info":
+        from rmqtool.ops.inspect import store_info
+        store_info(st)
+    elif name == "repair":
+        from rmqtool.ops.repair import plan_repair
+
+        def count(n: int) -> None:
+            nonlocal read
+            read += n
+
+        (store / "abort").write_bytes(b"")
+        try:
+            plan_repair(Store.open(store), progress=count)
+        finally:
+            (store / "abort").unlink()
+    return {"seconds": time.perf_counter() - started, "bytes": size, "read": read}
+
+
+def run_child(name: str, store: Path, scratch: Path) -> dict:
+    """One measure in a fresh process; peak RSS from wait4; outputs removed (untimed)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, __file__, "--child", name, "--store", str(store),
+                             "--scratch", str(scratch)], stdout=subprocess.PIPE)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    shutil.rmtree(scratch, ignore_errors=True)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"measure {name} failed")
+    result = json.loads(out)
+    result["peak_rss_mb"] = usage.ru_maxrss / 1024
+    return result
+
+
+def ensure_store(path: Path, gib: int, queues: int) -> Path:
+    from rmqtool.ops.generate import generate_store
+
+    if not (path / "commitlog").is_dir():
+        print(f"generating {gib} GiB with {queues} queues in {path} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        g = generate_store(path, gib * GIB - (1 << 20), file_size=GIB, topics=queues // 10, queues=10, seed=gib)
+        print(f"  {g.messages} messages, {g.files} files, {g.queues} queues, "
+              f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", type=Path, default=Path("bench-out"), help="stores and scratch space")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4], help="store sizes in GiB")
+    ap.add_argument("--queues", type=int, default=2000)
+    ap.add_argument("--only", nargs="*", help="measures to run (decode_crc always runs)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--store", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args.store, args.scratch)))
+        return
+    rss: dict[str, dict[int, float]] = {}
+    for gib in args.sizes:
+        store = ensure_store(args.dir / f"store-{gib}g", gib, args.queues)
+        for f in sorted((store / "commitlog").iterdir()):       # warm the page cache
+            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
+        print(f"\nstore {store}: {gib} GiB, {args.queues} queues; load average {os.getloadavg()[0]:.2f}, "
+              f"{os.cpu_count()} cores", flush=True)
+        header = f"{'command':<16} {'s':>7} {'MB/s':>7} {'x decode+CRC':>13} {'peak RSS MB':>12} {'read MB':>8}"
+        print(header)
+        print("-" * len(header))
+        base = None
+        for name in MEASURES:
+            if args.only and name not in args.only and name != "decode_crc":
+                continue
+            r = run_child(name, store, args.dir / "scratch")
+            mbps = r["bytes"] / 1e6 / r["seconds"]
+            base = base or mbps
+            rss.setdefault(name, {})[gib] = r["peak_rss_mb"]
+            read = f"{r['read'] / 1e6:8.0f}" if name == "repair" else f"{'-':>8}"
+            verdict = ""
+            if name in TARGETS:
+                verdict = "met" if mbps / base >= TARGETS[name] else f"MISSED (target {TARGETS[name]}x)"
+            elif name == "info":
+                verdict = "met" if mbps >= INFO_TARGET_MBPS else f"MISSED (target {INFO_TARGET_MBPS} MB/s)"
+            elif name == "repair":
+                verdict = "met" if r["read"] <= 2 * GIB else "MISSED (target: last two files)"
+            if r["peak_rss_mb"] > RSS_TARGET_MB:
+                verdict += f" RSS over {RSS_TARGET_MB} MB"
+            print(f"{name:<16} {r['seconds']:7.2f} {mbps:7.0f} {mbps / base:13.2f} {r['peak_rss_mb']:12.0f} "
+                  f"{read} {verdict}", flush=True)
+    if len(args.sizes) > 1:
+        a, b = args.sizes[0], args.sizes[-1]
+        print(f"\npeak RSS MB, {a} GiB vs {b} GiB: " + ", ".join(
+            f"{name} {v.get(a, 0):.0f}/{v.get(b, 0):.0f}" for name, v in rss.items()))
+
+
+if __name__ == "__main__":
+    main()
