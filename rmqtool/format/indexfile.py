@@ -284,10 +284,8 @@ class IndexWriter:
         base = np.full(n, begin_ts, np.int64)
         base[0] = h.begin_timestamp                                       # the first put sees the old header
         diff = np.where(base <= 0, 0, np.clip((store_timestamp - base) // 1000, 0, _INT_MAX))
-        entries = np.empty(n, ENTRY_FIELDS)
+        entries = np.frombuffer(self.buf, ENTRY_FIELDS, n, g.entry_pos(count))     # written in place
         entries["hash"], entries["phy"], entries["time_diff"], entries["prev"] = key_hash, phy_offset, diff, prev
-        pos = g.entry_pos(count)
-        self.buf[pos:pos + n * C.INDEX_ENTRY_SIZE] = entries.tobytes()
         newest = np.flatnonzero(np.append(first[1:], True))              # each slot's last entry
         slots[by_slot[newest]] = numbers[order[newest]]
         used = n if self.every_put else int((prev == 0).sum())

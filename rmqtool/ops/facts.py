@@ -98,12 +98,9 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     mm = _map(f)
     buf = pa.py_buffer(mm) if mm is not None else pa.py_buffer(b"")
     data = np.frombuffer(mm, np.uint8) if mm is not None else np.empty(0, np.uint8)
-    pos = released = 0
+    pos = 0
     while True:
-        done = pos // mmap.PAGESIZE * mmap.PAGESIZE
-        if mm is not None and done > released:          # keep RSS flat: drop pages already decoded
-            mm.madvise(mmap.MADV_DONTNEED, released, done - released)
-            released = done
+        release(mm, pos)
         remaining = len(data) - pos
         if remaining < C.END_FILE_MIN_BLANK_LENGTH:
             facts.stop = "file_end"
@@ -200,6 +197,15 @@ def _scan_ledger_file(f: QueueFile, names: QueueNames, deep: bool, keys: bool,
     if keys:
         facts.key_offsets, facts.key_hashes = _concat_keys(key_parts)
     return facts
+
+
+def release(mm, upto: int) -> None:
+    """Drop the pages of a read-only file map before ``upto`` (already decoded): RSS stays flat while a
+    large file is walked. The pages stay in the page cache."""
+    if isinstance(mm, mmap.mmap):
+        done = upto // mmap.PAGESIZE * mmap.PAGESIZE
+        if done:
+            mm.madvise(mmap.MADV_DONTNEED, 0, done)
 
 
 def _map(f: QueueFile) -> mmap.mmap | None:

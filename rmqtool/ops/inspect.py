@@ -53,7 +53,7 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
     from rmqtool.columnar.decode import check_lengths
     from rmqtool.columnar.walk import walk
     from rmqtool.format.commitlog import decode_entry, peek_header
-    from rmqtool.ops.facts import WINDOW_BYTES
+    from rmqtool.ops.facts import WINDOW_BYTES, release
 
     cl = store.commitlog
     if cl.entry_header_size:
@@ -70,6 +70,7 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
         pos = 0
         try:
             while len(data) - pos >= C.END_FILE_MIN_BLANK_LENGTH:
+                release(buf, pos)
                 size, magic = peek_header(buf, pos)
                 if size == 0 and magic == 0:
                     return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)

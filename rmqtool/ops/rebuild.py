@@ -368,6 +368,8 @@ class IndexBuilder:
     indexMsgTimestamp when a file fills up (None if none did). With ``directory``, new files are
     sparse files there, written through a map (memory stays small whatever the geometry)."""
 
+    KEYS_PER_PUT = 1 << 19           # keys put as one set of columns (bounds the temporaries)
+
     def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
                  directory: Path | None = None):
         check_geometry(geometry)
@@ -432,7 +434,7 @@ class IndexBuilder:
             keys = np.flatnonzero(indexed[key_rec[k:]] & (offset[key_rec[k:]] >= w.header.end_phy_offset)) + k
             if not len(keys):
                 return
-            take = keys[:self.geometry.index_num - w.index_count]
+            take = keys[:min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT)]
             w.put_hashes(facts.key_hashes[take], offset[key_rec[take]], ts[key_rec[take]])
             self.changed.add(self.files[-1][0])
             k = int(take[-1]) + 1
@@ -441,7 +443,7 @@ class IndexBuilder:
                 if w.is_full() and rec < n:
                     self._last(int(ts[rec]))        # the next record opens the next file, keys or not
                 return
-            # full: the next file is opened by the record of the next key, or the record after the last one
+            # when full, the next file is opened by the record of the next key, or the record after the last one
             rec = int(key_rec[k]) if key_rec[k] == key_rec[take[-1]] else int(key_rec[take[-1]]) + 1
 
 

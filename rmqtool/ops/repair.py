@@ -11,6 +11,7 @@ abort file goes (5.x: it becomes abort.bak, as the broker's restart leaves it).
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
 from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir, store_cq_file_size, valid_facts
 from rmqtool.store.atomic import Transaction
-from rmqtool.store.filequeue import QueueFile, first_nonzero, map_private
+from rmqtool.store.filequeue import QueueFile, data_extents, first_nonzero, map_private
 from rmqtool.store.store import Store
 
 
@@ -106,9 +107,8 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
         elif f.start + fsize > process:
             if process >= f.start:
                 cut = process - f.start
-                data = bytes(f.read())
-                if any(data[cut:]) or len(data) != fsize:
-                    plan.writes[rel] = data[:cut] + bytes(fsize - cut)
+                if f.length != fsize or first_nonzero(f.path, cut) is not None:
+                    plan.writes[rel] = _cut(f.path, cut, fsize)
                     plan.actions.append(Action("truncate_commitlog", rel,
                                                f"keep {cut} bytes (up to offset {process}), zero the rest"))
             else:
@@ -190,6 +190,20 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             plan.actions.append(Action("abort", "abort", "remove"))
         plan.deletes.append("abort")
     return plan
+
+
+def _cut(path: Path, cut: int, size: int):
+    """The file's first ``cut`` bytes, zeros up to ``size``: a private map, zeroed only where it holds data."""
+    if os.path.getsize(path) != size:
+        data = Path(path).read_bytes()[:cut]
+        return data + bytes(size - len(data))
+    mm = map_private(path)
+    with open(path, "rb") as fh:
+        for lo, hi in data_extents(fh.fileno(), cut, size):
+            for pos in range(lo, hi, 1 << 20):
+                end = min(pos + (1 << 20), hi)
+                mm[pos:end] = bytes(end - pos)
+    return mm
 
 
 def _record_reach(scanned: list[FileFacts], names: QueueNames) -> dict[tuple[str, int], int]:

@@ -15,7 +15,6 @@ Three steps, none holding state per record of the whole store:
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass, field
@@ -72,15 +71,10 @@ class IndexPlan:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _map(path: Path):
+def _read(path: Path, dtype: np.dtype | str, count: int, offset: int) -> np.ndarray:
+    """``count`` items at byte ``offset`` of a file, read (not mapped: nothing stays resident)."""
     with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return b""
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def _units(buf, lo: int, hi: int) -> np.ndarray:
-    return np.frombuffer(buf, UNIT_DTYPE, hi - lo, lo * C.CQ_STORE_UNIT_SIZE)
+        return np.fromfile(fh, dtype, count, offset=offset)
 
 
 def plan_queues(store: Store, min_offset: int) -> list[QueuePlan]:
@@ -134,11 +128,12 @@ class _QueueWalk:
         if self.ended:
             self._stale(f, 0, whole)
             return
-        buf = _map(f.path)
         base = f.start // C.CQ_STORE_UNIT_SIZE
         seg: Segment | None = None
-        for lo in range(0, count, CHUNK):
-            u = _units(buf, lo, min(lo + CHUNK, count))
+        lo, chunk = 0, 1024               # growing reads: a pre-allocated file is mostly empty
+        while lo < count:
+            u = _read(f.path, UNIT_DTYPE, min(chunk, count - lo), lo * C.CQ_STORE_UNIT_SIZE)
+            chunk = min(chunk * 4, CHUNK)
             phy, usize, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
             invalid = ~((phy >= 0) & (usize > 0))
             stop = int(np.argmax(invalid)) if invalid.any() else len(u)
@@ -172,6 +167,7 @@ class _QueueWalk:
                 self.ended = True
                 self._stale(f, (at + 1) * C.CQ_STORE_UNIT_SIZE, whole)
                 break
+            lo += len(u)
         if seg is not None:
             self.plan.segments.append(seg)
 
@@ -216,15 +212,14 @@ def plan_index(store: Store, min_offset: int) -> tuple[list[IndexPlan], list[Fin
             plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 36, "indexCount beyond capacity",
                                          g.index_num, h.index_count))
             continue
-        buf = ref.read()
         if first_nonzero(ref.path, g.entry_pos(count), g.file_size) is not None:
             plan.findings.append(Finding(ERROR, "index_stale_entries", path, g.entry_pos(count),
                                          f"non-zero bytes after entry {count - 1} (indexCount {h.index_count})"))
-        slots = np.frombuffer(buf, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
+        slots = _read(ref.path, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
         used = int(np.count_nonzero(slots))
         n = count - 1
         if n:
-            first, last = (struct.unpack_from(">q", buf, g.entry_pos(i) + 4)[0] for i in (1, count - 1))
+            first, last = (int(_read(ref.path, ">i8", 1, g.entry_pos(i) + 4)[0]) for i in (1, count - 1))
             for name, exp, act in (("begin_phy_offset", first, h.begin_phy_offset),
                                    ("end_phy_offset", last, h.end_phy_offset)):
                 if exp != act:
@@ -237,7 +232,7 @@ def plan_index(store: Store, min_offset: int) -> tuple[list[IndexPlan], list[Fin
         prev_phy = -1
         for lo in range(1, count, CHUNK):
             hi = min(lo + CHUNK, count)
-            e = np.frombuffer(buf, ENTRY_DTYPE, hi - lo, g.entry_pos(lo))
+            e = _read(ref.path, ENTRY_DTYPE, hi - lo, g.entry_pos(lo))
             prev, phy = e["prev"].astype(np.int64), e["phy"].astype(np.int64)
             numbers = np.arange(lo, hi)
             for i in np.flatnonzero(~((prev >= 0) & (prev < numbers))).tolist():
@@ -260,11 +255,11 @@ def plan_index(store: Store, min_offset: int) -> tuple[list[IndexPlan], list[Fin
 
 
 # -- step 2: one commit-log file -------------------------------------------------------------------
-def _bisect(buf, lo: int, hi: int, phy: int, unit_pos: Callable[[int], int]) -> int:
+def _bisect(fd: int, lo: int, hi: int, phy: int, phy_pos: Callable[[int], int]) -> int:
     """First index in [lo, hi) whose physical offset is >= phy (offsets rising)."""
     while lo < hi:
         mid = (lo + hi) // 2
-        if struct.unpack_from(">q", buf, unit_pos(mid))[0] < phy:
+        if struct.unpack(">q", os.pread(fd, 8, phy_pos(mid)))[0] < phy:
             lo = mid + 1
         else:
             hi = mid
@@ -276,13 +271,13 @@ def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable
     """(indexes, items) of a segment whose physical offset lies in [lo_phy, hi_phy)."""
     if seg.last_phy < lo_phy or seg.first_phy >= hi_phy:
         return np.empty(0, np.int64), np.empty(0, dtype)
-    buf = _map(seg.path)
-    phy_at = (lambda i: pos(i) + (4 if dtype is ENTRY_DTYPE else 0))
     if seg.ordered:
-        a = _bisect(buf, seg.lo, seg.hi, lo_phy, phy_at)
-        b = _bisect(buf, a, seg.hi, hi_phy, phy_at)
-        return np.arange(a, b), np.frombuffer(buf, dtype, b - a, pos(a)).copy()
-    items = np.frombuffer(buf, dtype, seg.hi - seg.lo, pos(seg.lo)).copy()
+        phy_at = (lambda i: pos(i) + dtype.fields["phy"][1])
+        with open(seg.path, "rb") as fh:
+            a = _bisect(fh.fileno(), seg.lo, seg.hi, lo_phy, phy_at)
+            b = _bisect(fh.fileno(), a, seg.hi, hi_phy, phy_at)
+        return np.arange(a, b), _read(seg.path, dtype, b - a, pos(a))
+    items = _read(seg.path, dtype, seg.hi - seg.lo, pos(seg.lo))
     phy = items["phy"].astype(np.int64)
     keep = (phy >= max(lo_phy, min_offset)) & (phy < hi_phy)
     if dtype is UNIT_DTYPE:
@@ -386,9 +381,9 @@ def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set
         return
     cols = facts.columns
     need = np.flatnonzero(facts.gets_cq_unit())
-    queue = cols["queue"][need]
-    for code in np.unique(queue).tolist():
-        rows = need[queue == code]
+    need = need[np.argsort(cols["queue"][need], kind="stable")]      # by queue, in offset order within
+    codes, starts = np.unique(cols["queue"][need], return_index=True)
+    for code, rows in zip(codes.tolist(), np.split(need, starts[1:])):
         name = names.names[code]
         if name not in own:
             result.no_queue[name] = (len(rows), int(cols["offset"][rows[0]]))
@@ -400,6 +395,17 @@ def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set
             if len(part):
                 miss.add(len(part), (int(cols["offset"][part[0]]), int(cols["queue_offset"][part[0]])))
         result.coverage[name] = (bool(cov.any()), before, after)
+
+
+def _has_key(facts: FileFacts, rec: np.ndarray, key_hash: np.ndarray) -> np.ndarray:
+    """Whether each record ``rec[i]`` has a key whose index hash is ``key_hash[i]``."""
+    first, counts = facts.key_offsets[rec], np.diff(facts.key_offsets)[rec]
+    found = np.zeros(len(rec), bool)
+    hashes = facts.key_hashes
+    for j in range(int(counts.max()) if len(counts) else 0):     # records carry a few keys each
+        at = np.flatnonzero((counts > j) & ~found)
+        found[at] = hashes[first[at] + j] == key_hash[at]
+    return found
 
 
 def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset: int, result: FileResult) -> None:
@@ -421,10 +427,7 @@ def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset:
     at = np.searchsorted(cols["offset"], phy)
     at_c = np.minimum(at, max(len(facts) - 1, 0))
     hit = (at < len(facts)) & (cols["offset"][at_c] == phy) if len(facts) else np.zeros(len(phy), bool)
-    pairs = at_c << 32 | key_hash
-    known = np.repeat(np.arange(len(facts)), np.diff(facts.key_offsets)) << 32 | facts.key_hashes \
-        if len(facts) else np.empty(0, np.int64)
-    ok = hit & np.isin(pairs, known)
+    ok = hit & _has_key(facts, at_c, key_hash) if len(facts) else hit
     out = result.entry_findings.setdefault(path, [])
     for i in np.flatnonzero(~ok).tolist():
         n, p = int(idx[i]), int(phy[i])

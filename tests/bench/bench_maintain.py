@@ -101,7 +101,7 @@ def ensure_store(path: Path, gib: int, queues: int) -> Path:
         print(f"generating {gib} GiB with {queues} queues in {path} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
         g = generate_store(path, gib * GIB - (1 << 20), file_size=GIB, topics=queues // 10, queues=10, seed=gib)
-        print(f"  {g.messages} messages, {g.files} files, {g.queues} queues, "
+        print(f"  {g.messages} messages, {g.files} files, {g.consume_queues} queues, "
               f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return path
 
