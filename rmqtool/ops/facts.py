@@ -22,7 +22,7 @@ from rmqtool.columnar.decode import check_lengths, decode_batch
 from rmqtool.columnar.walk import walk
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
-from rmqtool.format.java import index_key_hash
+from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.filequeue import QueueFile
 
@@ -298,52 +298,57 @@ def _physical_offset_warnings(facts: FileFacts, data: np.ndarray, starts: np.nda
 
 # -- index key hashes ---------------------------------------------------------------------------------
 _INV31 = pow(31, -1, 1 << 32)
+_MASK = np.uint64(0xFFFFFFFF)
 
 
 def _key_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
     """Per record, IndexFile.indexKeyHashMethod of ``topic#key`` for UNIQ_KEY then each KEYS element
-    (IndexService.buildIndex order): (keys per record, flat hashes)."""
+    (IndexService.buildIndex order): (keys per record, flat hashes). String.hashCode composes:
+    hash(a + b) = hash(a) * 31^len(b) + hash(b), so each key is hashed once, with no joined strings."""
     topic = batch.column(batch.schema.get_field_index("topic"))
     uniq = batch.column(batch.schema.get_field_index("uniq_key"))
     keys = batch.column(batch.schema.get_field_index("keys"))
     has_uniq = uniq.is_valid().to_numpy(zero_copy_only=False)
     key_counts = pc.list_value_length(keys).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     counts = has_uniq.astype(np.int64) + key_counts
-    # flat (record, key) pairs in record order: the UNIQ_KEY first, then the keys
+    # flat (record, key) pairs: the UNIQ_KEYs, then the keys; put in record order below
     rec_of_key = pc.list_parent_indices(keys).to_numpy(zero_copy_only=False)
     rec = np.concatenate([np.flatnonzero(has_uniq), rec_of_key])
     first = np.concatenate([np.zeros(int(has_uniq.sum()), np.int64), np.ones(len(rec_of_key), np.int64)])
-    text = pa.concat_arrays([uniq.filter(pa.array(has_uniq)), pc.list_flatten(keys)]).cast(pa.string())
-    order = np.lexsort((first, rec))
-    full = pc.binary_join_element_wise(topic.take(pa.array(rec[order])), text.take(pa.array(order)), "#")
-    return counts, java_hashes(full)
+    raw, length = _raw_hashes(pa.concat_arrays([uniq.filter(pa.array(has_uniq)), pc.list_flatten(keys)]))
+    enc = pc.dictionary_encode(topic)
+    topic_raw = np.array([java_string_hash(t) & 0xFFFFFFFF for t in enc.dictionary.to_pylist()], np.uint64)
+    head = (topic_raw[enc.indices.to_numpy()[rec]] * np.uint64(31) + np.uint64(ord("#"))) & _MASK
+    full = (head * _pow_table(31, int(length.max(initial=0)) + 1)[length] + raw) & _MASK
+    h = full[np.lexsort((first, rec))].astype(np.int64)
+    h = np.where(h >= 1 << 31, h - (1 << 32), h)
+    return counts, np.where(h == -(1 << 31), 0, np.abs(h))
 
 
-def java_hashes(strings: pa.Array) -> np.ndarray:
-    """index_key_hash of every string: vectorised for ASCII strings, per string otherwise."""
+def _raw_hashes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(String.hashCode as unsigned 32-bit values, length in UTF-16 code units) of every string:
+    vectorised for ASCII strings, per string otherwise."""
     n = len(strings)
-    if n == 0:
-        return np.empty(0, np.int64)
-    strings = strings.cast(pa.large_string()) if strings.type != pa.large_string() else strings
+    strings = strings.cast(pa.large_string())
     offsets = np.frombuffer(strings.buffers()[1], np.int64, n + 1, strings.offset)
-    raw = strings.buffers()[2]
-    chars = np.frombuffer(raw, np.uint8) if raw is not None else np.empty(0, np.uint8)
-    chars = chars[offsets[0]:offsets[-1]]
+    data = strings.buffers()[2]
+    chars = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None and n else \
+        np.empty(0, np.uint8)
     offsets = offsets - offsets[0]
     # h(s) = sum c_i * 31^(len-1-i) = 31^(end-1) * sum c_i * inv31^i  (mod 2^32, i global)
     terms = chars.astype(np.uint64) * _pow_table(_INV31, len(chars))
-    prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms)]) & 0xFFFFFFFF   # wraps mod 2^64: fine
+    prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms)]) & _MASK    # wraps mod 2^64: fine
     starts, ends = offsets[:-1], offsets[1:]
-    sums = (prefix[ends] - prefix[starts]) & 0xFFFFFFFF
-    pow_end = _pow_table(31, len(chars) + 1)[np.maximum(ends - 1, 0)]
-    h = (sums * pow_end) & 0xFFFFFFFF
-    h = np.where(ends > starts, h, 0).astype(np.int64)
-    h = np.where(h >= 1 << 31, h - (1 << 32), h)
-    out = np.where(h == -(1 << 31), 0, np.abs(h))
+    sums = (prefix[ends] - prefix[starts]) & _MASK
+    raw = np.where(ends > starts, sums * _pow_table(31, len(chars) + 1)[np.maximum(ends - 1, 0)] & _MASK, 0)
+    raw = raw.astype(np.uint64)
+    length = ends - starts
     high = np.concatenate([[0], np.cumsum(chars >= 0x80)])
     for i in np.flatnonzero(high[ends] > high[starts]).tolist():     # UTF-16 code units differ from bytes
-        out[i] = index_key_hash(strings[i].as_py())
-    return out
+        text = strings[i].as_py()
+        raw[i] = java_string_hash(text) & 0xFFFFFFFF
+        length[i] = len(text.encode("utf-16-be", "surrogatepass")) // 2
+    return raw, length
 
 
 _POW_CACHE: dict[int, np.ndarray] = {}

@@ -35,6 +35,7 @@ from rmqtool.store.store import IndexFileRef, Store
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
 CHUNK = 1 << 16                       # units or entries checked per numpy pass
+JOIN_RECORDS = 1 << 18                # records of a file whose index entries are joined at a time
 _NO_END = (1 << 63) - 1            # the last file's window reaches to the end of offsets
 
 
@@ -333,8 +334,11 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
         _join_queue(q, names.codes.get((q.topic, q.queue_id)), f.start, hi_phy, facts, names, covered,
                     min_offset, result)
     _coverage(facts, names, covered, own, result)
+    offsets = cols["offset"]
+    bounds = [f.start] + offsets[JOIN_RECORDS::JOIN_RECORDS].tolist() + [hi_phy]   # bounded temporaries
     for plan in index:
-        _join_index(plan, f.start, hi_phy, facts, min_offset, result)
+        for lo, hi in zip(bounds, bounds[1:]):
+            _join_index(plan, lo, hi, facts, min_offset, result)
     return result
 
 
