@@ -330,9 +330,7 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
                         {}, {}, {}, {}, {}, int(cols["store_timestamp"].max()) if len(facts) else 0)
     covered = np.zeros(len(facts), bool)
     own = {(q.topic, q.queue_id) for q in queues}
-    for q in queues:
-        _join_queue(q, names.codes.get((q.topic, q.queue_id)), f.start, hi_phy, facts, names, covered,
-                    min_offset, result)
+    _join_queues(queues, f.start, hi_phy, facts, names, covered, min_offset, result)
     _coverage(facts, names, covered, own, result)
     offsets = cols["offset"]
     bounds = [f.start] + offsets[JOIN_RECORDS::JOIN_RECORDS].tolist() + [hi_phy]   # bounded temporaries
@@ -342,41 +340,49 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
     return result
 
 
-def _join_queue(q: QueuePlan, code: int | None, lo: int, hi: int, facts: FileFacts, names: QueueNames,
-                covered: np.ndarray, min_offset: int, result: FileResult) -> None:
-    cols = facts.columns
-    for seg in q.segments:
-        idx, u = _pick(seg, lo, hi, UNIT_DTYPE, lambda i: i * C.CQ_STORE_UNIT_SIZE, min_offset)
-        if not len(u):
-            continue
-        base = int(seg.path.name) // C.CQ_STORE_UNIT_SIZE
-        phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
-        at = np.searchsorted(cols["offset"], phy)
-        at_c = np.minimum(at, max(len(facts) - 1, 0))
-        hit = (at < len(facts)) & (cols["offset"][at_c] == phy) if len(facts) else np.zeros(len(phy), bool)
-        if code is not None and len(facts):   # a unit reaching past the file's data covers nothing
-            covered[at_c[hit & (cols["queue"][at_c] == code) & (phy + size <= facts.end)]] = True
-        qo = base + idx
+def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, names: QueueNames,
+                 covered: np.ndarray, min_offset: int, result: FileResult) -> None:
+    """Every queue's units in [lo, hi), gathered, then joined to the file's records at once."""
+    picked = []
+    for q in queues:
+        code = names.codes.get((q.topic, q.queue_id), -1)
+        for seg in q.segments:
+            idx, u = _pick(seg, lo, hi, UNIT_DTYPE, lambda i: i * C.CQ_STORE_UNIT_SIZE, min_offset)
+            if len(u):
+                picked.append((q, seg, code, idx, u))
+    if not picked:
+        return
+    u = np.concatenate([p[4] for p in picked])
+    which = np.repeat(np.arange(len(picked)), [len(p[4]) for p in picked])
+    code = np.array([p[2] for p in picked])[which]
+    qo = np.concatenate([int(p[1].path.name) // C.CQ_STORE_UNIT_SIZE + p[3] for p in picked])
+    phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
+    cols, n = facts.columns, len(facts)
+    at = np.minimum(np.searchsorted(cols["offset"], phy), max(n - 1, 0))
+    hit = (cols["offset"][at] == phy) if n else np.zeros(len(phy), bool)
+    if n:    # a unit reaching past the file's data covers nothing
+        covered[at[hit & (cols["queue"][at] == code) & (phy + size <= facts.end)]] = True
+        bad = ~hit | (cols["size"][at] != size) | (cols["queue"][at] != code) \
+            | (cols["queue_offset"][at] != qo) | (cols["tags_code"][at] != tags)
+    else:
         bad = ~hit
-        if len(facts):
-            bad |= hit & ((cols["size"][at_c] != size) | (cols["queue"][at_c] != (code if code is not None else -1))
-                          | (cols["queue_offset"][at_c] != qo) | (cols["tags_code"][at_c] != tags))
+    for i in np.flatnonzero(bad).tolist():
+        q, seg = picked[which[i]][:2]
+        where = (str(seg.path), (int(qo[i]) - int(seg.path.name) // C.CQ_STORE_UNIT_SIZE) * C.CQ_STORE_UNIT_SIZE)
+        p, s, qoff = int(phy[i]), int(size[i]), int(qo[i])
         out = result.unit_findings.setdefault((q.topic, q.queue_id), [])
-        for i in np.flatnonzero(bad).tolist():
-            where = (str(seg.path), int(idx[i]) * C.CQ_STORE_UNIT_SIZE)
-            p, s, qoff = int(phy[i]), int(size[i]), int(qo[i])
-            if not hit[i]:
-                out.append((p, s, qoff, Finding(ERROR, "cq_unit_no_record", *where,
-                                          f"queue offset {qoff} points at {p}, where no record starts", actual=p)))
-                continue
-            r = int(at_c[i])
-            topic, qid = names.names[int(cols["queue"][r])]
-            for name, exp, act in (("size", int(cols["size"][r]), s), ("topic", topic, q.topic),
-                                   ("queue_id", qid, q.queue_id), ("queue_offset", int(cols["queue_offset"][r]), qoff),
-                                   ("tags_code", int(cols["tags_code"][r]), int(tags[i]))):
-                if exp != act:
-                    out.append((p, s, qoff, Finding(ERROR, f"cq_{name}_mismatch", *where,
-                                              f"queue offset {qoff} -> record {p}: {name} differs", exp, act)))
+        if not hit[i]:
+            out.append((p, s, qoff, Finding(ERROR, "cq_unit_no_record", *where,
+                                            f"queue offset {qoff} points at {p}, where no record starts", actual=p)))
+            continue
+        r = int(at[i])
+        topic, qid = names.names[int(cols["queue"][r])]
+        for name, exp, act in (("size", int(cols["size"][r]), s), ("topic", topic, q.topic),
+                               ("queue_id", qid, q.queue_id), ("queue_offset", int(cols["queue_offset"][r]), qoff),
+                               ("tags_code", int(cols["tags_code"][r]), int(tags[i]))):
+            if exp != act:
+                out.append((p, s, qoff, Finding(ERROR, f"cq_{name}_mismatch", *where,
+                                                f"queue offset {qoff} -> record {p}: {name} differs", exp, act)))
 
 
 def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set, result: FileResult) -> None:
