@@ -144,7 +144,7 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
             else:
                 cols[name] = json_string(col, plain=plain)
         elif pa.types.is_boolean(col.type) and not json_text:
-            cols[name] = pc.if_else(col, "True", "False")      # Python's csv writes str(True)
+            cols[name] = pc.if_else(col, "true", "false")      # as in JSON, not Python reprs
         else:
             if pa.types.is_timestamp(col.type):
                 col = col.cast(pa.int64())

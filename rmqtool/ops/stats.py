@@ -73,11 +73,15 @@ def _group(table: pa.Table, keys: list[str], aggregates) -> pa.Table:
     return out.drop_columns(["_all"]) if not keys else out
 
 
-def file_stats(f: scan.StoreFile, by: str | None,
-               on_damage: Callable[[Exception], None] | None = None) -> pa.Table:
-    """Partial sums of one commit-log file, grouped by ``by`` (None: one total row)."""
+def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception], None] | None = None,
+               where=None, progress: Callable[[int], None] | None = None) -> pa.Table:
+    """Partial sums of one commit-log file's messages that pass ``where`` (a ``RecordFilter``), grouped
+    by ``by`` (None: one total row)."""
+    from rmqtool.ops.grep import keep_records
+
     keys = GROUPINGS[by] if by else []
-    parts = [_batch_partial(b, f, keys) for b in scan.record_batches(f, on_damage=on_damage)]
+    parts = [_batch_partial(keep_records(b, where), f, keys)
+             for b in scan.record_batches(f, on_damage=on_damage, progress=progress)]
     return merge(parts, by)
 
 
@@ -109,11 +113,6 @@ def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
 
 def stats_local(files: list[scan.StoreFile], by: str | None,
                 on_damage: Callable[[Exception], None] | None = None,
-                progress: Callable[[int], None] | None = None) -> list[dict]:
-    """The single-process engine: every file in turn."""
-    parts = []
-    for f in files:
-        parts.append(file_stats(f, by, on_damage))
-        if progress:
-            progress(f.size)
-    return stats_rows(merge(parts, by), by)
+                progress: Callable[[int], None] | None = None, where=None) -> list[dict]:
+    """The single-process engine: every file in turn (``progress(n)``: bytes scanned)."""
+    return stats_rows(merge([file_stats(f, by, on_damage, where, progress) for f in files], by), by)
