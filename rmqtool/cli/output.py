@@ -136,7 +136,7 @@ class Timestamp(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip()
-        if text.lstrip("-").isdigit() and len(text.lstrip("-")) > 8:
+        if re.fullmatch(r"-?\d+", text):
             return int(text)
         try:
             when = dt.datetime.fromisoformat(text)

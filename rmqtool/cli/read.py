@@ -258,7 +258,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     with progress_bar(_commitlog_total(cl, offset), "scanning") as progress:
         batches = scan_batches(cl, where, start=offset, count=count, include_blank=include_blank,
                                check_crc=check_crc, decompress=decompress, progress=progress)
-        if out is Format.JSONL and enc != "text" and not body_dir and FIELDS_META not in ctx.meta:
+        if out is Format.JSONL and (body or "base64") != "text" and not body_dir and FIELDS_META not in ctx.meta:
             n = _write_jsonl_batches(batches, enc)
         else:
             from rmqtool.ops.grep import hit_rows
