@@ -64,9 +64,9 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
 
     \b
     Examples:
-      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-example/records.parquet --force
-      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-example/a.jsonl --topic TopicA --since 2026-11-20 --force
-      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-example/ds --partition-by topic --force
+      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-records.parquet --force
+      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-a.jsonl --topic TopicA --since 2026-11-20 --force
+      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-dataset --partition-by topic --force
     """
     from rmqtool.cli.pipeline import export_to_dataset, is_dataset_target
     from rmqtool.ops.export import export as run_export
@@ -100,18 +100,26 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
 @click.argument("directory", type=click.Path())
 @click.option("--size", type=Size(), default="1G", show_default=True, help="Commit-log bytes to write.")
 @click.option("--file-size", type=Size(), default="1G", show_default=True, help="Commit-log file size.")
-@click.option("--topics", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--topics", type=click.IntRange(1), default=16, show_default=True, help="Number of topics.")
 @click.option("--queues", type=click.IntRange(1), default=8, show_default=True, help="Queues per topic.")
 @click.option("--body-size", type=(click.IntRange(0), click.IntRange(0)), default=(200, 500),
               show_default=True, metavar="MIN MAX", help="Body length range in bytes.")
 @click.option("--index/--no-index", default=True, show_default=True, help="Write index files.")
-@click.option("--index-geometry", default="5000000:20000000", show_default=True, metavar="SLOTS:ENTRIES")
+@click.option("--index-geometry", default="5000000:20000000", show_default=True, metavar="SLOTS:ENTRIES",
+              help="Hash slots and entries per index file.")
 @click.option("--cq-file-size", type=Size(), default=str(300_000 * 20), show_default=True,
               help="Consume-queue file size (a multiple of 20).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed: the same seed writes the same "
+                                                                   "store.")
 def generate(directory, size, file_size, topics, queues, body_size, index, index_geometry, cq_file_size, seed):
     """Write a synthetic store into DIRECTORY (new): commit log with a BLANK at each file end,
-    consume queues, index files and checkpoint, all through rmqtool's own encoders."""
+    consume queues, index files and checkpoint, all through rmqtool's own encoders.
+
+    \b
+    Examples:
+      rmqtool generate /tmp/rmqtool-gen-$$ --size 2M --file-size 1M --topics 4 --queues 2 --cq-file-size 6000 --index-geometry 64:256
+      rmqtool generate /tmp/rmqtool-gen2-$$ --size 1M --topics 2 --queues 2 --cq-file-size 6000 --no-index --seed 7
+    """
     from rmqtool.format.indexfile import Geometry, check_geometry
     from rmqtool.ops.generate import generate_store
 

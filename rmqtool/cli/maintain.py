@@ -81,7 +81,7 @@ def verify(stores: tuple[str, ...], check_crc: bool, engine: str, master: str | 
     \b
     Examples:
       rmqtool verify fixtures/dev-sample/store
-      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain
+      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 1
       rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl
     """
     deep = check_crc
@@ -127,7 +127,7 @@ def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: 
     \b
     Examples:
       rmqtool repair fixtures/dev-sample/store
-      rmqtool repair fixtures/dev-sample-crash-torn/store -f plain
+      rmqtool repair fixtures/dev-sample-crash-torn/store -f plain   # exit 1
       cp -r fixtures/dev-sample-crash-torn/store /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
     if apply_ and dry_run:
@@ -170,7 +170,7 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
 
     \b
     Examples:
-      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run
+      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 1
       rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$ -f plain
     """
     from rmqtool.ops.rebuild import rebuild_consume_queues
@@ -205,8 +205,8 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, dry_ru
 
     \b
     Examples:
-      rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain
-      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run
+      rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain   # exit 1
+      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run   # exit 1
     """
     from rmqtool.ops.rebuild import rebuild_index as run
     from rmqtool.store.lock import store_write_lock
@@ -289,7 +289,7 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
 
     \b
     Examples:
-      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello --dry-run
+      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello --dry-run   # exit 1
       rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi
     """
     from rmqtool.ops.write import StoreWriter, build_message
@@ -336,7 +336,7 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl --dry-run
+      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl --dry-run   # exit 1
     """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
@@ -366,7 +366,8 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 @click.argument("backup", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("store", required=False, type=click.Path(path_type=Path))
 @click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
-@click.option("--dry-run", is_flag=True, help="Print the plan only (the default).")
+@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
+                                              "nothing to do, 1 when there is).")
 @_FORCE
 @output_options
 def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, fmt: str | None,

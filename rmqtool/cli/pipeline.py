@@ -118,7 +118,7 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
 
     \b
     Examples:
-      rmqtool stats 'fixtures/dev-sample*/store' --by store -f plain
+      rmqtool stats 'fixtures/dev-sample*/store' --by store -f plain   # exit 3: torn stores
       rmqtool stats fixtures/dev-sample/store --by topic --since '2026-11-20 23:13:09' -f plain
       rmqtool stats fixtures/dev-sample/store --by hour --topic TopicA --topic TopicB -f jsonl
     """
@@ -155,7 +155,7 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
 
     \b
     Examples:
-      rmqtool grep 'fixtures/dev-sample*/store' --key key-95 --body-regex rocket -f plain
+      rmqtool grep 'fixtures/dev-sample*/store' --key key-95 --body-regex rocket -f plain   # exit 3: torn stores
       rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -f jsonl
       rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -f csv
     """

@@ -120,8 +120,9 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
 
     \b
     Examples:
-      rmqtool info /var/rocketmq/store
-      rmqtool info -f json store | jq '.consume_queues[] | select(.units > 0)'
+      rmqtool info fixtures/dev-sample/store
+      rmqtool info fixtures/dev-sample/store -f json | python3 -m json.tool | head -20
+      rmqtool info fixtures/dev-sample-crash-torn/store -f plain   # exit 1
     """
     from rmqtool.ops.inspect import store_info
 
@@ -236,7 +237,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
       rmqtool cat-commitlog fixtures/dev-sample/store --offset 257 -n 1 -f record
       rmqtool cat-commitlog fixtures/dev-sample/store --key key-82 -f plain
       rmqtool cat-commitlog fixtures/dev-sample/store --since '2026-11-20 23:13:09' --until '2026-11-20 23:13:10' -f csv
-      rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic
+      rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
     """
     from rmqtool.ops.query import nearest_boundaries
 
@@ -299,7 +300,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
       rmqtool cat-cq fixtures/dev-sample/store TopicA 0
       rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 2 -n 3 --resolve -f plain
       rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1 -n 1 --message -f record
-      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1000
+      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1000   # exit 1
     """
     from rmqtool.format.commitlog import Blank
     from rmqtool.ops.query import dirty_tail_start, unit_problems
@@ -381,9 +382,9 @@ def cat_index(ctx: click.Context, path: str, entries: bool, slots: bool, fmt: st
 
     \b
     Examples:
-      rmqtool cat-index store
-      rmqtool cat-index store/index/20261120231309479 --entries -f csv
-      rmqtool cat-index store --slots
+      rmqtool cat-index fixtures/dev-sample/store
+      rmqtool cat-index fixtures/dev-sample/store/index/20261120231309479 --entries -f csv
+      rmqtool cat-index fixtures/dev-sample/store --slots -f plain
     """
     from rmqtool.ops.inspect import index_file_row
 
@@ -468,7 +469,7 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
       rmqtool query-key fixtures/dev-sample/store Order_Topic-1 key-82 --raw -f json
       rmqtool query-key fixtures/dev-sample/store TopicA key-37 --since 2026-11-20 -f record
       rmqtool query-key fixtures/dev-sample/store TopicA key-37 --scan -f plain
-      rmqtool query-key fixtures/dev-sample/store TopicA no-such-key
+      rmqtool query-key fixtures/dev-sample/store TopicA no-such-key   # exit 1
     """
     from rmqtool.ops.query import lookup_key
 
@@ -546,7 +547,7 @@ def query_id(ctx: click.Context, store: str, msg_id: str, kind: str, topics: tup
     Examples:
       rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33
       rmqtool query-id fixtures/dev-sample/store FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --scan
-      rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33 -f record --body-file /tmp/bodies
+      rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33 -f record --body-file /tmp/rmqtool-bodies
     """
     from rmqtool.ops.query import lookup_id
 
@@ -593,8 +594,8 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
 
     \b
     Examples:
-      rmqtool checkpoint store
-      rmqtool checkpoint store/checkpoint -f json
+      rmqtool checkpoint fixtures/dev-sample/store
+      rmqtool checkpoint fixtures/dev-sample-5x/store/checkpoint -f json
     """
     from rmqtool.errors import FormatError
     from rmqtool.format.checkpoint import decode_checkpoint
