@@ -221,3 +221,60 @@ def test_stats_filters():
         if r["topic"] in ("TopicA", "TopicB") and r["storeTimestamp"] >= 1795216389500:
             want[r["topic"]] = want.get(r["topic"], 0) + 1
     assert {r["topic"]: r["messages"] for r in rows} == want
+
+
+# -- 9. retries and dead letters count for their original topic; --by group --------------------------
+def test_stats_attribute_retries_and_dlq_to_the_original_topic_and_group():
+    rows = {r["topic"]: r for r in json.loads(run("stats", SAMPLE, "--by", "topic", "-f", "json").stdout)}
+    want: dict[str, list[int]] = {}
+    for r in messages():
+        retry, dlq = r["topic"].startswith("%RETRY%"), r["topic"].startswith("%DLQ%")
+        topic = r["properties"].get("RETRY_TOPIC", r["topic"]) if retry or dlq else r["topic"]
+        counts = want.setdefault(topic, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += retry
+        counts[2] += dlq
+    assert {t: [r["messages"], r["retries"], r["dlq"]] for t, r in rows.items()} == want
+    assert not any(t.startswith("%") for t in rows) and any(r["retries"] for r in rows.values())
+    groups = {r["group"]: r for r in json.loads(run("stats", SAMPLE, "--by", "group", "-f", "json").stdout)}
+    named = [r for r in messages() if r["topic"].startswith(("%RETRY%", "%DLQ%"))]
+    assert groups["ConsumerGroupX"]["messages"] == len(named)
+    assert groups[None]["messages"] == len(messages()) - len(named)
+    assert "kB" in run("stats", SAMPLE, "--by", "group", "-f", "plain").stdout     # bytes for people
+
+
+# -- 10. query-key without index coverage says so; --scan --------------------------------------------
+def test_query_key_says_when_the_index_does_not_cover_and_scans(store_copy):
+    root = store_copy("dev-sample")
+    wanted = [r["physicalOffset"] for r in messages() if r["topic"] == "TopicA"
+              and ("key-37" in (r["keys"] or "").split(" ") or r["uniqKey"] == "key-37")]
+    for p in (root / "index").iterdir():
+        p.unlink()
+    result = run("query-key", root, "TopicA", "key-37")
+    assert result.exit_code == 1 and "no index files" in result.stderr and "--scan" in result.stderr
+    result = run("query-key", root, "TopicA", "key-37", "--scan", "-f", "jsonl")
+    assert [json.loads(line)["physical_offset"] for line in result.stdout.splitlines()] == wanted
+    result = run("query-key", SAMPLE, "TopicA", "key-37", "--until", "2000-01-01")
+    assert result.exit_code == 1 and "not this time window" in result.stderr
+
+
+# -- 11. cat-cq resolves a queue offset to its message ----------------------------------------------
+def test_cat_cq_message_at_a_queue_offset():
+    r = next(r for r in messages() if r["topic"] == "TopicA" and r["queueId"] == 0 and r["queueOffset"] == 2)
+    result = run("cat-cq", SAMPLE, "TopicA", "0", "--offset", "2", "-n", "1", "--message", "-f", "jsonl")
+    row = json.loads(result.stdout)
+    assert (row["physical_offset"], row["msg_id"], row["queue_offset"]) == (r["physicalOffset"], r["msgId"], 2)
+
+
+def test_one_progress_helper_prints_its_description(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from rmqtool.cli import output
+    buf = io.StringIO()
+    monkeypatch.setattr(output, "stderr_console", lambda: Console(file=buf, force_terminal=True, width=100))
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with output.progress_bar(1000, "verifying") as advance:
+        advance(500)
+    assert "verifying" in buf.getvalue() and "[progress.description]" not in buf.getvalue()

@@ -18,7 +18,7 @@ from rmqtool.cli.options import filter_options, record_filter, record_options
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.read import SCAN_COLUMNS, row_encoding, write_records
 
-STATS_GROUPINGS = ["topic", "queue", "hour", "store_host", "tag", "store"]
+STATS_GROUPINGS = ["topic", "queue", "group", "hour", "store_host", "tag", "store"]
 ENGINE_CHOICES = ["local", "spark", "auto"]
 
 
@@ -97,8 +97,9 @@ class Damage:
 @cli.command()
 @click.argument("stores", nargs=-1, required=True)
 @click.option("--by", type=click.Choice(STATS_GROUPINGS), default=None,
-              help="One row per topic, queue (topic + queue id), hour of store time, store host, tag or "
-                   "store [default: one row for everything].")
+              help="One row per topic (retries and dead letters under their original topic), queue "
+                   "(topic + queue id), consumer group (of %RETRY%/%DLQ% records), hour of store time, store "
+                   "host, tag or store [default: one row for everything].")
 @filter_options
 @engine_options
 @output_options
@@ -109,7 +110,8 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
 
     \b
     Columns: messages, bytes (record sizes summed), min/max_store_timestamp, retries (%RETRY% topics)
-    and retry_share, dlq (%DLQ% topics) and dlq_share, transaction_half (half messages, legacy
+    and retry_share, dlq (%DLQ% topics) and dlq_share (--by topic counts both under the original topic
+    of the message, from its RETRY_TOPIC property), transaction_half (half messages, legacy
     prepared), transaction_commit, transaction_rollback, transaction_op (op messages), delayed
     (SCHEDULE_TOPIC_XXXX). BLANK records are not counted.
 
@@ -121,6 +123,7 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
       rmqtool stats 'fixtures/dev-sample*/store' --by store -f plain   # exit 3: torn stores
       rmqtool stats fixtures/dev-sample/store --by topic --since '2026-11-20 23:13:09' -f plain
       rmqtool stats fixtures/dev-sample/store --by hour --topic TopicA --topic TopicB -f jsonl
+      rmqtool stats fixtures/dev-sample/store --by group -f plain
     """
     from rmqtool.ops.scan import list_files
     from rmqtool.ops.stats import STATS_FIELDS, stats_local
