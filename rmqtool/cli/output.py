@@ -44,12 +44,12 @@ SIZE_FIELDS = frozenset({"bytes", "commitlog_file_size", "commitlog_bytes", "fil
 WHOLE_FIELDS = frozenset({"msg_id", "uniq_key", "id", "index_file", "file", "commitlog_file", "store",
                           "path", "key_hash", "magic_code"})
 # Column widths of streamed tables, by field (at least the header's); text beyond them ends in "…".
+# Tables of known rows fit their contents; on a terminal, text columns narrow until a row fits.
 TYPE_WIDTHS = {"store_timestamp": 23, "born_timestamp": 23, "msg_id": 32, "uniq_key": 32, "physical_offset": 10,
                "queue_offset": 8, "topic": 24, "tags": 10, "keys": 22, "body": 40, "born_host": 21,
                "store_host": 21, "properties": 40, "problems": 30, "detail": 50, "path": 40, "message": 50,
                "store": 30, "commitlog_file": 40}
 DEFAULT_WIDTH = 16
-LIST_WIDTH = 100          # the most a column gets when all rows are known
 MIN_WIDTH = 6             # the least a text column shrinks to on a narrow terminal
 
 
@@ -278,8 +278,7 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     cols = columns or (_union(known) if known is not None else list(first))
     if known is not None:
         texts = [[cell(c, r.get(c)) for c in cols] for r in known]
-        widths = [min(max([cell_len(c)] + [cell_len(t[i]) for t in texts]), max(LIST_WIDTH, cell_len(c)))
-                  for i, c in enumerate(cols)]
+        widths = [max([cell_len(c)] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(cols)]
     else:
         widths = [max(cell_len(c), TYPE_WIDTHS.get(c, DEFAULT_WIDTH) if _truncates(c, first.get(c))
                       else cell_len(cell(c, first.get(c)))) for c in cols]
