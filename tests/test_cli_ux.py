@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -43,9 +44,10 @@ def big_store(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("fmt", ["plain", "table", "record"])
-def test_first_row_prints_before_the_scan_ends(big_store, fmt):
-    proc = subprocess.Popen([sys.executable, "-m", "rmqtool", "cat-commitlog", str(big_store), "-f", fmt],
+@pytest.mark.parametrize("command,fmt", [("cat-commitlog", "plain"), ("cat-commitlog", "table"),
+                                         ("cat-commitlog", "record"), ("grep", "plain")])
+def test_first_row_prints_before_the_scan_ends(big_store, command, fmt):
+    proc = subprocess.Popen([sys.executable, "-m", "rmqtool", command, str(big_store), "-f", fmt],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
     started = time.perf_counter()
@@ -278,3 +280,23 @@ def test_one_progress_helper_prints_its_description(monkeypatch):
     with output.progress_bar(1000, "verifying") as advance:
         advance(500)
     assert "verifying" in buf.getvalue() and "[progress.description]" not in buf.getvalue()
+
+
+def test_cjk_text_aligns_in_plain():
+    from wcwidth import wcswidth
+
+    out = run("cat-commitlog", SAMPLE, "-f", "plain", "--fields", "tags,keys,topic,physical_offset").stdout
+    lines = out.splitlines()[2:]
+    assert any(wcswidth(line) != len(line) for line in lines)            # wide characters present
+    assert len({wcswidth(line) - len(line.rsplit(None, 1)[1]) for line in lines}) == 1
+
+
+def test_fields_on_every_command_that_prints_rows():
+    from rmqtool.cli import cli as group
+    for name, cmd in group.commands.items():
+        if any(p.name == "tablefmt" for p in cmd.params):
+            assert any("--fields" in p.opts for p in cmd.params if isinstance(p, click.Option)), name
+    out = run("cat-cq", SAMPLE, "TopicA", "0", "-n", "2", "--fields", "queue_offset,physical_offset", "-f", "csv")
+    assert out.stdout.splitlines()[0] == "queue_offset,physical_offset"
+    bad = run("cat-cq", SAMPLE, "TopicA", "0", "--fields", "nope")
+    assert bad.exit_code == 2 and "unknown field" in bad.stderr
