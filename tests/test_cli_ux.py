@@ -137,8 +137,14 @@ def test_body_file_writes_each_body(tmp_path):
 
 
 # -- 5. sizes, non-UTF-8 text, charsets, csv --------------------------------------------------------
-def test_text_body_that_is_not_utf8_stays_exact_in_jsonl():
-    rows = [json.loads(line) for line in run("cat-commitlog", SAMPLE, "--body-encoding", "text", "-f", "jsonl").stdout.splitlines()]
+@pytest.mark.parametrize("via", ["cat-commitlog", "export"])
+def test_text_body_that_is_not_utf8_stays_exact_in_jsonl(via, tmp_path):
+    if via == "export":
+        assert run("export", SAMPLE, "--to", tmp_path / "a.jsonl", "--body-encoding", "text").exit_code == 0
+        text = (tmp_path / "a.jsonl").read_text("utf-8")
+    else:
+        text = run("cat-commitlog", SAMPLE, "--body-encoding", "text", "-f", "jsonl").stdout
+    rows = [json.loads(line) for line in text.splitlines()]
     by_offset = {r["physicalOffset"]: r for r in messages()}
     assert {r["body_encoding"] for r in rows} == {"text", "base64"}
     for row in rows:

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from rmqtool.ops import scan
 from rmqtool.ops.filters import RecordFilter
-from rmqtool.ops.rows import RECORD_FIELDS, encode_body
+from rmqtool.ops.rows import RECORD_FIELDS, body_field
 
 LOCATION_FIELDS = ["store", "commitlog_file"]
 
@@ -84,8 +84,7 @@ def hit_rows(tables: Iterable[pa.Table | pa.RecordBatch | None], body_encoding: 
             row["properties"] = dict(row["properties"]) if row["properties"] is not None else None
             raw = row["properties_raw"]
             row["properties_raw"] = None if raw is None else base64.b64encode(raw).decode("ascii")
-            row["body"] = encode_body(row["body"], body_encoding)
-            row["body_encoding"] = None if body_encoding == "none" else body_encoding
+            row["body"], row["body_encoding"] = body_field(row["body"], body_encoding)
             yield {k: row[k] for k in RECORD_FIELDS + extra}
 
 
