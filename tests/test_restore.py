@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from tests.conftest import CRASH_SETS, store_path
+from tests.conftest import CRASH_SETS
 from tests.helpers_maintain import run, run_process, snapshot
 
 

@@ -160,32 +160,6 @@ def _section(title: str, rows: list[dict] | None, fmt: Format, tablefmt: str) ->
 
 
 # -- cat-commitlog ----------------------------------------------------------------------------------
-def scan_batches(cl: CommitLog, where, *, start: int | None = None, count: int | None = None,
-                 include_blank: bool = False, check_crc: bool = False, decompress: bool = False,
-                 progress=None) -> Iterator:
-    """The one commit-log scan of cat-commitlog, grep --key's local twin and query-key --scan: Arrow
-    batches of the records that pass ``where`` (a RecordFilter), from ``start``, at most ``count``."""
-    from rmqtool.columnar import iter_record_batches
-    from rmqtool.ops.grep import keep_records
-    from rmqtool.ops.scan import BytesCounter, decompress_bodies
-
-    files = cl.queue.files
-    counted = BytesCounter(start if start is not None else (files[0].start if files else 0), progress)
-    n = 0
-    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384):
-        counted(batch)
-        if decompress:
-            batch = decompress_bodies(batch)
-        batch = keep_records(batch, where, include_blank, decompressed=decompress)
-        if count is not None:
-            batch = batch.slice(0, count - n)
-        if batch.num_rows:
-            n += batch.num_rows
-            yield batch
-        if count is not None and n >= count:
-            return
-
-
 def _write_jsonl_batches(batches, body: str) -> int:
     """JSON lines straight from the columnar decoder (the same bytes as the row path)."""
     import numpy as np
@@ -239,6 +213,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
       rmqtool cat-commitlog fixtures/dev-sample/store --since '2026-11-20 23:13:09' --until '2026-11-20 23:13:10' -f csv
       rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
     """
+    from rmqtool.ops.filters import filtered_batches
     from rmqtool.ops.query import nearest_boundaries
 
     out = resolve_format(fmt)
@@ -257,7 +232,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
     with progress_bar(_commitlog_total(cl, offset), "scanning") as progress:
-        batches = scan_batches(cl, where, start=offset, count=count, include_blank=include_blank,
+        batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
                                check_crc=check_crc, decompress=decompress, progress=progress)
         if out is Format.JSONL and (body or "base64") != "text" and not body_dir and FIELDS_META not in ctx.meta:
             n = _write_jsonl_batches(batches, enc)
@@ -480,11 +455,12 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
     begin, end = since or 0, until if until is not None else 2**63 - 1
     enc = row_encoding(body, out, body_dir)
     if scan:
+        from rmqtool.ops.filters import filtered_batches
         from rmqtool.ops.grep import hit_rows
 
         where = record_filter((topic,), keys=(key,), since=since, until=until)
         with progress_bar(_commitlog_total(st.commitlog, None), "scanning") as progress:
-            batches = scan_batches(st.commitlog, where, decompress=decompress, progress=progress)
+            batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress)
             n = write_records(hit_rows(batches, enc), out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
                               body_dir=body_dir)
         if n == 0:

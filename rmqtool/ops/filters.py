@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from rmqtool.format.commitlog import Message
+from rmqtool.store.commitlog import CommitLog
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,30 @@ class RecordFilter:
             uniq = pc.fill_null(pc.is_in(batch.column("uniq_key"), wanted), False)
             mask = pc.and_(mask, pc.or_(pa.array(has_key), uniq))
         return pc.fill_null(mask, False)
+
+
+def filtered_batches(cl: CommitLog, where: RecordFilter, *, start: int | None = None, count: int | None = None,
+                     include_blank: bool = False, check_crc: bool = False, decompress: bool = False,
+                     progress: Callable[[int], None] | None = None) -> Iterator:
+    """The one commit-log scan of cat-commitlog, query-key --scan and query-id --scan (and the twin of
+    grep's per-file scan): Arrow batches of the records that pass ``where``, from ``start``, at most
+    ``count``; ``progress(n)`` is told the bytes scanned."""
+    from rmqtool.columnar import iter_record_batches
+    from rmqtool.ops.grep import keep_records
+    from rmqtool.ops.scan import BytesCounter, decompress_bodies
+
+    files = cl.queue.files
+    counted = BytesCounter(start if start is not None else (files[0].start if files else 0), progress)
+    n = 0
+    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384):
+        counted(batch)
+        if decompress:
+            batch = decompress_bodies(batch)
+        batch = keep_records(batch, where, include_blank, decompressed=decompress)
+        if count is not None:
+            batch = batch.slice(0, count - n)
+        if batch.num_rows:
+            n += batch.num_rows
+            yield batch
+        if count is not None and n >= count:
+            return
