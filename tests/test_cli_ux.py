@@ -306,3 +306,30 @@ def test_fields_on_every_command_that_prints_rows():
     assert out.stdout.splitlines()[0] == "queue_offset,physical_offset"
     bad = run("cat-cq", SAMPLE, "TopicA", "0", "--fields", "nope")
     assert bad.exit_code == 2 and "unknown field" in bad.stderr
+
+
+def test_on_a_narrow_terminal_a_row_fits_and_ids_stay_whole(monkeypatch):
+    import io
+
+    from rich.cells import cell_len
+
+    from rmqtool.cli.output import Format, write_rows
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = [{"physical_offset": r["physicalOffset"], "store_timestamp": r["storeTimestamp"], "topic": r["topic"],
+             "queue_id": r["queueId"], "queue_offset": r["queueOffset"], "keys": r["keys"], "body": "x" * 100}
+            for r in messages()[:20]]
+    for fmt in (Format.TABLE, Format.PLAIN):
+        out = Tty()
+        write_rows(iter(rows), fmt, optional=("queue_offset", "queue_id", "keys"), out=out)
+        lines = out.getvalue().splitlines()
+        assert max(map(cell_len, lines)) <= 80, out.getvalue()
+        stamps = [dt.datetime.fromtimestamp(r["store_timestamp"] / 1000, dt.timezone.utc)
+                  .strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] for r in rows]
+        assert all(re.search(rf"(?<!\d){r['physical_offset']}(?!\d)", line) and stamp in line
+                   for r, stamp, line in zip(rows, stamps, [x for x in lines if "2026-" in x]))
+        assert "queue_offset" not in lines[0 if fmt is Format.PLAIN else 1]

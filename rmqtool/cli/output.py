@@ -174,13 +174,16 @@ def dumps(row: dict) -> str:
 
 
 def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None = None,
-               tablefmt: str = "simple", title: str | None = None, out=None, select: bool = True) -> int:
+               tablefmt: str = "simple", title: str | None = None, out=None, select: bool = True,
+               optional: tuple[str, ...] = ()) -> int:
     """Write rows in the chosen format, each as it comes; returns the number of rows written. When
     ``rows`` is a list, table widths fit its contents, else they come from the field types. The
-    command's --fields (when ``select``) replace ``columns``."""
+    command's --fields (when ``select``) replace ``columns``; otherwise the ``optional`` columns are
+    left out of a table, in that order, while a row does not fit the terminal."""
     out = out or sys.stdout
-    if select:
-        rows, columns = _select(rows, columns)
+    if select and _chosen_fields():
+        rows, columns = _select(rows, _chosen_fields())
+        optional = ()
     if fmt is Format.JSONL:
         n = 0
         for row in rows:
@@ -199,15 +202,17 @@ def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None =
         return _write_csv(rows, columns, out)
     if fmt is Format.RECORD:
         return _write_record_view(rows, columns, out)
-    return _write_table(rows, fmt, columns, tablefmt, title, out)
+    return _write_table(rows, fmt, columns, tablefmt, title, out, optional)
 
 
-def _select(rows: Iterable[dict], columns: list[str] | None):
-    """(rows, columns) after --fields; an unknown field is a usage error naming the known ones."""
+def _chosen_fields() -> list[str] | None:
+    """The command's --fields, if given."""
     ctx = click.get_current_context(silent=True)
-    fields = ctx and ctx.meta.get(FIELDS_META)
-    if not fields:
-        return rows, columns
+    return ctx.meta.get(FIELDS_META) if ctx else None
+
+
+def _select(rows: Iterable[dict], fields: list[str]):
+    """(rows, columns) of --fields; an unknown field is a usage error naming the known ones."""
     known = rows if isinstance(rows, list) else None
     it = iter(rows)
     first = next(it, None)
@@ -267,7 +272,7 @@ def _write_record_view(rows: Iterable[dict], columns: list[str] | None, out) -> 
 
 # -- streamed tables --------------------------------------------------------------------------------
 def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, tablefmt: str,
-                 title: str | None, out) -> int:
+                 title: str | None, out, optional: tuple[str, ...] = ()) -> int:
     from rich.cells import cell_len
 
     known = rows if isinstance(rows, list) else None
@@ -282,7 +287,7 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     else:
         widths = [max(cell_len(c), TYPE_WIDTHS.get(c, DEFAULT_WIDTH) if _truncates(c, first.get(c))
                       else cell_len(cell(c, first.get(c)))) for c in cols]
-    widths = _fit(cols, widths, first, out)
+    cols, widths = _fit(cols, widths, first, out, optional)
     if fmt is Format.PLAIN:
         widths = [max(w, cell_len(c) + 2) for c, w in zip(cols, widths)]   # tabulate pads headers by 2
     head, line, between, tail = _frame(cols, widths, fmt, tablefmt)
@@ -318,19 +323,31 @@ def _truncates(key: str, value: Any) -> bool:
                 or key.endswith("offset"))
 
 
-def _fit(cols: list[str], widths: list[int], sample: dict, out) -> list[int]:
-    """On a terminal, narrow the text columns (widest first) until a row fits the screen."""
+def _fit(cols: list[str], widths: list[int], sample: dict, out,
+         optional: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
+    """On a terminal, leave out ``optional`` columns and narrow the text columns (widest first) until a
+    row fits the screen."""
     if not (hasattr(out, "isatty") and out.isatty()):
-        return widths
-    room = shutil.get_terminal_size((200, 24)).columns - 3 * len(cols) - 1
-    widths = list(widths)
+        return cols, widths
+    screen = shutil.get_terminal_size((200, 24)).columns
+    pairs = list(zip(cols, widths))
+
+    def least(c: str, w: int) -> int:
+        return min(w, max(MIN_WIDTH, len(c))) if _truncates(c, sample.get(c)) else w
+
+    for name in optional:
+        if sum(least(c, w) for c, w in pairs) + 3 * len(pairs) + 1 <= screen:
+            break
+        pairs = [(c, w) for c, w in pairs if c != name]
+    cols, widths = [c for c, _ in pairs], [w for _, w in pairs]
+    room = screen - 3 * len(cols) - 1
     while sum(widths) > room:
         cut = [i for i, c in enumerate(cols) if _truncates(c, sample.get(c)) and widths[i] > max(MIN_WIDTH, len(c))]
         if not cut:
             break
         i = max(cut, key=lambda j: widths[j])
         widths[i] -= 1
-    return widths
+    return cols, widths
 
 
 def _fix(text: str, width: int, truncate: bool) -> str:

@@ -29,6 +29,7 @@ SCAN_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queu
 KEY_COLUMNS = ["physical_offset", "store_timestamp", "topic", "keys", "msg_id", "body"]
 ID_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key"]
 TABLE_BODY_CHARS = 60
+NARROW_DROPS = ("queue_offset", "queue_id", "tags", "keys", "store", "uniq_key")   # first to go on a narrow terminal
 
 
 # -- shared helpers ---------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ def write_records(rows, fmt: Format, tablefmt: str, people_columns: list[str], *
     record view and machine formats) unless --fields says otherwise."""
     columns = people_columns if fmt in (Format.TABLE, Format.PLAIN) else None
     return write_rows(present_bodies(iter(rows), fmt, body, charset, body_dir), fmt, columns=columns,
-                      tablefmt=tablefmt, title=title)
+                      tablefmt=tablefmt, title=title, optional=NARROW_DROPS)
 
 
 def _note(text: str) -> None:
