@@ -333,3 +333,19 @@ def test_on_a_narrow_terminal_a_row_fits_and_ids_stay_whole(monkeypatch):
         assert all(re.search(rf"(?<!\d){r['physical_offset']}(?!\d)", line) and stamp in line
                    for r, stamp, line in zip(rows, stamps, [x for x in lines if "2026-" in x]))
         assert "queue_offset" not in lines[0 if fmt is Format.PLAIN else 1]
+
+
+def test_progress_on_a_terminal_leaves_the_data_on_stdout(big_store):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "rmqtool", "cat-commitlog", str(big_store), "-f", "csv",
+                               "--fields", "physical_offset"], stdout=subprocess.PIPE, stderr=slave, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0
+    lines = proc.stdout.decode().splitlines()
+    assert lines[0] == "physical_offset" and len(lines) > 40000

@@ -427,15 +427,19 @@ def stderr_console():
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
+def progress_bar(total: int, label: str, *, streaming: bool = False) -> Iterator[Callable[[int], None] | None]:
     """The one progress bar: advanced by bytes scanned through the ``progress(n)`` callback that ops
-    functions take; on stderr, on a terminal only (None otherwise, and under RMQTOOL_NO_PROGRESS)."""
-    if not sys.stderr.isatty() or total <= 0 or os.environ.get("RMQTOOL_NO_PROGRESS"):
+    functions take; on stderr, on a terminal only (None otherwise, and under RMQTOOL_NO_PROGRESS).
+    A command that prints rows while it scans (``streaming``) shows it only when stdout is not the
+    terminal too. stdout is never redirected: data stays on stdout."""
+    if (not sys.stderr.isatty() or total <= 0 or os.environ.get("RMQTOOL_NO_PROGRESS")
+            or (streaming and sys.stdout.isatty())):
         yield None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), transient=True, console=stderr_console()) as bar:
+                  TimeRemainingColumn(), transient=True, console=stderr_console(), redirect_stdout=False,
+                  redirect_stderr=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)

@@ -175,7 +175,7 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
         n = write_records(hit_rows(tables, row_encoding(body, out, body_dir)), out, tablefmt,
                           ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     else:
-        with progress_bar(sum(f.size for f in files), "grep") as progress:
+        with progress_bar(sum(f.size for f in files), "grep", streaming=True) as progress:
             tables = grep_local(files, where, decompress=decompress, on_damage=damage, progress=progress)
             n = write_records(hit_rows(tables, row_encoding(body, out, body_dir)), out, tablefmt,
                               ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)

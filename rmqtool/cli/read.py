@@ -232,7 +232,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
         raise click.UsageError("--include-blank prints every record: it takes no filter")
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
-    with progress_bar(_commitlog_total(cl, offset), "scanning") as progress:
+    with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
         batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
                                check_crc=check_crc, decompress=decompress, progress=progress)
         if out is Format.JSONL and (body or "base64") != "text" and not body_dir and FIELDS_META not in ctx.meta:
@@ -460,7 +460,7 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
         from rmqtool.ops.grep import hit_rows
 
         where = record_filter((topic,), keys=(key,), since=since, until=until)
-        with progress_bar(_commitlog_total(st.commitlog, None), "scanning") as progress:
+        with progress_bar(_commitlog_total(st.commitlog, None), "scanning", streaming=True) as progress:
             batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress)
             n = write_records(hit_rows(batches, enc), out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
                               body_dir=body_dir)
