@@ -194,6 +194,12 @@ def test_since_takes_local_and_relative_times():
 
 
 # -- 7. repeatable filters combine ------------------------------------------------------------------
+def test_grep_counts_like_cat_commitlog():
+    a = run("grep", SAMPLE, "--topic", "TopicA", "-n", "3", "-f", "jsonl").stdout.splitlines()
+    b = run("cat-commitlog", SAMPLE, "--topic", "TopicA", "--count", "3", "-f", "jsonl").stdout.splitlines()
+    assert len(a) == 3 and [json.loads(x)["physical_offset"] for x in a] == [json.loads(x)["physical_offset"] for x in b]
+
+
 @pytest.mark.parametrize("command", ["cat-commitlog", "grep"])
 def test_repeated_filters_are_alternatives(command):
     rows = [json.loads(line) for line in run(command, SAMPLE, "--topic", "TopicA", "--topic", "TopicB",

@@ -8,13 +8,14 @@ Both engines give identical output. A damaged record ends its file with a warnin
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Callable
 
 import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import filter_options, record_filter, record_options
+from rmqtool.cli.options import count_option, filter_options, record_filter, record_options
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.read import SCAN_COLUMNS, row_encoding, write_records
 
@@ -145,13 +146,15 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
 @cli.command()
 @click.argument("stores", nargs=-1, required=True)
 @filter_options
+@count_option()
 @engine_options
 @record_options
 @output_options
 @click.pass_context
 def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, keys, body_regex: str | None,
-         since: int | None, until: int | None, engine: str, master: str | None, body: str | None, charset: str,
-         decompress: bool, body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
+         since: int | None, until: int | None, count: int | None, engine: str, master: str | None,
+         body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
+         tablefmt: str) -> None:
     """Print the records of STORES that match every given filter, store by store in commit-log order,
     with the store and commit-log file they came from. Repeated values of one filter are alternatives.
     Exits 1 when nothing matched.
@@ -172,12 +175,12 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import grep_spark
         tables = grep_spark(spark_session(master), files, where, decompress=decompress, on_damage=damage)
-        n = write_records(hit_rows(tables, row_encoding(body, out, body_dir)), out, tablefmt,
+        n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
                           ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     else:
         with progress_bar(sum(f.size for f in files), "grep", streaming=True) as progress:
             tables = grep_local(files, where, decompress=decompress, on_damage=damage, progress=progress)
-            n = write_records(hit_rows(tables, row_encoding(body, out, body_dir)), out, tablefmt,
+            n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
                               ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     if n == 0:
         click.echo("rmqtool: no matching records", err=True)
