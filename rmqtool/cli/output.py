@@ -291,10 +291,9 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     if fmt is Format.PLAIN:
         widths = [max(w, cell_len(c) + 2) for c, w in zip(cols, widths)]   # tabulate pads headers by 2
     head, line, between, tail = _frame(cols, widths, fmt, tablefmt)
-    if fmt is Format.PLAIN:                      # no trailing blanks after the last column
+    strip = fmt is Format.PLAIN                  # plain: no trailing blanks after the last column
+    if strip:
         head, between, tail = ([s.rstrip() for s in part] for part in (head, between, tail))
-        fixed = line
-        line = lambda cells: fixed(cells).rstrip()  # noqa: E731
     if title and fmt is Format.TABLE:
         out.write(title + "\n")
     out.write("".join(s + "\n" for s in head))
@@ -302,8 +301,8 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     for row in _chain(first, it):
         if n:
             out.write("".join(s + "\n" for s in between))
-        cells = [_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c))) for c, w in zip(cols, widths)]
-        out.write(line(cells) + "\n")
+        text = line([_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c))) for c, w in zip(cols, widths)])
+        out.write((text.rstrip() if strip else text) + "\n")
         out.flush()
         n += 1
     out.write("".join(s + "\n" for s in tail))
