@@ -97,13 +97,22 @@ def body_encoding_option(*, default: str | None = None, aliases: tuple[str, ...]
                   show_default=default is not None, help=help)
 
 
+def _charset(_ctx, _param, value: str) -> str:
+    import codecs
+
+    try:
+        return codecs.lookup(value).name
+    except LookupError:
+        raise click.BadParameter(f"unknown character set {value!r}") from None
+
+
 def record_options(fn: Callable) -> Callable:
     """How records print: --body-encoding, --charset, --body-file, --decompress."""
     fn = click.option("--body-file", "body_dir", type=click.Path(file_okay=False), metavar="DIR",
                       help="Also write each body to DIR/<msg_id>.bin (decompressed with --decompress).")(fn)
     fn = click.option("--decompress", is_flag=True,
                       help="Decompress ZLIB/LZ4/ZSTD bodies (sysFlag COMPRESSED) before printing.")(fn)
-    fn = click.option("--charset", default="utf-8", show_default=True, metavar="NAME",
-                      help="Character set of text bodies (e.g. gbk); a body that does not decode is "
-                           "printed as base64 in json/jsonl/csv and noted as binary for people.")(fn)
+    fn = click.option("--charset", default="utf-8", show_default=True, metavar="NAME", callback=_charset,
+                      help="Character set of text bodies in table, plain and record (e.g. gbk); json, jsonl "
+                           "and csv carry UTF-8 text, or base64 for a body that is not UTF-8.")(fn)
     return body_encoding_option()(fn)

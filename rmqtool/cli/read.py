@@ -17,8 +17,8 @@ from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (check_crc_option, count_option, filter_options, option, record_filter,
                                  record_options, since_until)
-from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, output_options, progress_bar, resolve_format,
-                                write_record, write_rows)
+from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, output_options, progress_bar,
+                                resolve_format, write_record, write_rows)
 from rmqtool.errors import StoreError
 from rmqtool.ops.rows import CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
 from rmqtool.store.commitlog import CommitLog
@@ -29,7 +29,7 @@ SCAN_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queu
 KEY_COLUMNS = ["physical_offset", "store_timestamp", "topic", "keys", "msg_id", "body"]
 ID_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key"]
 TABLE_BODY_CHARS = 60
-NARROW_DROPS = ("queue_offset", "queue_id", "tags", "keys", "store", "uniq_key")   # first to go on a narrow terminal
+NARROW_DROPS = ("queue_offset", "queue_id", "tags", "keys", "store", "uniq_key")   # left out first when narrow
 
 
 # -- shared helpers ---------------------------------------------------------------------------------
@@ -49,6 +49,8 @@ def present_bodies(rows: Iterator[dict], fmt: Format, body: str | None, charset:
     if wanted != "text" and not body_dir:
         yield from rows
         return
+    if fmt not in PEOPLE:
+        charset = "utf-8"                  # body_encoding "text" means UTF-8 to every reader of the rows
     if body_dir:
         Path(body_dir).mkdir(parents=True, exist_ok=True)
     for row in rows:
