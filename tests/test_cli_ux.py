@@ -223,6 +223,9 @@ def test_export_filters_and_blank_free_integers(tmp_path):
     df = pd.read_csv(every)
     assert len(df) == len(messages()) and str(df["queue_id"].dtype) == "int64"
     assert str(df["queue_offset"].dtype) == "int64"
+    assert run("export", SAMPLE, "--to", tmp_path / "all.parquet").exit_code == 0
+    df = pd.read_parquet(tmp_path / "all.parquet")
+    assert df["queue_id"].dtype.kind == df["queue_offset"].dtype.kind == "i" and df["topic"].notna().all()
     assert run("export", SAMPLE, "--to", tmp_path / "b.csv", "--include-blank").exit_code == 0
     assert len(pd.read_csv(tmp_path / "b.csv")) == len(readback("dev-sample")["commitlogRecords"])
 
