@@ -117,3 +117,19 @@ def test_write_commands_document_the_convention():
         text = (ROOT / "man" / f"rmqtool-{page}.1").read_text("utf-8")
         assert "nothing to do" in text, page
 
+
+
+@pytest.mark.parametrize("args", [
+    ["rebuild-cq", "--cq-file-size", "400"], ["rebuild-cq", "--topic", "TopicB"],
+    ["rebuild-index", "--slots", "32", "--max-entries", "128"],
+    ["put", "--topic", "TopicA", "--tag", "T", "--key", "k", "--body", "hello"],
+])
+def test_every_write_says_how_to_undo_it(args, store_copy, tmp_path):
+    root = store_copy("dev-sample")
+    before = tree(root)
+    result = run(args[0], root, *args[1:])
+    assert result.exit_code == 0, result.stderr
+    assert tree(root) != before or args[1] == "--topic"       # a rebuild may write what was there
+    undo = run(*undo_command(result.stderr))
+    assert undo.exit_code == 0, undo.stderr
+    assert tree(root) == before
