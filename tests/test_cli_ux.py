@@ -358,3 +358,12 @@ def test_progress_on_a_terminal_leaves_the_data_on_stdout(big_store):
     assert proc.returncode == 0
     lines = proc.stdout.decode().splitlines()
     assert lines[0] == "physical_offset" and len(lines) > 40000
+
+
+def test_fields_pick_keys_of_single_objects():
+    assert json.loads(run("info", SAMPLE, "-f", "jsonl", "--fields", "messages,topics").stdout) == \
+        {"messages": len(messages()), "topics": len({r["topic"] for r in messages()})}
+    out = run("info", SAMPLE, "-f", "plain", "--fields", "messages,index_files").stdout
+    assert "messages" in out and "index files" in out and "consume queues" not in out
+    assert run("checkpoint", SAMPLE, "-f", "record", "--fields", "confirm_phy_offset").stdout == \
+        "confirm_phy_offset: 0\n"

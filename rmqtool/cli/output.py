@@ -211,6 +211,15 @@ def _chosen_fields() -> list[str] | None:
     return ctx.meta.get(FIELDS_META) if ctx else None
 
 
+def check_fields(fields: list[str], known: Iterable[str]) -> None:
+    """A usage error naming the known fields when --fields names another."""
+    known = list(known)
+    unknown = [f for f in fields if f not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are {', '.join(known)}",
+                                 param_hint="--fields")
+
+
 def _select(rows: Iterable[dict], fields: list[str]):
     """(rows, columns) of --fields; an unknown field is a usage error naming the known ones."""
     known = rows if isinstance(rows, list) else None
@@ -218,10 +227,7 @@ def _select(rows: Iterable[dict], fields: list[str]):
     first = next(it, None)
     if first is None:
         return [], fields
-    unknown = [f for f in fields if f not in first]
-    if unknown:
-        raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are {', '.join(first)}",
-                                 param_hint="--fields")
+    check_fields(fields, first)
     picked = ({f: r.get(f) for f in fields} for r in _chain(first, it))
     return (list(picked) if known is not None else picked), fields
 
@@ -404,9 +410,12 @@ def _render_rich(cols, widths, rows, _tablefmt) -> list[str]:
     return buf.getvalue().splitlines()
 
 
-def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple") -> None:
-    """One object (e.g. a header or a summary): key/value pairs for people, one line for scripts."""
+def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", select: bool = True) -> None:
+    """One object (e.g. a header or a summary): key/value pairs for people, one line for scripts;
+    the command's --fields (when ``select``) pick its keys."""
     out = out or sys.stdout
+    if select and _chosen_fields():
+        (row,), _ = _select([row], _chosen_fields())
     if fmt in (Format.JSONL, Format.JSON):
         out.write((json.dumps(row, ensure_ascii=False, default=_json_default, indent=2)
                    if fmt is Format.JSON else dumps(row)) + "\n")
@@ -417,7 +426,7 @@ def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple") -> 
         _write_record_view([row], None, out)
     else:
         pairs = [{"field": k, "value": cell(k, v)} for k, v in row.items()]
-        write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out)
+        write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out, select=False)
 
 
 def stderr_console():

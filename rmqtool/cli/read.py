@@ -17,8 +17,8 @@ from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (check_crc_option, count_option, filter_options, option, record_filter,
                                  record_options, since_until)
-from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, output_options, progress_bar,
-                                resolve_format, write_record, write_rows)
+from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, check_fields, format_timestamp,
+                                output_options, progress_bar, resolve_format, write_record, write_rows)
 from rmqtool.errors import StoreError
 from rmqtool.ops.rows import CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
 from rmqtool.store.commitlog import CommitLog
@@ -134,19 +134,24 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
     if out in (Format.JSON, Format.JSONL, Format.CSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:
+        problems = summary["problems"]
+        chosen = ctx.meta.get(FIELDS_META)
+        if chosen:
+            check_fields(chosen, summary)
+            summary = {k: summary[k] for k in chosen}
         sections = {k: summary.pop(k) for k in ("commitlog_files", "consume_queues", "index_files",
-                                                "checkpoint", "version_hints", "problems")}
-        write_record(summary, out, tablefmt=tablefmt)
-        for title, rows in (("commit-log files", sections["commitlog_files"]),
-                            ("consume queues", sections["consume_queues"]),
-                            ("index files", sections["index_files"])):
-            _section(title, rows, out, tablefmt)
-        if sections["checkpoint"]:
+                                                "checkpoint", "version_hints", "problems") if k in summary}
+        if summary:
+            write_record(summary, out, tablefmt=tablefmt, select=False)
+        for key, title in (("commitlog_files", "commit-log files"), ("consume_queues", "consume queues"),
+                           ("index_files", "index files")):
+            _section(title, sections.get(key, []), out, tablefmt)
+        if sections.get("checkpoint"):
             _section("checkpoint", None, out, tablefmt)
-            write_record(sections["checkpoint"], out, tablefmt=tablefmt)
-        for title in ("version_hints", "problems"):
-            _section(title.replace("_", " "), [{title[:-1]: t} for t in sections[title]], out, tablefmt)
-        summary["problems"] = sections["problems"]
+            write_record(sections["checkpoint"], out, tablefmt=tablefmt, select=False)
+        for key in ("version_hints", "problems"):
+            _section(key.replace("_", " "), [{key[:-1]: t} for t in sections.get(key, [])], out, tablefmt)
+        summary["problems"] = problems
     for problem in summary["problems"]:
         _note(f"problem: {problem}")
     if summary["problems"]:
@@ -486,8 +491,6 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
 
 def _index_coverage(st: Store, begin: int, end: int) -> str:
     """What the index does not cover, as a hint to use --scan ('' when it covers the window)."""
-    from rmqtool.cli.output import format_timestamp
-
     refs = st.index_files()
     if not refs:
         return "; the store has no index files: --scan reads the commit log"
