@@ -367,3 +367,23 @@ def test_fields_pick_keys_of_single_objects():
     assert "messages" in out and "index files" in out and "consume queues" not in out
     assert run("checkpoint", SAMPLE, "-f", "record", "--fields", "confirm_phy_offset").stdout == \
         "confirm_phy_offset: 0\n"
+
+
+@pytest.mark.parametrize("kind", ["stats", "export-file", "export-dataset", "grep"])
+def test_progress_advances_by_bytes_within_a_file(big_store, kind, tmp_path):
+    """Each bulk engine reports the bytes scanned batch by batch, summing to the input size."""
+    from rmqtool.ops import dataset, export, grep, scan, stats
+    from rmqtool.ops.filters import RecordFilter
+
+    files = scan.list_files([str(big_store)])
+    calls: list[int] = []
+    if kind == "stats":
+        stats.stats_local(files, "topic", progress=calls.append)
+    elif kind == "export-file":
+        export.export_local([str(big_store)], tmp_path / "a.parquet", "parquet", progress=calls.append)
+    elif kind == "export-dataset":
+        dataset.export_dataset([str(big_store)], tmp_path / "d", progress=calls.append)
+    else:
+        list(grep.grep_local(files, RecordFilter(topics=("nothing",)), progress=calls.append))
+    assert sum(calls) == sum(f.size for f in files)
+    assert len(calls) >= len(files) and calls[0] < files[0].size          # from the batches, not per file

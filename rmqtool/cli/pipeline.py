@@ -70,15 +70,8 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import export_spark
         return export_spark(spark_session(master), stores, to, fmt, keys, files=files, **options)
-    with progress_bar(sum(f.size for f in files), "export") as progress:   # a file at a time: tasks may be remote
-        def runner(fn, items):
-            out = []
-            for item in items:
-                out.append(fn(item))
-                if progress:
-                    progress(item[1].size)
-            return out
-        return export_dataset(stores, to, fmt, keys, files=files, runner=runner, **options)
+    with progress_bar(sum(f.size for f in files), "export") as progress:
+        return export_dataset(stores, to, fmt, keys, files=files, progress=progress, **options)
 
 
 class Damage:

@@ -214,12 +214,12 @@ def run_local(fn: Callable, items: list) -> list:
 def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str = "parquet",
                    partition_by: tuple[str, ...] = (), *, check_crc: bool = False, body_encoding: str = "base64",
                    stop_at_damage: bool = False, overwrite: bool = False, runner: Runner = run_local,
-                   files: Iterable[scan.StoreFile] | None = None, where=None,
-                   include_blank: bool = False) -> DatasetResult:
+                   files: Iterable[scan.StoreFile] | None = None, where=None, include_blank: bool = False,
+                   progress: Callable[[int], None] | None = None) -> DatasetResult:
     """Write every commit-log file of the stores as parts of the dataset directory ``to``.
 
     ``runner(fn, items)`` applies ``fn`` to each item (in this process, or as Spark tasks) and returns
-    the results in order. A damaged record fails the export (no output left) unless ``stop_at_damage``.
+    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A damaged record fails the export (no output left) unless ``stop_at_damage``.
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
@@ -242,7 +242,7 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
         fsys.create_dir(staged, recursive=True)
         parts = runner(lambda item: write_part(item[1], item[0], out_dir, fmt, partition_by, check_crc=check_crc,
                                                body_encoding=body_encoding, stop_at_damage=stop_at_damage,
-                                               where=where, include_blank=include_blank),
+                                               where=where, include_blank=include_blank, progress=progress),
                        list(enumerate(files)))
         for part in parts:
             result.records += part.records

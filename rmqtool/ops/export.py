@@ -69,7 +69,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     A damaged record raises its FormatError (and no output is left behind) unless ``stop_at_damage``:
     then that store's records before it are exported and the error is listed in the result.
     """
-    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, record_schema
+    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
     from rmqtool.ops.grep import keep_records
     from rmqtool.ops.scan import BytesCounter
 
@@ -86,8 +86,9 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     writer = _writer(fmt, tmp, record_schema(check_crc), body_encoding)
     try:
         for store in store_paths:
-            counted = BytesCounter(0, progress)
-            for batch in iter_record_batches(store, check_crc=check_crc, batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
+            cl = open_commitlog(store)
+            counted = BytesCounter(cl.queue.files[0].start if cl.queue.files else 0, progress)
+            for batch in iter_record_batches(cl, check_crc=check_crc, batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
                                              on_damage=result.damaged.append if stop_at_damage else None):
                 counted(batch)
                 result.input_bytes += _total_size(batch)
@@ -97,6 +98,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
                 writer(batch)
                 result.records += batch.num_rows
                 result.messages += _message_count(batch)
+            counted.finish(sum(f.length for f in cl.queue.files))
         writer(None)
         os.replace(tmp, to)
     except BaseException:
