@@ -155,7 +155,8 @@ def test_text_body_that_is_not_utf8_stays_exact_in_jsonl(via, tmp_path):
 
 def test_charset_decodes_gbk_bodies(tmp_path):
     root = tmp_path / "store"
-    run("init", root, "--commitlog-file-size", "65536", "--cq-file-size", "200", "--slots", "16", "--max-entries", "64")
+    run("init", root, "--commitlog-file-size", "65536", "--cq-file-size", "200", "--slots", "16",
+        "--max-entries", "64")
     body = tmp_path / "b"
     body.write_bytes("订单".encode("gbk"))
     assert run("put", root, "--topic", "T", "--body-file", body).exit_code == 0
@@ -174,7 +175,8 @@ def test_sizes_for_people_and_no_python_reprs_in_csv():
     (["query-key", SAMPLE, "Order_Topic-1", "key-82", "--count", "5", "--since", "0"],
      ["query-key", SAMPLE, "Order_Topic-1", "key-82", "--max", "5", "--begin", "0"]),
     (["cat-cq", SAMPLE, "TopicA", "0", "--offset", "2"], ["cat-cq", SAMPLE, "TopicA", "0", "--from", "2"]),
-    (["cat-commitlog", SAMPLE, "-n", "3", "--body-encoding", "hex"], ["cat-commitlog", SAMPLE, "-n", "3", "--body", "hex"]),
+    (["cat-commitlog", SAMPLE, "-n", "3", "--body-encoding", "hex"],
+     ["cat-commitlog", SAMPLE, "-n", "3", "--body", "hex"]),
 ])
 def test_old_spellings_are_hidden_aliases(new, old):
     a, b = run(*new, "-f", "jsonl"), run(*old, "-f", "jsonl")
@@ -197,7 +199,8 @@ def test_since_takes_local_and_relative_times():
 def test_grep_counts_like_cat_commitlog():
     a = run("grep", SAMPLE, "--topic", "TopicA", "-n", "3", "-f", "jsonl").stdout.splitlines()
     b = run("cat-commitlog", SAMPLE, "--topic", "TopicA", "--count", "3", "-f", "jsonl").stdout.splitlines()
-    assert len(a) == 3 and [json.loads(x)["physical_offset"] for x in a] == [json.loads(x)["physical_offset"] for x in b]
+    assert len(a) == 3 and [json.loads(x)["physical_offset"] for x in a] == \
+        [json.loads(x)["physical_offset"] for x in b]
 
 
 @pytest.mark.parametrize("command", ["cat-commitlog", "grep"])

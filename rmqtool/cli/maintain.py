@@ -20,7 +20,7 @@ import click
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import check_crc_option, option
-from rmqtool.cli.output import Format, output_options, progress_bar, resolve_format, write_rows
+from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 
 _FORCE = click.option("--force", is_flag=True, help="Write even if the store's lock file is held by another process.")
@@ -103,7 +103,7 @@ def verify(stores: tuple[str, ...], check_crc: bool, engine: str, master: str | 
                 findings += [f.row() for f in verify_store(path, deep=deep, progress=progress)]
     out = resolve_format(fmt)
     write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
-    if out in (Format.TABLE, Format.PLAIN):
+    if out in PEOPLE:
         click.echo(f"{len(findings)} problem(s) found" if findings else "no problems found", err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if findings else ExitCode.OK)
 
@@ -395,7 +395,8 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
         st = _open_for_write(str(root))
         root = st.root
     rows = restore_plan(backup, root)
-    show_plan(rows, fmt, tablefmt, f"restore plan ({manifest.get('label', 'change')} of {manifest.get('created', '?')})")
+    show_plan(rows, fmt, tablefmt,
+              f"restore plan ({manifest.get('label', 'change')} of {manifest.get('created', '?')})")
     if not apply_:
         end_dry_run(rows, "run with --apply")
     if not rows:

@@ -87,7 +87,8 @@ def count_option(*, aliases: tuple[str, ...] = (), default=None, help: str = "St
                   default=default, show_default=show_default, help=help)
 
 
-def check_crc_option(*, aliases: tuple[str, ...] = (), help: str = "Recompute every body CRC (adds crc_ok).") -> Callable:
+def check_crc_option(*, aliases: tuple[str, ...] = (),
+                     help: str = "Recompute every body CRC (adds crc_ok).") -> Callable:
     return option("--check-crc", "check_crc", aliases=aliases, is_flag=True, help=help)
 
 

@@ -219,7 +219,8 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
     """Write every commit-log file of the stores as parts of the dataset directory ``to``.
 
     ``runner(fn, items)`` applies ``fn`` to each item (in this process, or as Spark tasks) and returns
-    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A damaged record fails the export (no output left) unless ``stop_at_damage``.
+    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A damaged
+    record fails the export (no output left) unless ``stop_at_damage``.
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
