@@ -390,3 +390,9 @@ def test_progress_advances_by_bytes_within_a_file(big_store, kind, tmp_path):
         list(grep.grep_local(files, RecordFilter(topics=("nothing",)), progress=calls.append))
     assert sum(calls) == sum(f.size for f in files)
     assert len(calls) >= len(files) and calls[0] < files[0].size          # from the batches, not per file
+
+
+def test_markup_table_formats_keep_their_escaping():
+    out = run("cat-commitlog", SAMPLE, "--offset", "3948", "-n", "1", "-f", "plain", "--tablefmt", "html",
+              "--fields", "physical_offset,keys").stdout
+    assert out.startswith("<table>") and "&quot;" in out and '"key' not in out

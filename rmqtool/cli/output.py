@@ -50,6 +50,8 @@ TYPE_WIDTHS = {"store_timestamp": 23, "born_timestamp": 23, "msg_id": 32, "uniq_
                "store_host": 21, "properties": 40, "problems": 30, "detail": 50, "path": 40, "message": 50,
                "store": 30, "commitlog_file": 40}
 DEFAULT_WIDTH = 16
+MARKUP_TABLEFMTS = frozenset({"html", "latex", "latex_booktabs", "latex_longtable", "mediawiki", "moinmoin",
+                              "textile", "jira", "asciidoc"})   # tabulate escapes their cells itself
 MIN_WIDTH = 6             # the least a text column shrinks to on a narrow terminal
 
 
@@ -384,7 +386,10 @@ def _frame(cols: list[str], widths: list[int], fmt: Format, tablefmt: str):
     def line(cells: list[str]) -> str:
         return "".join(p + c for p, c in zip(parts, cells)) + parts[-1]
 
-    return a[:i], line, ab[i + 1:j], a[i + 1:]
+    def markup_line(cells: list[str]) -> str:       # the format escapes its cells: let it
+        return render(cols, widths, [cells], tablefmt)[i]
+
+    return a[:i], markup_line if tablefmt in MARKUP_TABLEFMTS else line, ab[i + 1:j], a[i + 1:]
 
 
 def _render_plain(cols, widths, rows, tablefmt) -> list[str]:
