@@ -371,14 +371,15 @@ def _frame(cols: list[str], widths: list[int], fmt: Format, tablefmt: str):
     """(head lines, row renderer, lines between rows, tail lines) of a table with these fixed widths,
     taken from the renderer's output for placeholder rows."""
     render = _render_plain if fmt is Format.PLAIN else _render_rich
-    a = render(cols, widths, [["X" * w for w in widths]], tablefmt)
-    ab = render(cols, widths, [["X" * w for w in widths], ["Y" * w for w in widths]], tablefmt)
-    i = next(k for k, s in enumerate(a) if "X" * widths[0] in s)
-    j = next(k for k, s in enumerate(ab) if "Y" * widths[0] in s)
+    x, y = [ch for ch in "XYQZKW" if not any(ch in c for c in cols)][:2]     # placeholders, not in headers
+    a = render(cols, widths, [[x * w for w in widths]], tablefmt)
+    ab = render(cols, widths, [[x * w for w in widths], [y * w for w in widths]], tablefmt)
+    i = next(k for k, s in enumerate(a) if x * widths[0] in s)
+    j = next(k for k, s in enumerate(ab) if y * widths[0] in s)
     parts, pos = [], 0
     template = a[i]
     for w in widths:
-        start = template.index("X" * w, pos)
+        start = template.index(x * w, pos)
         parts.append(template[pos:start])
         pos = start + w
     parts.append(template[pos:])
