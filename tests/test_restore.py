@@ -133,3 +133,12 @@ def test_every_write_says_how_to_undo_it(args, store_copy, tmp_path):
     undo = run(*undo_command(result.stderr))
     assert undo.exit_code == 0, undo.stderr
     assert tree(root) == before
+
+
+def test_a_rebuilt_index_needs_no_second_rebuild(store_copy):
+    root = store_copy("dev-sample")
+    assert run("rebuild-index", root, "--dry-run").exit_code == 1     # rebuilt files are named differently
+    assert run("rebuild-index", root).exit_code == 0
+    before = tree(root)
+    result = run("rebuild-index", root, "--dry-run", "-f", "jsonl")
+    assert (result.exit_code, result.stdout) == (0, "") and tree(root) == before

@@ -176,8 +176,8 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
     from rmqtool.ops.rebuild import rebuild_consume_queues
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store)
     writes = not (dry_run or out)
+    st = _open_for_write(store) if writes else _open_store(store)
     with store_write_lock(st.root, force=force) if writes else contextlib.nullcontext():
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topic=topic, out=out, cq_file_size=cq_file_size, dry_run=dry_run,
@@ -211,18 +211,22 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, dry_ru
     from rmqtool.ops.rebuild import rebuild_index as run
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store)
+    st = _open_store(store) if dry_run else _open_for_write(store)
+    before = {ref.name: ref.read() for ref in st.index_files()}     # mapped: the old files, compared lazily
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
                                progress=progress)
     rows = [{"action": "write_index", "path": f"index/{name}",
-             "detail": f"{max(int.from_bytes(data[36:40], 'big') - 1, 0)} entries"} for name, data in files]
+             "detail": f"{max(int.from_bytes(data[36:40], 'big') - 1, 0)} entries"}
+            for name, data in files if name not in before or memoryview(before[name]) != data]
+    rows += [{"action": "delete_index", "path": f"index/{name}", "detail": "not among the rebuilt files"}
+             for name in sorted(set(before) - {name for name, _ in files})]
     show_plan(rows, fmt, tablefmt, "index files")
     if dry_run:
         end_dry_run(rows)
     if saved:
-        say_undo(f"rebuilt {len(rows)} index file(s)", saved, st.root)
+        say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
 
 
 @cli.command()
