@@ -4,6 +4,7 @@ store for benchmarks and tests). Heavy modules are imported inside the commands.
 from __future__ import annotations
 
 import re
+import shlex
 
 import click
 
@@ -136,4 +137,5 @@ def generate(directory, size, file_size, topics, queues, body_size, index, index
                        body_min=body_size[0], body_max=body_size[1], cq_file_size=cq_file_size,
                        index=index, index_geometry=geometry, seed=seed)
     click.echo(f"generated {g.messages} messages in {g.files} commit-log files ({g.commitlog_bytes} bytes), "
-               f"{g.consume_queues} consume queues, {g.index_files} index files in {g.root}", err=True)
+               f"{g.consume_queues} consume queues, {g.index_files} index files in {g.root}; undo: rm -r "
+               f"{shlex.quote(str(g.root))}", err=True)

@@ -252,7 +252,8 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
 
     init_store(Path(store), commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
                geometry=Geometry(slots, max_entries))
-    click.echo(f"created {store}", err=True)
+    import shlex
+    click.echo(f"created {store}; undo: rm -r {shlex.quote(store)}", err=True)
 
 
 def _parse_property(_ctx, _param, values) -> dict[str, str]:
