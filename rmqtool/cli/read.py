@@ -124,7 +124,7 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
     \b
     Examples:
       rmqtool info fixtures/dev-sample/store
-      rmqtool info fixtures/dev-sample/store -f json | python3 -m json.tool | head -20
+      rmqtool info fixtures/dev-sample/store -f json | head -20
       rmqtool info fixtures/dev-sample-crash-torn/store -f plain   # exit 1
     """
     from rmqtool.ops.inspect import store_info
