@@ -377,8 +377,10 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 @output_options
 def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, fmt: str | None,
             tablefmt: str) -> None:
-    """Put a backup made by a write command back into its store (STORE defaults to the one its
-    manifest names): every backed-up file and directory as it was, files the change created removed.
+    """Put a backup made by a write command back into its store.
+
+    STORE defaults to the one the backup's manifest names. Every backed-up file and directory comes
+    back as it was; files the change created are removed.
 
     Checks every backup file against the SHA-256 in its manifest first. Without --apply only prints the
     plan (exit 0 when the store already matches the backup, 1 when there is something to do). With
