@@ -2,7 +2,8 @@
 
 One page per registered command (``rmqtool.1``, ``rmqtool-<command>.1``) with NAME, SYNOPSIS,
 DESCRIPTION, OPTIONS, ENVIRONMENT, EXIT STATUS, FILES, EXAMPLES and SEE ALSO. A command's examples are
-the ``Examples:`` block of its help text. The output is deterministic (no date), so a test can regenerate
+the ``Examples:`` block of its help text: command lines that work from the source checkout, on the
+bundled fixture stores (a trailing ``# exit N`` gives a status other than 0; a test runs them all). The output is deterministic (no date), so a test can regenerate
 the pages and compare them with the committed ones.
 """
 
@@ -29,9 +30,9 @@ FILES = [
     ("STORE/config/", "topics, consumer offsets, delay offsets (fastjson)"),
 ]
 TOP_EXAMPLES = [
-    "rmqtool info /var/rocketmq/store",
-    "rmqtool cat-commitlog store --topic TopicA -n 10",
-    "rmqtool query-id store C0A8000A00002A9F0000000000000E33",
+    "rmqtool info fixtures/dev-sample/store",
+    "rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA -n 10",
+    "rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33",
 ]
 
 
@@ -111,9 +112,6 @@ def _head(title: str) -> list[str]:
 def command_page(name: str, cmd: click.Command, root: click.Context) -> str:
     ctx = click.Context(cmd, info_name=name, parent=root)
     paragraphs, examples = _paragraphs(cmd.help)
-    if not examples:
-        required = [p.human_readable_name for p in cmd.params if isinstance(p, click.Argument) and p.required]
-        examples = [" ".join([PROG, name, *required])]
     options, env = _options(cmd, ctx)
     usage = " ".join(cmd.collect_usage_pieces(ctx))
     head = _head(f"{PROG}-{name}")

@@ -17,14 +17,14 @@ import rmqtool.columnar as columnar
 from rmqtool import constants as C
 from rmqtool.columnar import iter_record_batches
 from rmqtool.columnar.props import property_columns
-from rmqtool.columnar.text import encode_bodies
+from rmqtool.columnar.text import encode_bodies, text_fallbacks
 from rmqtool.errors import FormatError
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.generate import CommitLogAppender, generate_store
 from rmqtool.format.properties import parse_properties
-from rmqtool.ops.rows import encode_body, entry_row
+from rmqtool.ops.rows import body_field, decode_body, encode_body, entry_row
 from rmqtool.store.store import Store
 from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, readback
 
@@ -220,3 +220,8 @@ def test_body_encodings_match_encode_body(bodies, cut):
     for encoding in ("base64", "hex", "text"):
         want = [None if b is None else encode_body(b, encoding) for b in arr.to_pylist()]
         assert encode_bodies(arr, encoding).to_pylist() == want
+    # text that is not UTF-8 comes in base64, flagged, never with replacement characters
+    flags = text_fallbacks(arr).to_pylist()
+    for b, flag, text in zip(arr.to_pylist(), flags, encode_bodies(arr, "text").to_pylist()):
+        assert flag == (b is not None and body_field(b, "text")[1] == "base64")
+        assert b is None or decode_body(text, "base64" if flag else "text") == b

@@ -31,7 +31,7 @@ def rows_of(path, body_encoding="base64", check_crc=False):
 @pytest.mark.parametrize("name", CLEAN_SETS)
 def test_jsonl_lines_equal_cat_commitlog_rows(name, tmp_path):
     out = tmp_path / "out.jsonl"
-    result = run("export", store_path(name), "--to", out, "--crc")
+    result = run("export", store_path(name), "--to", out, "--crc", "--include-blank")
     assert result.exit_code == 0, result.output
     want = [dumps(r) for r in rows_of(store_path(name), check_crc=True)]
     assert out.read_text("utf-8").splitlines() == want
@@ -41,7 +41,7 @@ def test_jsonl_lines_equal_cat_commitlog_rows(name, tmp_path):
 @pytest.mark.parametrize("name", CLEAN_SETS)
 def test_parquet_columns_and_values(name, tmp_path):
     out = tmp_path / "records.parquet"
-    assert run("export", store_path(name), "--to", out).exit_code == 0
+    assert run("export", store_path(name), "--to", out, "--include-blank").exit_code == 0
     table = pq.read_table(out)
     assert table.schema.field("born_timestamp").type == pa.timestamp("ms")
     assert table.schema.field("properties").type == pa.map_(pa.string(), pa.string())
@@ -60,7 +60,8 @@ def test_parquet_columns_and_values(name, tmp_path):
 
 def test_csv_cells_equal_cat_commitlog_cells(tmp_path):
     out = tmp_path / "x.csv"
-    assert run("export", store_path("dev-sample-5x"), "--to", out, "--body-encoding", "text", "--crc").exit_code == 0
+    assert run("export", store_path("dev-sample-5x"), "--to", out, "--body-encoding", "text", "--crc",
+               "--include-blank").exit_code == 0
     with open(out, newline="", encoding="utf-8") as fh:
         got = list(csv.DictReader(fh))
     want = rows_of(store_path("dev-sample-5x"), "text", check_crc=True)
@@ -71,7 +72,8 @@ def test_csv_cells_equal_cat_commitlog_cells(tmp_path):
 
 def test_format_option_overrides_extension_and_several_stores(tmp_path):
     out = tmp_path / "out.data"
-    result = run("export", store_path("dev-sample"), store_path("dev-sample-5x"), "--to", out, "-f", "jsonl")
+    result = run("export", store_path("dev-sample"), store_path("dev-sample-5x"), "--to", out, "-f", "jsonl",
+                 "--include-blank")
     assert result.exit_code == 0, result.output
     lines = out.read_text("utf-8").splitlines()
     assert len(lines) == len(rows_of(store_path("dev-sample"))) + len(rows_of(store_path("dev-sample-5x")))
@@ -94,7 +96,7 @@ def test_damaged_store_fails_cleanly_or_stops_at_damage(tmp_path):
     assert result.exit_code == 3
     assert result.output.count("\n") == 1 and "offset 279071" in result.output
     assert not out.exists() and not list(tmp_path.iterdir())
-    result = run("export", torn, "--to", out, "--stop-at-damage")
+    result = run("export", torn, "--to", out, "--stop-at-damage", "--include-blank")
     assert result.exit_code == 3 and "offset 279071" in result.output
     expected, error = reference(torn)
     assert error and len(out.read_text().splitlines()) == len(expected)

@@ -37,7 +37,7 @@ def test_rebuild_cq_in_place_keeps_old_queues_as_backup(name, store_copy, tmp_pa
 def test_rebuild_cq_one_topic_and_out_dir(store_copy, tmp_path):
     root = store_copy("dev-sample")
     shutil.rmtree(root / "consumequeue" / "TopicB")
-    assert run("rebuild-cq", root, "--topic", "TopicB", "--cq-file-size", "160", "--dry-run").exit_code == 0
+    assert run("rebuild-cq", root, "--topic", "TopicB", "--cq-file-size", "160", "--dry-run").exit_code == 1  # a plan
     assert not (root / "consumequeue" / "TopicB").exists()
     assert run("rebuild-cq", root, "--topic", "TopicB", "--out", tmp_path / "out").exit_code == 0
     expected = snapshot(store_path("dev-sample") / "consumequeue" / "TopicB")

@@ -25,6 +25,7 @@ from rmqtool.cli import cli
 from rmqtool.errors import FormatError
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops import dataset, grep, scan, stats
+from rmqtool.ops.filters import RecordFilter
 from rmqtool.ops.generate import generate_store
 from rmqtool.ops.verify import verify_store
 from rmqtool.store.store import Store
@@ -207,10 +208,40 @@ def test_stats_parity(spark, generated, by):
     assert spark_damage == local_damage and len(local_damage) == 2    # the two torn sets
 
 
+FILTERS = [
+    RecordFilter(topics=("TopicA", "TopicB"), queue_ids=(0, 2)),
+    RecordFilter(keys=("key-95", "key-40"), body_regex="rocket"),
+    RecordFilter(tags=("TagA", "Tag2"), since=1795216389500, until=1795216389800),
+]
+
+
+@pytest.mark.parametrize("where", FILTERS)
+@pytest.mark.parametrize("by", [None, "topic", "group"])
+def test_filtered_stats_parity(spark, generated, where, by):
+    from rmqtool.spark.jobs import stats_spark
+
+    files = scan.list_files(ALL_STORES + [generated])
+    want = stats.stats_local(files, by, on_damage=lambda e: None, where=where)
+    assert stats_spark(spark, files, by, on_damage=lambda e: None, where=where) == want and want
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_filtered_export_parity(spark, generated, where, tmp_path):
+    from rmqtool.spark.jobs import export_spark
+
+    paths = ALL_STORES[:2] + [generated]
+    local = dataset.export_dataset(paths, tmp_path / "local", "parquet", where=where)
+    remote = export_spark(spark, paths, tmp_path / "spark", "parquet", where=where)
+    assert (remote.records, remote.messages) == (local.records, local.messages) and local.records
+    read = [ds.dataset(tmp_path / d).to_table().sort_by([("store", "ascending"), ("physical_offset", "ascending")])
+            for d in ("local", "spark")]
+    assert read[0].equals(read[1]) and set(read[0].column("type").to_pylist()) == {"message"}
+
+
 @pytest.mark.parametrize("where", [
-    grep.GrepFilter(topics=("TopicA", "TopicB")),
-    grep.GrepFilter(keys=("key-95", "key-40"), body_regex="rocket"),
-    grep.GrepFilter(tags=("TagA", "Tag2"), since=1767225600000 + 200, until=1767225600000 + 900),
+    RecordFilter(topics=("TopicA", "TopicB")),
+    RecordFilter(keys=("key-95", "key-40"), body_regex="rocket"),
+    RecordFilter(tags=("TagA", "Tag2"), since=1767225600000 + 200, until=1767225600000 + 900),
 ])
 def test_grep_parity(spark, generated, where):
     from rmqtool.spark.jobs import grep_spark

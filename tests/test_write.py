@@ -52,9 +52,9 @@ def test_import_round_trip(name, tmp_path):
     a = tmp_path / "a"
     assert run("init", a, "--commitlog-file-size", "65536", "--cq-file-size", "160", "--slots", "16",
                "--max-entries", "64").exit_code == 0
-    result = run("import", a, tmp_path / "a.jsonl", "--batch", "40")
+    result = run("import", a, tmp_path / "a.jsonl")
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == f"committed {sum(r['type'] == 'message' for r in source)}"
+    assert result.stdout.splitlines()[-1] == f"imported {sum(r['type'] == 'message' for r in source)}"
     imported = _export(a)
     # re-exports identical: every field, offsets and msgIds included (properties_raw carries the stored
     # bytes, e.g. the real broker's batch records with WAIT twice, which the properties object cannot)

@@ -4,13 +4,14 @@ store for benchmarks and tests). Heavy modules are imported inside the commands.
 from __future__ import annotations
 
 import re
+import shlex
 
 import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
+from rmqtool.cli.options import body_encoding_option, check_crc_option, filter_options, record_filter
 from rmqtool.cli.pipeline import engine_options
-from rmqtool.ops.rows import BODY_ENCODINGS
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -39,34 +40,54 @@ class Size(click.ParamType):
               help="Output format [default: from the extension of --to; parquet for a directory].")
 @click.option("--partition-by", metavar="topic,date", help="Hive-partition a dataset directory by topic and/or "
                                                               "store date (UTC).")
+@filter_options
+@click.option("--include-blank", is_flag=True,
+              help="Also export the BLANK records that pad file ends (not with filters or --partition-by).")
 @engine_options
-@click.option("--crc", is_flag=True, help="Check every body CRC (adds the crc_ok column).")
-@click.option("--body-encoding", type=click.Choice(BODY_ENCODINGS), default="base64", show_default=True,
-              help="How jsonl/csv carry the body (Parquet stores it as binary).")
+@check_crc_option(aliases=("--crc",), help="Check every body CRC (adds the crc_ok column).")
+@body_encoding_option(default="base64", aliases=(), help="How jsonl/csv carry the body (Parquet stores it as binary).")
 @click.option("--stop-at-damage", is_flag=True,
               help="Export a store's records up to a damaged record instead of failing (exit status 3).")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
-def export(stores, to, fmt, partition_by, engine, master, crc, body_encoding, stop_at_damage, force):
-    """Export the commit-log records of STORES (roots, commitlog dirs or files, globs, URIs) to one
+def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_regex, since, until, include_blank,
+           engine, master, check_crc, body, stop_at_damage, force):
+    """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one
     file, or to a dataset directory with one part per commit-log file.
+
+    The filters are those of grep and cat-commitlog. BLANK padding records are left out unless
+    --include-blank, so integer columns stay integers in pandas and DuckDB.
 
     With --engine spark, Spark tasks write the parts: on a cluster, give a shared target such as
     s3://bucket/dir or hdfs://namenode/dir.
 
     Columns are the record fields of cat-commitlog; Parquet keeps native types (timestamps as
     timestamp[ms], properties as map<string,string>, body and properties_raw as binary).
+
+    \b
+    Examples:
+      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-records.parquet --force
+      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-a.jsonl --topic TopicA --since 2026-11-20 --force
+      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-dataset --partition-by topic --force
     """
     from rmqtool.cli.pipeline import export_to_dataset, is_dataset_target
     from rmqtool.ops.export import export as run_export
 
-    options = dict(check_crc=crc, body_encoding=body_encoding, stop_at_damage=stop_at_damage, overwrite=force)
+    where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
+    if include_blank and (not where.is_empty or partition_by):
+        raise click.UsageError("--include-blank exports every record: it takes no filter or --partition-by")
+    options = dict(check_crc=check_crc, body_encoding=body, stop_at_damage=stop_at_damage, overwrite=force,
+                   where=where, include_blank=include_blank)
     if is_dataset_target(to, partition_by):
         result = export_to_dataset(stores, to, fmt or "parquet", partition_by, engine, master, **options)
     elif engine == "spark":
         raise click.BadParameter("the spark engine writes a dataset directory: give --to a name without "
                                  "extension", param_hint="--to")
     else:
-        result = run_export(stores, to, fmt, **options)
+        from rmqtool.cli.output import progress_bar
+        from rmqtool.ops.scan import list_files
+
+        with progress_bar(sum(f.size for f in list_files(stores)), "export") as progress:
+            result = run_export(stores, to, fmt, progress=progress, **options)
     rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0
     click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "
                f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log", err=True)
@@ -80,18 +101,26 @@ def export(stores, to, fmt, partition_by, engine, master, crc, body_encoding, st
 @click.argument("directory", type=click.Path())
 @click.option("--size", type=Size(), default="1G", show_default=True, help="Commit-log bytes to write.")
 @click.option("--file-size", type=Size(), default="1G", show_default=True, help="Commit-log file size.")
-@click.option("--topics", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--topics", type=click.IntRange(1), default=16, show_default=True, help="Number of topics.")
 @click.option("--queues", type=click.IntRange(1), default=8, show_default=True, help="Queues per topic.")
 @click.option("--body-size", type=(click.IntRange(0), click.IntRange(0)), default=(200, 500),
               show_default=True, metavar="MIN MAX", help="Body length range in bytes.")
 @click.option("--index/--no-index", default=True, show_default=True, help="Write index files.")
-@click.option("--index-geometry", default="5000000:20000000", show_default=True, metavar="SLOTS:ENTRIES")
+@click.option("--index-geometry", default="5000000:20000000", show_default=True, metavar="SLOTS:ENTRIES",
+              help="Hash slots and entries per index file.")
 @click.option("--cq-file-size", type=Size(), default=str(300_000 * 20), show_default=True,
               help="Consume-queue file size (a multiple of 20).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed: the same seed writes the same "
+                                                                   "store.")
 def generate(directory, size, file_size, topics, queues, body_size, index, index_geometry, cq_file_size, seed):
     """Write a synthetic store into DIRECTORY (new): commit log with a BLANK at each file end,
-    consume queues, index files and checkpoint, all through rmqtool's own encoders."""
+    consume queues, index files and checkpoint, all through rmqtool's own encoders.
+
+    \b
+    Examples:
+      rmqtool generate /tmp/rmqtool-gen-$$ --size 2M --file-size 1M --topics 4 --queues 2 --cq-file-size 6000 --index-geometry 64:256
+      rmqtool generate /tmp/rmqtool-gen2-$$ --size 1M --topics 2 --queues 2 --cq-file-size 6000 --no-index --seed 7
+    """
     from rmqtool.format.indexfile import Geometry, check_geometry
     from rmqtool.ops.generate import generate_store
 
@@ -108,4 +137,5 @@ def generate(directory, size, file_size, topics, queues, body_size, index, index
                        body_min=body_size[0], body_max=body_size[1], cq_file_size=cq_file_size,
                        index=index, index_geometry=geometry, seed=seed)
     click.echo(f"generated {g.messages} messages in {g.files} commit-log files ({g.commitlog_bytes} bytes), "
-               f"{g.consume_queues} consume queues, {g.index_files} index files in {g.root}", err=True)
+               f"{g.consume_queues} consume queues, {g.index_files} index files in {g.root}; undo: rm -r "
+               f"{shlex.quote(str(g.root))}", err=True)

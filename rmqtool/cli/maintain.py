@@ -1,7 +1,12 @@
-"""Commands that check or change a store: verify, repair, rebuild-cq, rebuild-index, init, put, import.
+"""Commands that check or change a store: verify, repair, rebuild-cq, rebuild-index, init, put, import,
+restore.
 
 Every write: refuse while another process holds the broker's lock (unless --force), finish or drop an
-interrupted earlier change, back up what is touched, stage new files and swap them in atomically.
+interrupted earlier change, back up what is touched (one backup per invocation), stage new files and
+swap them in atomically, and end by saying how to undo it (``rmqtool restore BACKUP STORE --apply``).
+
+Dry runs (``--dry-run``; repair and restore without ``--apply``) print one plan format, the rows
+``action, path, detail``, and exit 0 when there is nothing to do, 1 when there is.
 """
 
 from __future__ import annotations
@@ -9,13 +14,13 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.output import Format, output_options, resolve_format, write_record, write_rows
+from rmqtool.cli.options import check_crc_option, option
+from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 
 _FORCE = click.option("--force", is_flag=True, help="Write even if the store's lock file is held by another process.")
@@ -23,24 +28,32 @@ _BACKUP = click.option("--backup", "backup", type=click.Path(path_type=Path), de
                        help="Backup directory [default: <store>.rmqtool-backup-<time> beside the store].")
 
 
-@contextlib.contextmanager
-def _progress(store, label: str) -> Iterator:
-    """A rich progress bar over the commit log's bytes, on stderr and only on a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    total = sum(f.length for f in store.commitlog.queue)
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), transient=True, console=_stderr()) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+def _progress(store, label: str):
+    """The progress bar over the commit log's bytes (rmqtool.cli.output.progress_bar)."""
+    return progress_bar(sum(f.length for f in store.commitlog.queue), label)
 
 
-def _stderr():
-    from rmqtool.cli.output import stderr_console
-    return stderr_console()
+PLAN_COLUMNS = ["action", "path", "detail"]
+_DRY_RUN = click.option("--dry-run", is_flag=True,
+                        help="Print the plan only (exit 0 when there is nothing to do, 1 when there is).")
+
+
+def show_plan(rows: list[dict], fmt: str | None, tablefmt: str, title: str = "plan") -> None:
+    """The plan of a write, in the one format every write command uses."""
+    write_rows(rows, resolve_format(fmt), columns=PLAN_COLUMNS, tablefmt=tablefmt, title=title)
+
+
+def end_dry_run(rows: list[dict], how: str = "run without --dry-run") -> None:
+    click.echo(f"{len(rows)} action(s); {how} to carry them out" if rows else "nothing to do", err=True)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if rows else ExitCode.OK)
+
+
+def say_undo(what: str, backup, store) -> None:
+    """The last line of every write: what was done and how to undo it."""
+    import shlex
+
+    click.echo(f"{what}; backup in {backup}; undo: rmqtool restore {shlex.quote(str(backup))} "
+               f"{shlex.quote(str(store))} --apply", err=True)
 
 
 def _open_for_write(path: str):
@@ -57,13 +70,21 @@ def _open_for_write(path: str):
 
 @cli.command()
 @click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
-@click.option("--deep", is_flag=True, help="Also check every body's CRC.")
+@check_crc_option(aliases=("--deep",), help="Also check every body's CRC.")
 @engine_options
 @output_options
-def verify(stores: tuple[str, ...], deep: bool, engine: str, master: str | None, fmt: str | None,
+def verify(stores: tuple[str, ...], check_crc: bool, engine: str, master: str | None, fmt: str | None,
            tablefmt: str) -> None:
     """Check stores: every problem with its file and byte offset (exit 1 when any is found).
-    With --engine spark the commit-log files are checked in parallel, one task per file."""
+    With --engine spark the commit-log files are checked in parallel, one task per file.
+
+    \b
+    Examples:
+      rmqtool verify fixtures/dev-sample/store
+      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 1
+      rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl
+    """
+    deep = check_crc
     from rmqtool.ops.findings import FINDING_FIELDS
     from rmqtool.ops.verify import verify_store
     from rmqtool.store.store import Store
@@ -82,7 +103,7 @@ def verify(stores: tuple[str, ...], deep: bool, engine: str, master: str | None,
                 findings += [f.row() for f in verify_store(path, deep=deep, progress=progress)]
     out = resolve_format(fmt)
     write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
-    if out in (Format.TABLE, Format.PLAIN):
+    if out in PEOPLE:
         click.echo(f"{len(findings)} problem(s) found" if findings else "no problems found", err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if findings else ExitCode.OK)
 
@@ -90,16 +111,27 @@ def verify(stores: tuple[str, ...], deep: bool, engine: str, master: str | None,
 @cli.command()
 @click.argument("store", type=click.Path())
 @click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
+@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
+                                              "nothing to do, 1 when there is).")
 @_BACKUP
 @_FORCE
 @output_options
-def repair(store: str, apply_: bool, backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
+           tablefmt: str) -> None:
     """Do what the broker's crash recovery would: truncate after the last valid record (zeroing the
     rest), drop dirty consume-queue units, rebuild index entries, fix the checkpoint, remove abort.
 
-    Without --apply only prints the plan (exit 1 when there is something to do). With --apply, exit 0
-    when the store verifies clean afterwards.
+    Without --apply only prints the plan (exit 0 when there is nothing to do, 1 when there is). With
+    --apply, exit 0 when the store verifies clean afterwards; the last line says how to undo it.
+
+    \b
+    Examples:
+      rmqtool repair fixtures/dev-sample/store
+      rmqtool repair fixtures/dev-sample-crash-torn/store -f plain   # exit 1
+      cp -r fixtures/dev-sample-crash-torn/store /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
+    if apply_ and dry_run:
+        raise click.UsageError("use --apply or --dry-run, not both")
     from rmqtool.ops.repair import apply_plan, plan_repair
     from rmqtool.ops.verify import verify_store
     from rmqtool.store.lock import store_write_lock
@@ -109,18 +141,14 @@ def repair(store: str, apply_: bool, backup: Path | None, force: bool, fmt: str 
     with store_write_lock(st.root, force=force) if apply_ else contextlib.nullcontext():
         with _progress(st, "scanning") as progress:
             plan = plan_repair(st, progress=progress)
-        out = resolve_format(fmt)
-        write_rows([a.row() for a in plan.actions], out, columns=["action", "path", "detail"], tablefmt=tablefmt,
-                   title=f"repair plan (logical end {plan.process_offset})")
+        rows = [a.row() for a in plan.actions]
+        show_plan(rows, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
         if not apply_:
-            click.echo("nothing to repair" if plan.empty else
-                       f"{len(plan.actions)} action(s); run with --apply to carry them out", err=True)
-            raise click.exceptions.Exit(ExitCode.OK if plan.empty else ExitCode.FINDINGS)
+            end_dry_run(rows, "run with --apply")
         if plan.empty:
             click.echo("nothing to repair", err=True)
         else:
-            saved = apply_plan(plan, backup)
-            click.echo(f"repaired; backup of the original files in {saved}", err=True)
+            say_undo("repaired", apply_plan(plan, backup), st.root)
     left = [f for f in verify_store(st.root) if f.kind != "broker_running"]   # forced past the lock
     for f in left:
         click.echo(f"rmqtool: still: {f}", err=True)
@@ -132,65 +160,99 @@ def repair(store: str, apply_: bool, backup: Path | None, force: bool, fmt: str 
 @click.option("--topic", help="Rebuild only this topic's queues.")
 @click.option("--out", type=click.Path(path_type=Path), help="Write the queues here instead of into the store.")
 @click.option("--cq-file-size", type=int, help="Consume-queue file size [default: that of existing queues].")
-@click.option("--dry-run", is_flag=True, help="Only report what would be written.")
+@_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
 def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: int | None, dry_run: bool,
                backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
-    """Regenerate consume queues from the commit log as the broker's dispatch does."""
+    """Regenerate consume queues from the commit log as the broker's dispatch does.
+
+    \b
+    Examples:
+      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 1
+      rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$ -f plain
+    """
     from rmqtool.ops.rebuild import rebuild_consume_queues
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store)
     writes = not (dry_run or out)
+    st = _open_for_write(store) if writes else _open_store(store)
     with store_write_lock(st.root, force=force) if writes else contextlib.nullcontext():
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topic=topic, out=out, cq_file_size=cq_file_size, dry_run=dry_run,
                                          backup=backup, progress=progress)
-    write_record({"target": res.target, "queues": res.queues, "files": res.files, "units": res.units,
-                  "dry_run": dry_run, "backup": res.backup}, resolve_format(fmt), tablefmt=tablefmt)
+    rows = [{"action": "write_cq", "path": res.target,
+             "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
+    show_plan(rows, fmt, tablefmt, "consume queues")
+    if dry_run:
+        end_dry_run(rows)
+    if res.backup:
+        say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
 
 
 @cli.command("rebuild-index")
 @click.argument("store", type=click.Path())
 @click.option("--slots", type=int, help="Hash slots per file [default: that of existing index files].")
 @click.option("--max-entries", type=int, help="Entries per file [default: that of existing index files].")
-@click.option("--dry-run", is_flag=True, help="Only report what would be written.")
+@_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, dry_run: bool, backup: Path | None,
                   force: bool, fmt: str | None, tablefmt: str) -> None:
-    """Regenerate index files from the commit log as IndexService.buildIndex does."""
+    """Regenerate index files from the commit log as IndexService.buildIndex does.
+
+    \b
+    Examples:
+      rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain   # exit 1
+      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run   # exit 1
+    """
     from rmqtool.ops.rebuild import rebuild_index as run
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store)
+    st = _open_store(store) if dry_run else _open_for_write(store)
+    before = {ref.name for ref in st.index_files()}
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
                                progress=progress)
-    rows = [{"index_file": name, "entries": entries} for name, entries in files]
-    write_rows(rows, resolve_format(fmt), columns=["index_file", "entries"], tablefmt=tablefmt)
+    rows = [{"action": "write_index", "path": f"index/{name}", "detail": f"{entries} entries"}
+            for name, entries, same in files if not same]
+    rows += [{"action": "delete_index", "path": f"index/{name}", "detail": "not among the rebuilt files"}
+             for name in sorted(before - {name for name, _, _ in files})]
+    show_plan(rows, fmt, tablefmt, "index files")
+    if dry_run:
+        end_dry_run(rows)
     if saved:
-        click.echo(f"backup of the previous index in {saved}", err=True)
+        say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
 
 
 @cli.command()
 @click.argument("store", type=click.Path())
-@click.option("--commitlog-file-size", type=int, default=1024 ** 3, show_default=True)
-@click.option("--cq-file-size", type=int, default=6_000_000, show_default=True)
-@click.option("--slots", type=int, default=5_000_000, show_default=True, help="Index hash slots per file.")
-@click.option("--max-entries", type=int, default=20_000_000, show_default=True, help="Index entries per file.")
+@click.option("--commitlog-file-size", type=int, default=1024 ** 3, show_default=True, metavar="BYTES",
+              help="Commit-log file size (the broker's mappedFileSizeCommitLog).")
+@click.option("--cq-file-size", type=int, default=6_000_000, show_default=True, metavar="BYTES",
+              help="Consume-queue file size, a multiple of 20 (mappedFileSizeConsumeQueue).")
+@click.option("--slots", type=int, default=5_000_000, show_default=True, help="Index hash slots per file "
+                                                                              "(maxHashSlotNum).")
+@click.option("--max-entries", type=int, default=20_000_000, show_default=True, help="Index entries per file "
+                                                                                     "(maxIndexNum).")
 def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, max_entries: int) -> None:
-    """Create an empty store (first commit-log file, checkpoint, lock) with the given sizes."""
+    """Create an empty store (first commit-log file, checkpoint, lock) with the given sizes, recorded in
+    config/rmqtool.json for the writes that follow.
+
+    \b
+    Examples:
+      rmqtool init /tmp/rmqtool-init-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64
+    """
     from rmqtool.format.indexfile import Geometry
     from rmqtool.ops.write import init_store
 
     init_store(Path(store), commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
                geometry=Geometry(slots, max_entries))
-    click.echo(f"created {store}", err=True)
+    import shlex
+    click.echo(f"created {store}; undo: rm -r {shlex.quote(store)}", err=True)
 
 
 def _parse_property(_ctx, _param, values) -> dict[str, str]:
@@ -203,70 +265,149 @@ def _parse_property(_ctx, _param, values) -> dict[str, str]:
     return out
 
 
+def _keys(_ctx, _param, values) -> str | None:
+    return " ".join(k for item in values for k in item.split()) or None
+
+
 @cli.command()
 @click.argument("store", type=click.Path())
-@click.option("--topic", required=True)
-@click.option("--queue-id", type=int, default=0, show_default=True)
-@click.option("--tags")
-@click.option("--keys", help='Space-separated keys, e.g. "K1 K2".')
-@click.option("--property", "properties", multiple=True, callback=_parse_property, metavar="K=V")
+@click.option("--topic", required=True, help="The topic.")
+@click.option("--queue-id", type=int, default=0, show_default=True, help="The queue id.")
+@option("--tag", "tags", aliases=("--tags",), help="The TAGS property.")
+@option("--key", "keys", aliases=("--keys",), multiple=True, callback=_keys,
+        help="A key of the KEYS property (repeatable; a value with spaces holds several).")
+@click.option("--property", "properties", multiple=True, callback=_parse_property, metavar="K=V",
+              help="Another property (repeatable).")
 @click.option("--body", help="Body text (UTF-8).")
-@click.option("--body-file", type=click.File("rb"))
+@click.option("--body-file", type=click.File("rb"), help="Read the body from this file.")
 @click.option("--body-stdin", is_flag=True, help="Read the body from stdin.")
+@_DRY_RUN
 @_BACKUP
 @_FORCE
+@output_options
 def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | None, properties: dict,
-        body: str | None, body_file, body_stdin: bool, backup: Path | None, force: bool) -> None:
-    """Append one message as the broker would (commit log, consume queue, index, checkpoint)."""
+        body: str | None, body_file, body_stdin: bool, dry_run: bool, backup: Path | None, force: bool,
+        fmt: str | None, tablefmt: str) -> None:
+    """Append one message as the broker would (commit log, consume queue, index, checkpoint), in one
+    transaction with one backup.
+
+    \b
+    Examples:
+      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello --dry-run   # exit 1
+      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi
+    """
     from rmqtool.ops.write import StoreWriter, build_message
     from rmqtool.store.lock import store_write_lock
 
     if sum(x is not None and x is not False for x in (body, body_file, body_stdin or None)) != 1:
         raise click.UsageError("give exactly one of --body, --body-file, --body-stdin")
     data = body.encode("utf-8") if body is not None else (body_file.read() if body_file else sys.stdin.buffer.read())
-    st = _open_for_write(store)
-    with store_write_lock(st.root, force=force):
+    st = _open_for_write(store) if not dry_run else _open_store(store)
+    with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         writer = StoreWriter(st)
         msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
                                           properties=properties))
-        writer.commit(backup)
+        if dry_run:
+            _end_write_dry_run(writer, fmt, tablefmt)
+        saved = writer.commit(backup)
     click.echo(f"{msg.msg_id} physical_offset={msg.physical_offset} queue_offset={msg.queue_offset}")
+    say_undo("appended 1 message", saved, st.root)
+
+
+def _open_store(path: str):
+    from rmqtool.store.store import Store
+    return Store.open(path)
+
+
+def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
+    txn = writer.transaction()
+    rows = [{"action": "write_file", "path": rel, "detail": f"{len(data)} bytes"} for rel, data in txn.writes.items()]
+    show_plan(rows, fmt, tablefmt)
+    end_dry_run(rows)
 
 
 @cli.command("import")
 @click.argument("store", type=click.Path())
 @click.argument("file", type=click.File("r", encoding="utf-8"))
-@click.option("--batch", type=int, default=1000, show_default=True,
-              help="Messages per committed batch (each batch is acknowledged on stdout).")
+@_DRY_RUN
 @_BACKUP
 @_FORCE
-def import_(store: str, file, batch: int, backup: Path | None, force: bool) -> None:
-    """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl --body base64)."""
+@output_options
+def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
+            tablefmt: str) -> None:
+    """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl) in one
+    transaction with one backup: a failure or a kill leaves none of them.
+
+    \b
+    Examples:
+      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl --dry-run   # exit 1
+    """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store)
-    total = 0
-    with store_write_lock(st.root, force=force):
+    st = _open_for_write(store) if not dry_run else _open_store(store)
+    with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         writer = StoreWriter(st)
-        pending = 0
         for n, row in read_rows(file):
             try:
                 msg = message_from_row(row)
-                if msg is None:
-                    continue
-                writer.append(msg)
+                if msg is not None:
+                    writer.append(msg)
             except RmqError as exc:
                 raise exc.at(path=f"{file.name}: line {n}")
-            pending += 1
-            if pending >= batch:
-                writer.commit(backup and backup / f"batch-{total}")
-                total += pending
-                pending = 0
-                click.echo(f"committed {total}")
-        if pending:
-            writer.commit(backup and backup / f"batch-{total}")
-            total += pending
-            click.echo(f"committed {total}")
-    click.echo(f"imported {total} message(s)", err=True)
+        if dry_run:
+            _end_write_dry_run(writer, fmt, tablefmt)
+        saved = writer.commit(backup)
+    click.echo(f"imported {writer.count}")
+    if saved:
+        say_undo(f"imported {writer.count} message(s)", saved, st.root)
+    else:
+        click.echo("nothing to import", err=True)
+
+
+@cli.command()
+@click.argument("backup", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("store", required=False, type=click.Path(path_type=Path))
+@click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
+@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
+                                              "nothing to do, 1 when there is).")
+@_FORCE
+@output_options
+def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, fmt: str | None,
+            tablefmt: str) -> None:
+    """Put a backup made by a write command back into its store.
+
+    STORE defaults to the one the backup's manifest names. Every backed-up file and directory comes
+    back as it was; files the change created are removed.
+
+    Checks every backup file against the SHA-256 in its manifest first. Without --apply only prints the
+    plan (exit 0 when the store already matches the backup, 1 when there is something to do). With
+    --apply: refuses a store whose lock a running broker holds (unless --force), writes in one atomic
+    transaction, and keeps what it replaces in a backup of its own, so a restore can be undone too.
+
+    \b
+    Examples:
+      cp -r fixtures/dev-sample-crash/store /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
+    """
+    from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
+    from rmqtool.store.lock import store_write_lock
+
+    if apply_ and dry_run:
+        raise click.UsageError("use --apply or --dry-run, not both")
+    manifest = read_backup(backup)
+    root = store or Path(manifest["store"])
+    if apply_:
+        st = _open_for_write(str(root))
+        root = st.root
+    rows = restore_plan(backup, root)
+    show_plan(rows, fmt, tablefmt,
+              f"restore plan ({manifest.get('label', 'change')} of {manifest.get('created', '?')})")
+    if not apply_:
+        end_dry_run(rows, "run with --apply")
+    if not rows:
+        click.echo("nothing to restore: the store matches the backup", err=True)
+        return
+    with store_write_lock(root, force=force):
+        saved = restore_backup(backup, root, undo_dir(backup))
+    say_undo(f"restored {len(rows)} path(s) from {backup}", saved, root)

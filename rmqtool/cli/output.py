@@ -1,15 +1,23 @@
-"""Rendering rows for people and scripts: table (rich), plain (tabulate), json, jsonl, csv.
+"""Rendering rows for people and scripts: table (rich), plain (tabulate), record (one field per line),
+json, jsonl, csv.
 
-Rows are dicts with the documented field names; output is streamed row by row. Data goes to stdout,
-everything else to stderr.
+Rows are dicts with the documented field names. Every format streams: tables get fixed column widths
+(from all rows when the caller has them in a list, else from the field types) and print each row as it
+comes. Human formats (table, plain, record) escape control characters, show sizes and dates for people
+and never fold IDs, offsets or timestamps; machine formats carry the values exactly. Data goes to
+stdout, everything else to stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import enum
 import json
+import os
+import re
+import shutil
 import sys
 from typing import Any, Callable, Iterable, Iterator
 
@@ -22,13 +30,29 @@ class Format(str, enum.Enum):
     JSONL = "jsonl"
     CSV = "csv"
     PLAIN = "plain"
+    RECORD = "record"
 
 
 FORMAT_CHOICES = [f.value for f in Format]
+PEOPLE = (Format.TABLE, Format.PLAIN, Format.RECORD)
 TIMESTAMP_FIELDS = frozenset({"born_timestamp", "store_timestamp", "begin_timestamp", "end_timestamp",
                               "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
                               "min_store_timestamp", "max_store_timestamp", "deliver_timestamp",
                               "min_timestamp", "min_timestamp_index", "created_timestamp"})
+SIZE_FIELDS = frozenset({"bytes", "commitlog_file_size", "commitlog_bytes", "file_size", "input_bytes"})
+# Values people copy: never truncated, whatever the width.
+WHOLE_FIELDS = frozenset({"msg_id", "uniq_key", "id", "index_file", "file", "commitlog_file", "store",
+                          "path", "key_hash", "magic_code"})
+# Column widths of streamed tables, by field (at least the header's); text beyond them ends in "…".
+# Tables of known rows fit their contents; on a terminal, text columns narrow until a row fits.
+TYPE_WIDTHS = {"store_timestamp": 23, "born_timestamp": 23, "msg_id": 32, "uniq_key": 32, "physical_offset": 10,
+               "queue_offset": 8, "topic": 24, "tags": 10, "keys": 22, "body": 40, "born_host": 21,
+               "store_host": 21, "properties": 40, "problems": 30, "detail": 50, "path": 40, "message": 50,
+               "store": 30, "commitlog_file": 40}
+DEFAULT_WIDTH = 16
+MARKUP_TABLEFMTS = frozenset({"html", "latex", "latex_booktabs", "latex_longtable", "mediawiki", "moinmoin",
+                              "textile", "jira", "asciidoc"})   # tabulate escapes their cells itself
+MIN_WIDTH = 6             # the least a text column shrinks to on a narrow terminal
 
 
 def resolve_format(value: str | None) -> Format:
@@ -38,13 +62,24 @@ def resolve_format(value: str | None) -> Format:
     return Format.TABLE if sys.stdout.isatty() else Format.JSONL
 
 
+FIELDS_META = "rmqtool.fields"
+
+
+def _remember_fields(ctx: click.Context, _param, value: str | None) -> None:
+    if value:
+        ctx.meta[FIELDS_META] = [f.strip() for f in value.split(",") if f.strip()]
+
+
 def output_options(fn: Callable) -> Callable:
-    """--format and --tablefmt, shared by every command that prints rows."""
+    """--format, --tablefmt and --fields, shared by every command that prints rows."""
+    fn = click.option("--fields", metavar="A,B,...", expose_value=False, callback=_remember_fields,
+                      help="Only these fields, in this order (default: all; a few in tables).")(fn)
     fn = click.option("--tablefmt", default="simple", show_default=True, metavar="NAME",
                       help="tabulate table format for --format plain (github, grid, psql, ...).")(fn)
     fn = click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_CHOICES), default=None,
                       envvar="RMQTOOL_FORMAT",
-                      help="Output format [default: table on a terminal, jsonl otherwise].")(fn)
+                      help="Output format: table, plain (aligned text), record (one field per line), "
+                           "jsonl, json, csv [default: table on a terminal, jsonl otherwise].")(fn)
     return fn
 
 
@@ -57,8 +92,45 @@ def format_timestamp(ms: int | None) -> str:
         return str(ms)
 
 
+def human_size(n: int) -> str:
+    """Bytes for people, decimal units: 66999793 -> '67.0 MB'."""
+    if abs(n) < 1000:
+        return f"{n} B"
+    for unit in ("kB", "MB", "GB", "TB", "PB"):
+        n /= 1000
+        if abs(n) < 999.95 or unit == "PB":
+            return f"{n:.1f} {unit}"
+    return str(n)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape(text: str) -> str:
+    """C0/C1 control characters (ESC, CR, LF, BEL, ...) as visible escapes: message bytes never reach
+    the terminal as commands."""
+    return _CONTROL.sub(lambda m: _NAMED_CONTROLS.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def cell(key: str, value: Any) -> str:
+    """One value as people read it (escaped, dates and sizes readable)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key in TIMESTAMP_FIELDS and isinstance(value, int):
+        return format_timestamp(value) if value > 0 else str(value)
+    if key in SIZE_FIELDS and isinstance(value, int):
+        return human_size(value)
+    if isinstance(value, (dict, list)):
+        return escape(json.dumps(value, ensure_ascii=False))
+    return escape(str(value))
+
+
 class Timestamp(click.ParamType):
-    """A point in time: epoch milliseconds, or ISO-8601 (a time without a zone is UTC)."""
+    """A point in time: epoch milliseconds, ISO-8601, or what people write ("-2h", "yesterday",
+    "2026-11-20 10:00"), read by dateparser. A time without a zone is local time."""
 
     name = "TIME"
 
@@ -66,31 +138,28 @@ class Timestamp(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip()
-        if text.lstrip("-").isdigit():
+        if re.fullmatch(r"-?\d+", text):
             return int(text)
         try:
             when = dt.datetime.fromisoformat(text)
         except ValueError:
-            self.fail(f"{value!r} is neither epoch milliseconds nor an ISO-8601 time", param, ctx)
+            when = _parse_human(text)
+        if when is None:
+            self.fail(f"{value!r} is not a time (epoch ms, ISO-8601, or e.g. -2h, yesterday, "
+                      "'2026-11-20 10:00')", param, ctx)
         if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
+            when = when.astimezone()          # local time
         return (when - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def _parse_human(text: str) -> dt.datetime | None:
+    import dateparser
+
+    return dateparser.parse(text, settings={"PREFER_DATES_FROM": "past", "RETURN_AS_TIMEZONE_AWARE": False})
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TIMESTAMP = Timestamp()
-
-
-def _cell(key: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if key in TIMESTAMP_FIELDS and isinstance(value, int):
-        return format_timestamp(value) if value > 0 else str(value)
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
 
 
 def _json_default(value: Any) -> Any:
@@ -107,9 +176,16 @@ def dumps(row: dict) -> str:
 
 
 def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None = None,
-               tablefmt: str = "simple", title: str | None = None, out=None) -> int:
-    """Write rows in the chosen format; returns the number of rows written."""
+               tablefmt: str = "simple", title: str | None = None, out=None, select: bool = True,
+               optional: tuple[str, ...] = ()) -> int:
+    """Write rows in the chosen format, each as it comes; returns the number of rows written. When
+    ``rows`` is a list, table widths fit its contents, else they come from the field types. The
+    command's --fields (when ``select``) replace ``columns``; otherwise the ``optional`` columns are
+    left out of a table, in that order, while a row does not fit the terminal."""
     out = out or sys.stdout
+    if select and _chosen_fields():
+        rows, columns = _select(rows, _chosen_fields())
+        optional = ()
     if fmt is Format.JSONL:
         n = 0
         for row in rows:
@@ -126,34 +202,36 @@ def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None =
         return n
     if fmt is Format.CSV:
         return _write_csv(rows, columns, out)
-    rows = list(rows)
-    cols = columns or _columns(rows)
-    cells = [[_cell(c, r.get(c)) for c in cols] for r in rows]
-    if fmt is Format.PLAIN:
-        from tabulate import tabulate
-        if rows:
-            out.write(tabulate(cells, headers=cols, tablefmt=tablefmt, disable_numparse=True) + "\n")
-        return len(rows)
-    if rows:
-        _rich_table(cols, cells, title, out)
-    return len(rows)
+    if fmt is Format.RECORD:
+        return _write_record_view(rows, columns, out)
+    return _write_table(rows, fmt, columns, tablefmt, title, out, optional)
 
 
-def _columns(rows: list[dict]) -> list[str]:
-    cols: dict[str, None] = {}
-    for r in rows:
-        cols.update(dict.fromkeys(r))
-    return list(cols)
+def _chosen_fields() -> list[str] | None:
+    """The command's --fields, if given."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(FIELDS_META) if ctx else None
 
 
-def _csv_cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list)):
-        return dumps(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return _json_default(value)
-    return value
+def check_fields(fields: list[str], known: Iterable[str]) -> None:
+    """A usage error naming the known fields when --fields names another."""
+    known = list(known)
+    unknown = [f for f in fields if f not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are {', '.join(known)}",
+                                 param_hint="--fields")
+
+
+def _select(rows: Iterable[dict], fields: list[str]):
+    """(rows, columns) of --fields; an unknown field is a usage error naming the known ones."""
+    known = rows if isinstance(rows, list) else None
+    it = iter(rows)
+    first = next(it, None)
+    if first is None:
+        return [], fields
+    check_fields(fields, first)
+    picked = ({f: r.get(f) for f in fields} for r in _chain(first, it))
+    return (list(picked) if known is not None else picked), fields
 
 
 def _write_csv(rows: Iterable[dict], columns: list[str] | None, out) -> int:
@@ -164,41 +242,218 @@ def _write_csv(rows: Iterable[dict], columns: list[str] | None, out) -> int:
     cols = columns or list(first)
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(cols)
-    writer.writerow([_csv_cell(first.get(c)) for c in cols])
-    n = 1
-    for row in it:
+    n = 0
+    for row in _chain(first, it):
         writer.writerow([_csv_cell(row.get(c)) for c in cols])
         n += 1
     return n
 
 
-def _rich_table(cols: list[str], cells: list[list[str]], title: str | None, out) -> None:
+def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
+    yield first
+    yield from rest
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return dumps(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _json_default(value)
+    return value
+
+
+def _write_record_view(rows: Iterable[dict], columns: list[str] | None, out) -> int:
+    """One ``field: value`` per line, a blank line between records (as mqadmin queryMsgById prints)."""
+    n = 0
+    for row in rows:
+        cols = columns or list(row)
+        width = max(map(len, cols), default=0) + 1
+        out.write(("\n" if n else "") + "".join(f"{c + ':':<{width}} {cell(c, row.get(c))}\n" for c in cols))
+        out.flush()
+        n += 1
+    return n
+
+
+# -- streamed tables --------------------------------------------------------------------------------
+def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, tablefmt: str,
+                 title: str | None, out, optional: tuple[str, ...] = ()) -> int:
+    from rich.cells import cell_len
+
+    known = rows if isinstance(rows, list) else None
+    it = iter(rows)
+    first = next(it, None)
+    if first is None:
+        return 0
+    cols = columns or (_union(known) if known is not None else list(first))
+    if known is not None:
+        texts = [[cell(c, r.get(c)) for c in cols] for r in known]
+        widths = [max([cell_len(c)] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(cols)]
+    else:
+        widths = [max(cell_len(c), TYPE_WIDTHS.get(c, DEFAULT_WIDTH) if _truncates(c, first.get(c))
+                      else cell_len(cell(c, first.get(c)))) for c in cols]
+    cols, widths = _fit(cols, widths, first, out, optional)
+    if fmt is Format.PLAIN:
+        widths = [max(w, cell_len(c) + 2) for c, w in zip(cols, widths)]   # tabulate pads headers by 2
+    head, line, between, tail = _frame(cols, widths, fmt, tablefmt)
+    strip = fmt is Format.PLAIN                  # plain: no trailing blanks after the last column
+    if strip:
+        head, between, tail = ([s.rstrip() for s in part] for part in (head, between, tail))
+    if title and fmt is Format.TABLE:
+        out.write(title + "\n")
+    out.write("".join(s + "\n" for s in head))
+    n = 0
+    for row in _chain(first, it):
+        if n:
+            out.write("".join(s + "\n" for s in between))
+        text = line([_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c))) for c, w in zip(cols, widths)])
+        out.write((text.rstrip() if strip else text) + "\n")
+        out.flush()
+        n += 1
+    out.write("".join(s + "\n" for s in tail))
+    return n
+
+
+def _union(rows: list[dict]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in rows:
+        cols.update(dict.fromkeys(r))
+    return list(cols)
+
+
+def _truncates(key: str, value: Any) -> bool:
+    """Text may be cut to its column; numbers, times, IDs and offsets never are."""
+    return not (isinstance(value, (int, float)) or key in WHOLE_FIELDS or key in TIMESTAMP_FIELDS
+                or key.endswith("offset"))
+
+
+def _fit(cols: list[str], widths: list[int], sample: dict, out,
+         optional: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
+    """On a terminal, leave out ``optional`` columns and narrow the text columns (widest first) until a
+    row fits the screen."""
+    if not (hasattr(out, "isatty") and out.isatty()):
+        return cols, widths
+    screen = shutil.get_terminal_size((200, 24)).columns
+    pairs = list(zip(cols, widths))
+
+    def least(c: str, w: int) -> int:
+        return min(w, max(MIN_WIDTH, len(c))) if _truncates(c, sample.get(c)) else w
+
+    for name in optional:
+        if sum(least(c, w) for c, w in pairs) + 3 * len(pairs) + 1 <= screen:
+            break
+        pairs = [(c, w) for c, w in pairs if c != name]
+    cols, widths = [c for c, _ in pairs], [w for _, w in pairs]
+    room = screen - 3 * len(cols) - 1
+    while sum(widths) > room:
+        cut = [i for i, c in enumerate(cols) if _truncates(c, sample.get(c)) and widths[i] > max(MIN_WIDTH, len(c))]
+        if not cut:
+            break
+        i = max(cut, key=lambda j: widths[j])
+        widths[i] -= 1
+    return cols, widths
+
+
+def _fix(text: str, width: int, truncate: bool) -> str:
+    """``text`` padded to ``width`` terminal cells; cut with '…' when it may be."""
+    from rich.cells import cell_len, set_cell_size
+
+    size = cell_len(text)
+    if size <= width:
+        return text + " " * (width - size)
+    return set_cell_size(text, width - 1) + "…" if truncate else text
+
+
+def _frame(cols: list[str], widths: list[int], fmt: Format, tablefmt: str):
+    """(head lines, row renderer, lines between rows, tail lines) of a table with these fixed widths,
+    taken from the renderer's output for placeholder rows."""
+    render = _render_plain if fmt is Format.PLAIN else _render_rich
+    x, y = [ch for ch in "XYQZKW" if not any(ch in c for c in cols)][:2]     # placeholders, not in headers
+    a = render(cols, widths, [[x * w for w in widths]], tablefmt)
+    ab = render(cols, widths, [[x * w for w in widths], [y * w for w in widths]], tablefmt)
+    i = next(k for k, s in enumerate(a) if x * widths[0] in s)
+    j = next(k for k, s in enumerate(ab) if y * widths[0] in s)
+    parts, pos = [], 0
+    template = a[i]
+    for w in widths:
+        start = template.index(x * w, pos)
+        parts.append(template[pos:start])
+        pos = start + w
+    parts.append(template[pos:])
+
+    def line(cells: list[str]) -> str:
+        return "".join(p + c for p, c in zip(parts, cells)) + parts[-1]
+
+    def markup_line(cells: list[str]) -> str:       # the format escapes its cells: let it
+        return render(cols, widths, [cells], tablefmt)[i]
+
+    return a[:i], markup_line if tablefmt in MARKUP_TABLEFMTS else line, ab[i + 1:j], a[i + 1:]
+
+
+def _render_plain(cols, widths, rows, tablefmt) -> list[str]:
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=cols, tablefmt=tablefmt, disable_numparse=True).splitlines()
+
+
+def _render_rich(cols, widths, rows, _tablefmt) -> list[str]:
+    import io
+
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False, highlight=False)
-    for c in cols:
-        table.add_column(c, overflow="fold")
-    for row in cells:
+    table = Table(show_lines=False, highlight=False)
+    for c, w in zip(cols, widths):
+        table.add_column(c, min_width=w, max_width=w, no_wrap=True, overflow="crop")
+    for row in rows:
         table.add_row(*row)
-    Console(file=out, markup=False, highlight=False, soft_wrap=False).print(table)
+    buf = io.StringIO()
+    Console(file=buf, width=sum(widths) + 3 * len(widths) + 4, markup=False, highlight=False,
+            color_system=None, soft_wrap=False).print(table)
+    return buf.getvalue().splitlines()
 
 
-def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple") -> None:
-    """One object (e.g. a header or a summary): key/value pairs for people, one line for scripts."""
+def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", select: bool = True) -> None:
+    """One object (e.g. a header or a summary): key/value pairs for people, one line for scripts;
+    the command's --fields (when ``select``) pick its keys."""
     out = out or sys.stdout
+    if select and _chosen_fields():
+        (row,), _ = _select([row], _chosen_fields())
     if fmt in (Format.JSONL, Format.JSON):
         out.write((json.dumps(row, ensure_ascii=False, default=_json_default, indent=2)
                    if fmt is Format.JSON else dumps(row)) + "\n")
         return
-    pairs = [{"field": k, "value": _cell(k, v)} for k, v in row.items()]
     if fmt is Format.CSV:
         _write_csv([row], None, out)
+    elif fmt is Format.RECORD:
+        _write_record_view([row], None, out)
     else:
-        write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out)
+        pairs = [{"field": k, "value": cell(k, v)} for k, v in row.items()]
+        write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out, select=False)
 
 
 def stderr_console():
     from rich.console import Console
     return Console(stderr=True, markup=False, highlight=False)
 
+
+@contextlib.contextmanager
+def progress_bar(total: int, label: str, *, streaming: bool = False) -> Iterator[Callable[[int], None] | None]:
+    """The one progress bar: advanced by bytes scanned through the ``progress(n)`` callback that ops
+    functions take; on stderr, on a terminal only (None otherwise, and under RMQTOOL_NO_PROGRESS).
+    A command that prints rows while it scans (``streaming``) shows it only when stdout is not the
+    terminal too. stdout is never redirected: data stays on stdout."""
+    if (not sys.stderr.isatty() or total <= 0 or os.environ.get("RMQTOOL_NO_PROGRESS")
+            or (streaming and sys.stdout.isatty())):
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
+                  TimeRemainingColumn(), transient=True, console=stderr_console(), redirect_stdout=False,
+                  redirect_stderr=False) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

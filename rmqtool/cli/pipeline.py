@@ -8,18 +8,18 @@ Both engines give identical output. A damaged record ends its file with a warnin
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from typing import Callable, Iterator
+from itertools import islice
+from typing import Callable
 
 import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.output import TIMESTAMP, output_options, resolve_format, write_rows
-from rmqtool.cli.read import _body_encoding, _fields, _write_records, record_options
+from rmqtool.cli.options import count_option, filter_options, record_filter, record_options
+from rmqtool.cli.output import output_options, progress_bar, resolve_format, write_rows
+from rmqtool.cli.read import SCAN_COLUMNS, row_encoding, write_records
 
-STATS_GROUPINGS = ["topic", "queue", "hour", "store_host", "tag", "store"]
+STATS_GROUPINGS = ["topic", "queue", "group", "hour", "store_host", "tag", "store"]
 ENGINE_CHOICES = ["local", "spark", "auto"]
 
 
@@ -49,21 +49,6 @@ def spark_session(master: str | None):
     return get_session(master)
 
 
-@contextlib.contextmanager
-def byte_progress(total: int, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar over input bytes, on stderr and only on a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    from rmqtool.cli.output import stderr_console
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), transient=True, console=stderr_console()) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
-
-
 def is_dataset_target(to: str, partition_by: str | None) -> bool:
     """export writes a dataset directory for --partition-by, a URI, an existing directory or a name
     without extension; otherwise one file."""
@@ -85,15 +70,8 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import export_spark
         return export_spark(spark_session(master), stores, to, fmt, keys, files=files, **options)
-    with byte_progress(sum(f.size for f in files), "export") as progress:
-        def runner(fn, items):
-            out = []
-            for item in items:
-                out.append(fn(item))
-                if progress:
-                    progress(item[1].size)
-            return out
-        return export_dataset(stores, to, fmt, keys, files=files, runner=runner, **options)
+    with progress_bar(sum(f.size for f in files), "export") as progress:
+        return export_dataset(stores, to, fmt, keys, files=files, progress=progress, **options)
 
 
 class Damage:
@@ -113,38 +91,46 @@ class Damage:
 @cli.command()
 @click.argument("stores", nargs=-1, required=True)
 @click.option("--by", type=click.Choice(STATS_GROUPINGS), default=None,
-              help="One row per topic, queue (topic + queue id), hour of store time, store host, tag or "
-                   "store [default: one row for everything].")
+              help="One row per topic (retries and dead letters under their original topic), queue "
+                   "(topic + queue id), consumer group (of %RETRY%/%DLQ% records), hour of store time, store "
+                   "host, tag or store [default: one row for everything].")
+@filter_options
 @engine_options
 @output_options
-def stats(stores: tuple[str, ...], by: str | None, engine: str, master: str | None, fmt: str | None,
-          tablefmt: str) -> None:
+def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys, body_regex, since, until,
+          engine: str, master: str | None, fmt: str | None, tablefmt: str) -> None:
     """Message counts, bytes, store-time range, retry and DLQ shares, transaction and delay counts
     of the commit-log records of STORES (store roots, commitlog dirs or files, globs, URIs).
 
     \b
     Columns: messages, bytes (record sizes summed), min/max_store_timestamp, retries (%RETRY% topics)
-    and retry_share, dlq (%DLQ% topics) and dlq_share, transaction_half (half messages, legacy
+    and retry_share, dlq (%DLQ% topics) and dlq_share (--by topic counts both under the original topic
+    of the message, from its RETRY_TOPIC property), transaction_half (half messages, legacy
     prepared), transaction_commit, transaction_rollback, transaction_op (op messages), delayed
     (SCHEDULE_TOPIC_XXXX). BLANK records are not counted.
 
     \b
+    The filters are those of grep and cat-commitlog.
+
+    \b
     Examples:
-      rmqtool stats /data/broker-*/store --by topic
-      rmqtool stats store --by hour -f jsonl
-      rmqtool stats 'hdfs://nn:8020/backups/*/store' --engine spark --master spark://m:7077
+      rmqtool stats 'fixtures/dev-sample*/store' --by store -f plain   # exit 3: torn stores
+      rmqtool stats fixtures/dev-sample/store --by topic --since '2026-11-20 23:13:09' -f plain
+      rmqtool stats fixtures/dev-sample/store --by hour --topic TopicA --topic TopicB -f jsonl
+      rmqtool stats fixtures/dev-sample/store --by group -f plain
     """
     from rmqtool.ops.scan import list_files
     from rmqtool.ops.stats import STATS_FIELDS, stats_local
 
+    where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     files = list_files(stores)
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import stats_spark
-        rows = stats_spark(spark_session(master), files, by, on_damage=damage)
+        rows = stats_spark(spark_session(master), files, by, on_damage=damage, where=where)
     else:
-        with byte_progress(sum(f.size for f in files), "stats") as progress:
-            rows = stats_local(files, by, on_damage=damage, progress=progress)
+        with progress_bar(sum(f.size for f in files), "stats") as progress:
+            rows = stats_local(files, by, on_damage=damage, progress=progress, where=where)
     keys = {"queue": ["topic", "queue_id"], "tag": ["tags"]}.get(by, [by] if by else [])
     write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS, tablefmt=tablefmt, title="stats")
     damage.exit()
@@ -152,48 +138,44 @@ def stats(stores: tuple[str, ...], by: str | None, engine: str, master: str | No
 
 @cli.command()
 @click.argument("stores", nargs=-1, required=True)
-@click.option("--topic", "topics", multiple=True, help="Only this topic (repeatable: any of them).")
-@click.option("--key", "keys", multiple=True, help="Only records with this key among their KEYS (repeatable).")
-@click.option("--tag", "tags", multiple=True, help="Only records with this TAGS value (repeatable).")
-@click.option("--body-regex", metavar="REGEX",
-              help="Only records whose body (decompressed when compressed) matches this Python regex.")
-@click.option("--since", type=TIMESTAMP, help="Only records stored at or after TIME (ISO-8601, UTC "
-                                               "unless a zone is given, or epoch ms).")
-@click.option("--until", type=TIMESTAMP, help="Only records stored at or before TIME.")
+@filter_options
+@count_option()
 @engine_options
 @record_options
 @output_options
 @click.pass_context
-def grep(ctx: click.Context, stores: tuple[str, ...], topics, keys, tags, body_regex: str | None,
-         since: int | None, until: int | None, engine: str, master: str | None, body: str | None,
-         decompress: bool, fields: str | None, fmt: str | None, tablefmt: str) -> None:
+def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, keys, body_regex: str | None,
+         since: int | None, until: int | None, count: int | None, engine: str, master: str | None,
+         body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
+         tablefmt: str) -> None:
     """Print the records of STORES that match every given filter, store by store in commit-log order,
-    with the store and commit-log file they came from. Exits 1 when nothing matched.
+    with the store and commit-log file they came from. Repeated values of one filter are alternatives.
+    Exits 1 when nothing matched.
 
     \b
     Examples:
-      rmqtool grep /data/broker-*/store --topic TopicA --key order-42
-      rmqtool grep store --body-regex 'error|fail' --since 2026-11-20T23:00 -f jsonl
+      rmqtool grep 'fixtures/dev-sample*/store' --key key-95 --body-regex rocket -f plain   # exit 3: torn stores
+      rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -f jsonl
+      rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -f csv
     """
-    from rmqtool.ops.grep import GrepFilter, grep_local, hit_rows
+    from rmqtool.ops.grep import grep_local, hit_rows
     from rmqtool.ops.scan import list_files
 
-    where = GrepFilter(tuple(topics), tuple(keys), tuple(tags), body_regex, since, until)
-    try:
-        where.compiled()
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--body-regex") from None
+    where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     out = resolve_format(fmt)
     files = list_files(stores)
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import grep_spark
         tables = grep_spark(spark_session(master), files, where, decompress=decompress, on_damage=damage)
+        n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
+                          ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     else:
-        tables = grep_local(files, where, decompress=decompress, on_damage=damage)
-    rows = hit_rows(tables, _body_encoding(body, out))
-    columns = _fields(fields, out, ("store", "commitlog_file") if fields else ("store",))
-    if _write_records(rows, out, tablefmt, columns) == 0:
+        with progress_bar(sum(f.size for f in files), "grep", streaming=True) as progress:
+            tables = grep_local(files, where, decompress=decompress, on_damage=damage, progress=progress)
+            n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
+                              ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+    if n == 0:
         click.echo("rmqtool: no matching records", err=True)
         damage.exit(ExitCode.FINDINGS)
     damage.exit()

@@ -15,66 +15,80 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.output import (TIMESTAMP, Format, output_options, resolve_format, write_record,
-                                write_rows)
+from rmqtool.cli.options import (check_crc_option, count_option, filter_options, option, record_filter,
+                                 record_options, since_until)
+from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, check_fields, format_timestamp,
+                                output_options, progress_bar, resolve_format, write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank
-from rmqtool.ops.rows import BCQ_UNIT_FIELDS, BODY_ENCODINGS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, RECORD_FIELDS, entry_row
+from rmqtool.ops.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.store import Store
 
-RECORD_TABLE_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "tags",
-                        "keys", "msg_id", "body"]
+# Default columns for people, per command: IDs, offsets and times whole, a row fits a wide terminal.
+SCAN_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "tags", "keys", "body"]
+KEY_COLUMNS = ["physical_offset", "store_timestamp", "topic", "keys", "msg_id", "body"]
+ID_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key"]
 TABLE_BODY_CHARS = 60
-PEOPLE = (Format.TABLE, Format.PLAIN)
+NARROW_DROPS = ("queue_offset", "queue_id", "tags", "keys", "store", "uniq_key")   # left out first when narrow
 
 
-# -- shared options and helpers ---------------------------------------------------------------------
-def record_options(fn):
-    """--body, --decompress and --fields for every command that prints records."""
-    fn = click.option("--fields", metavar="A,B,...",
-                      help="Only these record fields, in this order (default: all; a few in tables).")(fn)
-    fn = click.option("--decompress", is_flag=True,
-                      help="Decompress ZLIB/LZ4/ZSTD bodies (sysFlag COMPRESSED) before printing.")(fn)
-    fn = click.option("--body", "body", type=click.Choice(BODY_ENCODINGS), default=None,
-                      help="Body encoding [default: text in tables, base64 in json/jsonl/csv].")(fn)
-    return fn
+# -- shared helpers ---------------------------------------------------------------------------------
+def row_encoding(body: str | None, fmt: Format, body_dir: str | None) -> str:
+    """The encoding rows are made with: base64 whenever present_bodies decodes them again."""
+    wanted = body or ("text" if fmt in PEOPLE else "base64")
+    return "base64" if wanted == "text" or body_dir else wanted
 
 
-def _body_encoding(body: str | None, fmt: Format) -> str:
-    return body or ("text" if fmt in PEOPLE else "base64")
+def present_bodies(rows: Iterator[dict], fmt: Format, body: str | None, charset: str = "utf-8",
+                   body_dir: str | None = None) -> Iterator[dict]:
+    """Bodies as asked: text in ``charset`` (a body that does not decode stays base64 for scripts and
+    is noted for people; tables show the start of long ones), written to ``body_dir`` too."""
+    import base64
 
-
-def _fields(fields: str | None, fmt: Format, extra: tuple[str, ...] = ()) -> list[str] | None:
-    if fields:
-        names = [f.strip() for f in fields.split(",") if f.strip()]
-        unknown = [n for n in names if n not in RECORD_FIELDS and n not in ("crc_ok",) + extra]
-        if unknown:
-            raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are "
-                                     f"{', '.join(RECORD_FIELDS)}, crc_ok", param_hint="--fields")
-        return names
-    if fmt in PEOPLE:
-        return RECORD_TABLE_COLUMNS + list(extra)
-    return None
-
-
-def _shorten(rows: Iterator[dict], fmt: Format) -> Iterator[dict]:
-    """Tables show the start of a text body, and no binary bytes (scripts get the body whole)."""
+    wanted = body or ("text" if fmt in PEOPLE else "base64")
+    if wanted != "text" and not body_dir:
+        yield from rows
+        return
+    if fmt not in PEOPLE:
+        charset = "utf-8"                  # body_encoding "text" means UTF-8 to every reader of the rows
+    if body_dir:
+        Path(body_dir).mkdir(parents=True, exist_ok=True)
     for row in rows:
-        body = row.get("body")
-        if fmt in PEOPLE and isinstance(body, str) and row.get("body_encoding") == "text":
-            if "\ufffd" in body:
-                row = {**row, "body": f"({row['body_length']} bytes, not UTF-8)"}
-            elif len(body) > TABLE_BODY_CHARS:
-                row = {**row, "body": body[:TABLE_BODY_CHARS] + "…"}
+        if row.get("type") != "message" or row.get("body") is None:
+            yield row
+            continue
+        raw = base64.b64decode(row["body"])
+        if body_dir:
+            (Path(body_dir) / f"{row['msg_id']}.bin").write_bytes(raw)
+        row = dict(row)
+        if wanted != "text":
+            row["body"] = encode_body(raw, wanted)
+            row["body_encoding"] = None if wanted == "none" else wanted
+            yield row
+            continue
+        try:
+            text = raw.decode(charset)
+        except UnicodeDecodeError:
+            text = None
+        if text is None:
+            if fmt in PEOPLE:
+                row["body"] = f"({len(raw)} bytes, not {'UTF-8' if charset.lower() in ('utf-8', 'utf8') else charset})"
+            yield row                                   # scripts: exact bytes, labelled base64
+            continue
+        if fmt in (Format.TABLE, Format.PLAIN) and len(text) > TABLE_BODY_CHARS:
+            text = text[:TABLE_BODY_CHARS] + "…"
+        row["body"], row["body_encoding"] = text, "text"
         yield row
 
 
-def _write_records(rows, fmt: Format, tablefmt: str, columns: list[str] | None) -> int:
-    rows = _shorten(rows, fmt)
-    if columns is not None:
-        rows = ({c: r.get(c) for c in columns} for r in rows)
-    return write_rows(rows, fmt, columns=columns, tablefmt=tablefmt)
+def write_records(rows, fmt: Format, tablefmt: str, people_columns: list[str], *, body: str | None,
+                  charset: str = "utf-8", body_dir: str | None = None, title: str | None = None) -> int:
+    """Record rows in any format: the per-command columns for tables and plain (all fields in the
+    record view and machine formats) unless --fields says otherwise."""
+    columns = people_columns if fmt in (Format.TABLE, Format.PLAIN) else None
+    return write_rows(present_bodies(iter(rows), fmt, body, charset, body_dir), fmt, columns=columns,
+                      tablefmt=tablefmt, title=title, optional=NARROW_DROPS)
 
 
 def _note(text: str) -> None:
@@ -110,8 +124,9 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
 
     \b
     Examples:
-      rmqtool info /var/rocketmq/store
-      rmqtool info -f json store | jq '.consume_queues[] | select(.units > 0)'
+      rmqtool info fixtures/dev-sample/store
+      rmqtool info fixtures/dev-sample/store -f json | head -20
+      rmqtool info fixtures/dev-sample-crash-torn/store -f plain   # exit 1
     """
     from rmqtool.ops.inspect import store_info
 
@@ -120,19 +135,24 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
     if out in (Format.JSON, Format.JSONL, Format.CSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:
+        problems = summary["problems"]
+        chosen = ctx.meta.get(FIELDS_META)
+        if chosen:
+            check_fields(chosen, summary)
+            summary = {k: summary[k] for k in chosen}
         sections = {k: summary.pop(k) for k in ("commitlog_files", "consume_queues", "index_files",
-                                                "checkpoint", "version_hints", "problems")}
-        write_record(summary, out, tablefmt=tablefmt)
-        for title, rows in (("commit-log files", sections["commitlog_files"]),
-                            ("consume queues", sections["consume_queues"]),
-                            ("index files", sections["index_files"])):
-            _section(title, rows, out, tablefmt)
-        if sections["checkpoint"]:
+                                                "checkpoint", "version_hints", "problems") if k in summary}
+        if summary:
+            write_record(summary, out, tablefmt=tablefmt, select=False)
+        for key, title in (("commitlog_files", "commit-log files"), ("consume_queues", "consume queues"),
+                           ("index_files", "index files")):
+            _section(title, sections.get(key, []), out, tablefmt)
+        if sections.get("checkpoint"):
             _section("checkpoint", None, out, tablefmt)
-            write_record(sections["checkpoint"], out, tablefmt=tablefmt)
-        for title in ("version_hints", "problems"):
-            _section(title.replace("_", " "), [{title[:-1]: t} for t in sections[title]], out, tablefmt)
-        summary["problems"] = sections["problems"]
+            write_record(sections["checkpoint"], out, tablefmt=tablefmt, select=False)
+        for key in ("version_hints", "problems"):
+            _section(key.replace("_", " "), [{key[:-1]: t} for t in sections.get(key, [])], out, tablefmt)
+        summary["problems"] = problems
     for problem in summary["problems"]:
         _note(f"problem: {problem}")
     if summary["problems"]:
@@ -145,23 +165,22 @@ def _section(title: str, rows: list[dict] | None, fmt: Format, tablefmt: str) ->
     out = sys.stdout
     out.write(f"\n{title}\n")
     if rows is not None:
-        write_rows(rows, fmt, tablefmt=tablefmt)
+        write_rows(rows, fmt, tablefmt=tablefmt, select=False)
 
 
 # -- cat-commitlog ----------------------------------------------------------------------------------
-def commitlog_rows(cl: CommitLog, *, start: int | None = None, count: int | None = None, where=None,
+def unwrapped_rows(cl: CommitLog, *, start: int | None = None, count: int | None = None, where=None,
                    include_blank: bool = False, body: str = "base64", decompress: bool = False,
-                   check_crc: bool = False, unwrap: bool = False) -> Iterator[dict]:
-    """The rows of cat-commitlog, in commit-log order: the one source of records (filters applied here).
-
-    With ``unwrap``, an inner-batch record gives one row per inner message (with ``inner_index``)."""
+                   check_crc: bool = False) -> Iterator[dict]:
+    """cat-commitlog --unwrap: records one at a time, an inner-batch record as one row per inner message
+    (with ``inner_index``; the queue offset the broker gives it), filters applied to each message."""
     from rmqtool.format.batch import inner_messages, is_inner_batch
 
     n = 0
     for loc in cl.iter_entries(start, include_blank=include_blank):
         entry = loc.entry
         parts = [(None, entry)]
-        if unwrap and not isinstance(entry, Blank) and is_inner_batch(entry):
+        if not isinstance(entry, Blank) and is_inner_batch(entry):
             try:
                 parts = list(enumerate(inner_messages(entry)))
             except FormatError as exc:
@@ -174,80 +193,72 @@ def commitlog_rows(cl: CommitLog, *, start: int | None = None, count: int | None
             n += 1
             row = entry_row(msg, loc.offset, body_encoding=body, check_crc=check_crc and inner is None,
                             decompress=decompress)
-            if unwrap:
-                row["inner_index"] = inner
+            row["inner_index"] = inner
             yield row
 
 
-def _scan_jsonl(cl: CommitLog, *, start: int | None, count: int | None, include_blank: bool, body: str,
-                check_crc: bool) -> int:
-    """cat-commitlog's JSON lines from the columnar decoder, streamed batch by batch."""
+def _write_jsonl_batches(batches, body: str) -> int:
+    """JSON lines straight from the columnar decoder (the same bytes as the row path)."""
     import numpy as np
-    import pyarrow.compute as pc
 
-    from rmqtool.columnar import iter_record_batches
     from rmqtool.columnar.text import json_lines
 
     out = sys.stdout.buffer
     n = 0
-    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384):
-        if not include_blank:
-            batch = batch.filter(pc.equal(batch.column("type"), "message"))
-        if count is not None:
-            batch = batch.slice(0, count - n)
-        if batch.num_rows == 0:
-            if count is not None and n >= count:
-                break
-            continue
+    for batch in batches:
         lines = json_lines(batch, body)
         offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
         out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
         out.flush()
         n += batch.num_rows
-        if count is not None and n >= count:
-            break
     return n
+
+
+def _commitlog_total(cl: CommitLog, start: int | None) -> int:
+    files = cl.queue.files
+    return sum(f.length for f in files) - ((start - files[0].start) if start is not None and files else 0)
 
 
 @cli.command("cat-commitlog")
 @click.argument("path", metavar="STORE|FILE", type=click.Path())
-@click.option("--offset", type=click.IntRange(min=0), metavar="N",
-              help="Start at this physical offset, which must be a record boundary.")
-@click.option("--count", "-n", type=click.IntRange(min=0), metavar="N", help="Stop after N records.")
-@click.option("--topic", help="Only records of this topic.")
-@click.option("--queue-id", type=int, metavar="N", help="Only records of this queue id.")
-@click.option("--tag", help="Only records with this TAGS value.")
-@click.option("--key", help="Only records with this key among their KEYS.")
-@click.option("--since", type=TIMESTAMP, help="Only records stored at or after TIME (ISO-8601, UTC "
-                                               "unless a zone is given, or epoch ms).")
-@click.option("--until", type=TIMESTAMP, help="Only records stored at or before TIME.")
-@click.option("--include-blank", is_flag=True, help="Also print the BLANK records that pad file ends.")
-@click.option("--check-crc", is_flag=True, help="Recompute each body CRC and add crc_ok.")
+@option("--offset", type=click.IntRange(min=0), metavar="N",
+        help="Start at this physical offset, which must be a record boundary.")
+@count_option()
+@filter_options
+@click.option("--include-blank", is_flag=True, help="Also print the BLANK records that pad file ends "
+                                                    "(only without filters).")
+@check_crc_option()
 @click.option("--unwrap", is_flag=True,
               help="Show an inner-batch record (sysFlag INNER_BATCH, BatchCQ topics) as its messages, each "
                    "with the queue offset the broker gives it (INNER_BASE + i) and inner_index.")
 @record_options
 @output_options
 @click.pass_context
-def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int | None, topic: str | None,
-                  queue_id: int | None, tag: str | None, key: str | None, since: int | None,
-                  until: int | None, include_blank: bool, check_crc: bool, unwrap: bool, body: str | None,
-                  decompress: bool, fields: str | None, fmt: str | None, tablefmt: str) -> None:
+def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int | None, topics, queue_ids, tags,
+                  keys, body_regex, since: int | None, until: int | None, include_blank: bool, check_crc: bool,
+                  unwrap: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
+                  tablefmt: str) -> None:
     """Decode commit-log records in commit-log order, from a store or a single commit-log file.
 
     A DLedger store (dledger-<id>/data) is read through its entries: each record at the physical offset
-    the broker reports (entry position + 48). Output is streamed; a damaged record stops the output with
-    an error naming its file and offset. Exits 1 when no record was printed.
+    the broker reports (entry position + 48). Rows print as they are decoded, in every format; a damaged
+    record stops the output with an error
+    naming its file and offset. Repeated values of one filter are alternatives (--topic A --topic B:
+    either); different filters must all match. Exits 1 when no record was printed.
 
     \b
     Examples:
-      rmqtool cat-commitlog store --count 5
-      rmqtool cat-commitlog store --topic TopicA --tag TagA -f jsonl | jq .body
-      rmqtool cat-commitlog store/commitlog/00000000000000000000 --offset 257 -n 1 --body hex
-      rmqtool cat-commitlog store --since 2026-11-20T23:13 --until 2026-11-20T23:14 -f csv
-      rmqtool cat-commitlog store --topic BatchTopic --unwrap -n 8
+      rmqtool cat-commitlog fixtures/dev-sample/store --count 5
+      rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -f jsonl
+      rmqtool cat-commitlog fixtures/dev-sample/store --offset 257 -n 1 -f record
+      rmqtool cat-commitlog fixtures/dev-sample/store --key key-82 -f plain
+      rmqtool cat-commitlog fixtures/dev-sample/store --since '2026-11-20 23:13:09' --until '2026-11-20 23:13:10' -f csv
+      rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
+      rmqtool cat-commitlog fixtures/dev-batchcq-5x/store --topic BatchTopic --unwrap -n 8 -f plain
+      rmqtool cat-commitlog fixtures/dev-dledger/store -n 3 -f plain
     """
-    from rmqtool.ops.query import RecordFilter, nearest_boundaries
+    from rmqtool.ops.filters import filtered_batches
+    from rmqtool.ops.query import nearest_boundaries
 
     out = resolve_format(fmt)
     _, cl = _open_commitlog(path)
@@ -259,20 +270,28 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
             f, _ = cl.queue.locate(offset)
             raise RmqCliError(f"{f.path}: offset {offset}: not a record boundary (nearest {near})",
                               ExitCode.USAGE)
-    where = RecordFilter(topic, queue_id, tag, key, since, until)
-    if out is Format.JSONL and where.is_empty and fields is None and not decompress and not unwrap:
-        # A scan: the columnar decoder writes JSON lines column by column (same bytes as below).
-        if _scan_jsonl(cl, start=offset, count=count, include_blank=include_blank,
-                       body=_body_encoding(body, out), check_crc=check_crc) == 0:
+    where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
+    if include_blank and not where.is_empty:
+        raise click.UsageError("--include-blank prints every record: it takes no filter")
+    enc = row_encoding(body, out, body_dir)
+    columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
+    if unwrap:
+        rows = unwrapped_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
+                              include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc)
+        if write_records(rows, out, tablefmt, columns + ["inner_index"], body=body, charset=charset,
+                         body_dir=body_dir) == 0:
             _nothing(ctx, "no records")
         return
-    rows = commitlog_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
-                          include_blank=include_blank, body=_body_encoding(body, out),
-                          decompress=decompress, check_crc=check_crc, unwrap=unwrap)
-    extra = (("crc_ok",) if check_crc and fields is None and out in PEOPLE else ()) \
-        + (("inner_index",) if unwrap else ())
-    columns = _fields(fields, out, extra)
-    if _write_records(rows, out, tablefmt, columns) == 0:
+    with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
+        batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
+                               check_crc=check_crc, decompress=decompress, progress=progress)
+        if out is Format.JSONL and (body or "base64") != "text" and not body_dir and FIELDS_META not in ctx.meta:
+            n = _write_jsonl_batches(batches, enc)
+        else:
+            from rmqtool.ops.grep import hit_rows
+            n = write_records(hit_rows(batches, enc), out, tablefmt, columns, body=body, charset=charset,
+                              body_dir=body_dir)
+    if n == 0:
         _nothing(ctx, "no records")
 
 
@@ -281,17 +300,23 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
 @click.argument("store", type=click.Path())
 @click.argument("topic")
 @click.argument("queue_id", type=int)
-@click.option("--from", "start", type=click.IntRange(min=0), default=0, metavar="N",
-              help="Start at queue offset N.")
-@click.option("--count", "-n", type=click.IntRange(min=0), metavar="N", help="Stop after N units.")
+@option("--offset", "start", aliases=("--from",), type=click.IntRange(min=0), default=0, metavar="N",
+        help="Start at queue offset N.")
+@count_option()
 @click.option("--resolve", is_flag=True,
               help="Read each unit's record and flag mismatches (size, topic, queue id/offset, tagsCode); "
                    "exits 1 when any is found.")
+@click.option("--message", is_flag=True,
+              help="Print the records the units point at (as cat-commitlog does), e.g. --offset N -n 1 "
+                   "for the message at queue offset N.")
+@record_options
 @output_options
 @click.pass_context
 def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int, count: int | None,
-           resolve: bool, fmt: str | None, tablefmt: str) -> None:
-    """Print the units of one consume queue with their queue offsets.
+           resolve: bool, message: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None,
+           fmt: str | None, tablefmt: str) -> None:
+    """Print the units of one consume queue with their queue offsets, or with --message the records
+    they point at (mqadmin queryMsgByOffset).
 
     Units at the end that point past the end of the commit log (left by a crash) are left out with a
     note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
@@ -301,13 +326,18 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
 
     \b
     Examples:
-      rmqtool cat-cq store TopicA 0
-      rmqtool cat-cq store TopicA 0 --from 10 -n 5 --resolve
-      rmqtool cat-cq store BatchTopic 0 --from 7 --resolve
-      rmqtool cat-cq store '%LMQ%room-1' 0 -n 5 --resolve
+      rmqtool cat-cq fixtures/dev-sample/store TopicA 0
+      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 2 -n 3 --resolve -f plain
+      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1 -n 1 --message -f record
+      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1000   # exit 1
+      rmqtool cat-cq fixtures/dev-batchcq-5x/store BatchTopic 0 --offset 7 --resolve -f plain
+      rmqtool cat-cq fixtures/dev-lmq-5x/store '%LMQ%room-1' 0 -n 5 --resolve -f plain
     """
+    from rmqtool.format.commitlog import Blank
     from rmqtool.ops.query import dirty_tail_start, unit_problems
 
+    if message and resolve:
+        raise click.UsageError("use --resolve or --message, not both")
     out = resolve_format(fmt)
     st = Store.open(store)
     if topic not in st.topics() and topic in st.batch_topics():
@@ -317,11 +347,15 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     cut = dirty_tail_start(cq, st.commitlog)
     bad = 0
 
-    def rows() -> Iterator[dict]:
-        nonlocal bad
+    def units() -> Iterator[tuple[int, object]]:
         for n, (queue_offset, unit) in enumerate(cq.iter_units(start)):
             if (count is not None and n >= count) or (cut is not None and queue_offset >= cut):
                 return
+            yield queue_offset, unit
+
+    def rows() -> Iterator[dict]:
+        nonlocal bad
+        for queue_offset, unit in units():
             row = dict(zip(CQ_UNIT_FIELDS, (topic, queue_id, queue_offset, *unit)))
             if resolve:
                 problems = [] if unit.is_filler else unit_problems(st.commitlog, topic, queue_id,
@@ -331,7 +365,19 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
                 row["problems"] = problems
             yield row
 
-    n = write_rows(rows(), out, tablefmt=tablefmt)
+    def messages() -> Iterator[dict]:
+        enc = row_encoding(body, out, body_dir)
+        for queue_offset, unit in units():
+            if unit.is_filler:
+                continue
+            entry = st.commitlog.read_at(unit.physical_offset)
+            if not isinstance(entry, Blank):
+                yield entry_row(entry, unit.physical_offset, body_encoding=enc, decompress=decompress)
+
+    if message:
+        n = write_records(messages(), out, tablefmt, SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+    else:
+        n = write_rows(rows(), out, tablefmt=tablefmt)
     if cut is not None:
         _note(f"units from queue offset {cut} on point past the end of the commit log and are left out "
               "(the broker drops them on load)")
@@ -399,9 +445,9 @@ def cat_index(ctx: click.Context, path: str, entries: bool, slots: bool, fmt: st
 
     \b
     Examples:
-      rmqtool cat-index store
-      rmqtool cat-index store/index/20261120231309479 --entries -f csv
-      rmqtool cat-index store --slots
+      rmqtool cat-index fixtures/dev-sample/store
+      rmqtool cat-index fixtures/dev-sample/store/index/20261120231309479 --entries -f csv
+      rmqtool cat-index fixtures/dev-sample/store --slots -f plain
     """
     from rmqtool.ops.inspect import index_file_row
 
@@ -460,49 +506,84 @@ def _index_slots(ref) -> Iterator[dict]:
 @click.argument("store", type=click.Path())
 @click.argument("topic")
 @click.argument("key")
-@click.option("--begin", type=TIMESTAMP, default=0, help="Earliest store time (ISO-8601 or epoch ms).")
-@click.option("--end", type=TIMESTAMP, default=2**63 - 1, help="Latest store time.")
-@click.option("--max", "max_num", type=click.IntRange(min=1), default=C.INDEX_MAX_MSGS_NUM_BATCH,
-              show_default=True, help="Most index hits to collect (the broker caps this at 64).")
+@since_until(aliases=True)
+@count_option(aliases=("--max",), default=C.INDEX_MAX_MSGS_NUM_BATCH, show_default=True,
+              help="Most index hits to collect (the broker caps this at 64).")
 @click.option("--raw", is_flag=True, help="Print the raw index hits, hash collisions included, "
                                           "as IndexService.queryOffset returns them.")
+@click.option("--scan", is_flag=True, help="Read the whole commit log instead of the index (for stores whose "
+                                           "index is missing or does not cover the records).")
 @record_options
 @output_options
 @click.pass_context
-def query_key(ctx: click.Context, store: str, topic: str, key: str, begin: int, end: int, max_num: int,
-              raw: bool, body: str | None, decompress: bool, fields: str | None, fmt: str | None,
-              tablefmt: str) -> None:
+def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int | None, until: int | None,
+              count: int, raw: bool, scan: bool, body: str | None, charset: str, decompress: bool,
+              body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
     """Find the records of TOPIC with KEY (a KEYS element or a UNIQ_KEY) through the index files.
 
     Looks up every index file as the broker does (newest first, by hash), then reads each hit and keeps
-    only records whose topic and KEYS/UNIQ_KEY really match. Exits 1 when nothing is found.
+    only records whose topic and KEYS/UNIQ_KEY really match. When nothing is found, says whether the
+    index covers the store; --scan reads the commit log instead (the scan of cat-commitlog --key).
+    Exits 1 when nothing is found.
 
     \b
     Examples:
-      rmqtool query-key store TopicA order-42
-      rmqtool query-key store TopicA order-42 --raw -f json
-      rmqtool query-key store TopicA order-42 --begin 2026-11-20 --fields physical_offset,keys,body
+      rmqtool query-key fixtures/dev-sample/store Order_Topic-1 key-82
+      rmqtool query-key fixtures/dev-sample/store Order_Topic-1 key-82 --raw -f json
+      rmqtool query-key fixtures/dev-sample/store TopicA key-37 --since 2026-11-20 -f record
+      rmqtool query-key fixtures/dev-sample/store TopicA key-37 --scan -f plain
+      rmqtool query-key fixtures/dev-sample/store TopicA no-such-key   # exit 1
     """
     from rmqtool.ops.query import lookup_key
 
+    if raw and scan:
+        raise click.UsageError("use --raw or --scan, not both")
     out = resolve_format(fmt)
     st = Store.open(store)
-    found = lookup_key(st, topic, key, max_num=max_num, begin=begin, end=end)
+    begin, end = since or 0, until if until is not None else 2**63 - 1
+    enc = row_encoding(body, out, body_dir)
+    if scan:
+        from rmqtool.ops.filters import filtered_batches
+        from rmqtool.ops.grep import hit_rows
+
+        where = record_filter((topic,), keys=(key,), since=since, until=until)
+        with progress_bar(_commitlog_total(st.commitlog, None), "scanning", streaming=True) as progress:
+            batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress)
+            n = write_records(hit_rows(batches, enc), out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
+                              body_dir=body_dir)
+        if n == 0:
+            _nothing(ctx, f"no record of topic {topic!r} with key {key!r} in the commit log")
+        return
+    found = lookup_key(st, topic, key, max_num=count, begin=begin, end=end)
     if raw:
         n = write_rows((hit.row() for hit in found.hits), out, columns=INDEX_HIT_FIELDS, tablefmt=tablefmt)
     else:
-        enc = _body_encoding(body, out)
         rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in found.records)
-        n = _write_records(rows, out, tablefmt, _fields(fields, out))
+        n = write_records(rows, out, tablefmt, KEY_COLUMNS, body=body, charset=charset, body_dir=body_dir)
         if found.collisions:
             _note(f"{len(found.collisions)} index hit(s) dropped: the record there does not carry "
                   f"{topic}#{key} (hash collision)")
         if found.via_queue:
             _note(f"{topic} is an LMQ (not indexed by the broker): found by reading its consume queue")
     if n == 0:
-        hint = "" if topic in st.topics() + st.batch_topics() else \
+        hint = _index_coverage(st, begin, end) if topic in st.topics() + st.batch_topics() else \
             f" (the store has no consume queue for topic {topic!r})"
         _nothing(ctx, f"no record of topic {topic!r} with key {key!r}{hint}")
+
+
+def _index_coverage(st: Store, begin: int, end: int) -> str:
+    """What the index does not cover, as a hint to use --scan ('' when it covers the window)."""
+    refs = st.index_files()
+    if not refs:
+        return "; the store has no index files: --scan reads the commit log"
+    first = min(r.header.begin_timestamp for r in refs)
+    last_ts = max(r.header.end_timestamp for r in refs)
+    last_offset = max(r.header.end_phy_offset for r in refs)
+    if end < first or begin > last_ts:
+        return (f"; the index covers {format_timestamp(first)} to {format_timestamp(last_ts)} only, "
+                "not this time window: --scan reads the commit log")
+    return (f" in the index (it covers records up to offset {last_offset}, {format_timestamp(last_ts)}; "
+            "--scan reads the whole commit log)")
 
 
 @cli.command("query-id")
@@ -517,7 +598,8 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, begin: int, 
 @output_options
 @click.pass_context
 def query_id(ctx: click.Context, store: str, msg_id: str, kind: str, topics: tuple[str, ...], scan: bool,
-             body: str | None, decompress: bool, fields: str | None, fmt: str | None, tablefmt: str) -> None:
+             body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
+             tablefmt: str) -> None:
     """Find a message by its offsetMsgId (broker msgId) or by its UNIQ_KEY (client msgId).
 
     Both are 32 (IPv4) or 56 (IPv6) hex characters. The ID is taken as an offsetMsgId when the record at
@@ -527,8 +609,9 @@ def query_id(ctx: click.Context, store: str, msg_id: str, kind: str, topics: tup
 
     \b
     Examples:
-      rmqtool query-id store C0A8000A00002A9F0000000000000E33
-      rmqtool query-id store FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --scan
+      rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33
+      rmqtool query-id fixtures/dev-sample/store FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --scan
+      rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33 -f record --body-file /tmp/rmqtool-bodies
     """
     from rmqtool.ops.query import lookup_id
 
@@ -540,9 +623,9 @@ def query_id(ctx: click.Context, store: str, msg_id: str, kind: str, topics: tup
     if not found.records:
         _nothing(ctx, f"no record with offsetMsgId or UNIQ_KEY {msg_id}"
                  + ("" if scan or kind == "msg-id" else " in the index (try --scan)"))
-    enc = _body_encoding(body, out)
+    enc = row_encoding(body, out, body_dir)
     rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in found.records)
-    _write_records(rows, out, tablefmt, _fields(fields, out))
+    write_records(rows, out, tablefmt, ID_COLUMNS, body=body, charset=charset, body_dir=body_dir)
 
 
 @cli.command("decode-id")
@@ -575,8 +658,8 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
 
     \b
     Examples:
-      rmqtool checkpoint store
-      rmqtool checkpoint store/checkpoint -f json
+      rmqtool checkpoint fixtures/dev-sample/store
+      rmqtool checkpoint fixtures/dev-sample-5x/store/checkpoint -f json
     """
     from rmqtool.errors import FormatError
     from rmqtool.format.checkpoint import decode_checkpoint

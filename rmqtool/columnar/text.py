@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqtool.ops.rows import RECORD_FIELDS
+from rmqtool.ops.rows import RECORD_FIELDS, body_field
 
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _PLAIN = {"type", "magic_code", "born_host", "store_host", "msg_id", "body_encoding", "properties_raw"}
@@ -65,7 +65,8 @@ def json_array(lists: pa.ListArray, bare: bool = False) -> pa.Array | Bare:
 
 
 def encode_bodies(body: pa.BinaryArray, encoding: str) -> pa.Array:
-    """``rmqtool.ops.rows.encode_body`` for a whole column (string, null where the body is null)."""
+    """``rmqtool.ops.rows.encode_body`` for a whole column (string, null where the body is null); with
+    "text", bodies that are not UTF-8 come in base64 (``text_fallbacks`` tells which)."""
     if encoding == "none":
         return pa.nulls(len(body), pa.string())
     offsets = np.frombuffer(body.buffers()[1], np.int32, len(body) + 1, body.offset * 4)
@@ -79,9 +80,17 @@ def encode_bodies(body: pa.BinaryArray, encoding: str) -> pa.Array:
         try:
             out = body.cast(pa.string())
         except pa.ArrowInvalid:
-            out = pa.array([None if b is None else b.decode("utf-8", "replace") for b in body.to_pylist()],
-                           pa.string())
+            out = pa.array([None if b is None else body_field(b, "text")[0] for b in body.to_pylist()], pa.string())
     return pc.if_else(body.is_null(), pa.scalar(None, pa.string()), out)
+
+
+def text_fallbacks(body: pa.BinaryArray) -> pa.Array:
+    """True where a body is not UTF-8 (given in base64 when text is asked for)."""
+    try:
+        body.cast(pa.string())
+        return pa.repeat(pa.scalar(False), len(body))
+    except pa.ArrowInvalid:
+        return pa.array([b is not None and body_field(b, "text")[1] != "text" for b in body.to_pylist()], pa.bool_())
 
 
 def _base64(body: pa.BinaryArray) -> pa.Array:
@@ -125,6 +134,8 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
             col = pc.if_else(pc.equal(batch.column("type"), "message"),
                              pa.scalar(None if body_encoding == "none" else body_encoding, pa.string()),
                              pa.scalar(None, pa.string()))
+            if body_encoding == "text":
+                col = pc.if_else(text_fallbacks(batch.column("body")), pa.scalar("base64"), col)
         elif name == "body":
             col = encode_bodies(batch.column("body"), body_encoding)
         elif name == "properties_raw":
@@ -144,7 +155,7 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
             else:
                 cols[name] = json_string(col, plain=plain)
         elif pa.types.is_boolean(col.type) and not json_text:
-            cols[name] = pc.if_else(col, "True", "False")      # Python's csv writes str(True)
+            cols[name] = pc.if_else(col, "true", "false")      # as in JSON, not Python reprs
         else:
             if pa.types.is_timestamp(col.type):
                 col = col.cast(pa.int64())

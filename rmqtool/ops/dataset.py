@@ -81,8 +81,12 @@ def _part_dir(keys: tuple[str, ...], values: tuple) -> str:
 
 
 def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_by: tuple[str, ...] = (), *,
-               check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False) -> PartResult:
-    """Decode one commit-log file and write its part file(s) under ``out_dir``."""
+               check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False,
+               where=None, include_blank: bool = False, progress: Callable[[int], None] | None = None) -> PartResult:
+    """Decode one commit-log file and write its part file(s) under ``out_dir``: the messages that pass
+    ``where`` (a ``RecordFilter``), and BLANK padding too with ``include_blank`` (never when partitioned)."""
+    from rmqtool.ops.grep import keep_records
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -107,12 +111,11 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
 
     damaged = (lambda exc: result.damaged.append(str(exc))) if stop_at_damage else None
     try:
-        for batch in scan.record_batches(f, check_crc=check_crc, on_damage=damaged):
+        for batch in scan.record_batches(f, check_crc=check_crc, on_damage=damaged, progress=progress):
             result.input_bytes += pc.sum(batch.column("total_size")).as_py() or 0
+            # BLANK padding has no topic or date: left out of partitioned datasets
+            batch = keep_records(batch, where, include_blank and not partition_by)
             is_message = pc.equal(batch.column("type"), "message")
-            if partition_by:            # BLANK padding has no topic or date: left out
-                batch = batch.filter(is_message)
-                is_message = pc.equal(batch.column("type"), "message")
             n = batch.num_rows
             if not n:
                 continue
@@ -211,11 +214,13 @@ def run_local(fn: Callable, items: list) -> list:
 def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str = "parquet",
                    partition_by: tuple[str, ...] = (), *, check_crc: bool = False, body_encoding: str = "base64",
                    stop_at_damage: bool = False, overwrite: bool = False, runner: Runner = run_local,
-                   files: Iterable[scan.StoreFile] | None = None) -> DatasetResult:
+                   files: Iterable[scan.StoreFile] | None = None, where=None, include_blank: bool = False,
+                   progress: Callable[[int], None] | None = None) -> DatasetResult:
     """Write every commit-log file of the stores as parts of the dataset directory ``to``.
 
     ``runner(fn, items)`` applies ``fn`` to each item (in this process, or as Spark tasks) and returns
-    the results in order. A damaged record fails the export (no output left) unless ``stop_at_damage``.
+    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A damaged
+    record fails the export (no output left) unless ``stop_at_damage``.
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
@@ -237,7 +242,8 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
         _remove(fsys, staged)
         fsys.create_dir(staged, recursive=True)
         parts = runner(lambda item: write_part(item[1], item[0], out_dir, fmt, partition_by, check_crc=check_crc,
-                                               body_encoding=body_encoding, stop_at_damage=stop_at_damage),
+                                               body_encoding=body_encoding, stop_at_damage=stop_at_damage,
+                                               where=where, include_blank=include_blank, progress=progress),
                        list(enumerate(files)))
         for part in parts:
             result.records += part.records

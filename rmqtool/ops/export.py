@@ -59,13 +59,19 @@ def export(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt:
 
 def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
                  check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False,
-                 overwrite: bool = False, batch_rows: int | None = None) -> ExportResult:
+                 overwrite: bool = False, batch_rows: int | None = None, where=None, include_blank: bool = False,
+                 progress: Callable[[int], None] | None = None) -> ExportResult:
     """Decode every store's commit log in order into one output file, in one process.
+
+    Only MESSAGE records that pass ``where`` (a ``RecordFilter``) are written; BLANK padding records
+    too with ``include_blank`` and no filter. ``progress(n)`` is told the commit-log bytes scanned.
 
     A damaged record raises its FormatError (and no output is left behind) unless ``stop_at_damage``:
     then that store's records before it are exported and the error is listed in the result.
     """
-    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, record_schema
+    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
+    from rmqtool.ops.grep import keep_records
+    from rmqtool.ops.scan import BytesCounter
 
     to = Path(to)
     if fmt not in FORMATS:
@@ -80,12 +86,19 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     writer = _writer(fmt, tmp, record_schema(check_crc), body_encoding)
     try:
         for store in store_paths:
-            for batch in iter_record_batches(store, check_crc=check_crc, batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
+            cl = open_commitlog(store)
+            counted = BytesCounter(cl.queue.files[0].start if cl.queue.files else 0, progress)
+            for batch in iter_record_batches(cl, check_crc=check_crc, batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
                                              on_damage=result.damaged.append if stop_at_damage else None):
+                counted(batch)
+                result.input_bytes += _total_size(batch)
+                batch = keep_records(batch, where, include_blank)
+                if not batch.num_rows:
+                    continue
                 writer(batch)
                 result.records += batch.num_rows
-                result.messages += batch.num_rows if batch.column(0)[0].as_py() == "message" else 0
-                result.input_bytes += _total_size(batch)
+                result.messages += _message_count(batch)
+            counted.finish(sum(f.length for f in cl.queue.files))
         writer(None)
         os.replace(tmp, to)
     except BaseException:
@@ -94,6 +107,12 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         raise
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _message_count(batch) -> int:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    return pc.sum(pc.equal(batch.column("type"), "message").cast(pa.int64())).as_py() or 0
 
 
 def _total_size(batch) -> int:

@@ -157,9 +157,13 @@ def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None =
             if msg.uniq_key == uniq_key:
                 found[offset] = msg
     if not found and scan:
-        for loc in store.commitlog.iter_entries(include_blank=False):
-            if loc.entry.uniq_key == uniq_key:
-                found[loc.offset] = loc.entry
+        from rmqtool.ops.filters import RecordFilter, filtered_batches
+
+        for batch in filtered_batches(store.commitlog, RecordFilter(keys=(uniq_key,))):
+            for offset in batch.column("physical_offset").to_pylist():
+                msg = _read_message(store.commitlog, offset)
+                if msg is not None and msg.uniq_key == uniq_key:
+                    found[offset] = msg
     return sorted(found.items(), key=lambda item: item[0])
 
 
@@ -181,32 +185,7 @@ def describe_id(msg_id: str, born_timestamp: int | None = None) -> dict:
     }
 
 
-
-# -- record filters and consume-queue checks --------------------------------------------------------
-@dataclass(frozen=True)
-class RecordFilter:
-    """Which MESSAGE records to keep (None = any). Times are store timestamps in epoch ms, inclusive."""
-
-    topic: str | None = None
-    queue_id: int | None = None
-    tag: str | None = None
-    key: str | None = None
-    since: int | None = None
-    until: int | None = None
-
-    @property
-    def is_empty(self) -> bool:
-        return self == RecordFilter()
-
-    def matches(self, msg: Message) -> bool:
-        return ((self.topic is None or msg.topic == self.topic)
-                and (self.queue_id is None or msg.queue_id == self.queue_id)
-                and (self.since is None or msg.store_timestamp >= self.since)
-                and (self.until is None or msg.store_timestamp <= self.until)
-                and (self.tag is None or msg.tags == self.tag)
-                and (self.key is None or self.key in msg.keys))
-
-
+# -- consume-queue checks ---------------------------------------------------------------------------
 def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, unit) -> list[str]:
     """How a consume-queue unit disagrees with the record it points at (empty when it agrees).
 

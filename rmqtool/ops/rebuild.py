@@ -7,6 +7,7 @@ shared by rebuild, repair (re-dispatch after truncation) and the writers (put/im
 
 from __future__ import annotations
 
+import filecmp
 import mmap
 import shutil
 import time
@@ -459,9 +460,10 @@ def store_index_geometry(store: Store, slots: int | None = None, max_entries: in
 
 def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | None = None,
                   dry_run: bool = False, backup: Path | None = None,
-                  progress: Progress | None = None) -> tuple[list[tuple[str, int]], Path | None]:
-    """All index files rebuilt from the commit log, as (file name, entries); swapped in for ``index/``
-    unless dry_run. Files are built as sparse files beside ``index/`` (removed again on a dry run)."""
+                  progress: Progress | None = None) -> tuple[list[tuple[str, int, bool]], Path | None]:
+    """All index files rebuilt from the commit log, as (file name, entries, same as the existing file);
+    swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/`` (removed
+    again on a dry run)."""
     geometry = store_index_geometry(store, slots, max_entries)
     built = store.root / ("index" + BUILD)
     if built.exists():
@@ -471,7 +473,9 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     for facts in valid_facts(store, QueueNames(), keys=True, progress=progress):
         builder.add_facts(facts)
     builder.close()
-    files = [(name, w.index_count - 1) for name, w in builder.files]
+    old = store.index_dir
+    files = [(name, w.index_count - 1, (old / name).is_file() and filecmp.cmp(old / name, built / name, shallow=False))
+             for name, w in builder.files]
     if dry_run:
         shutil.rmtree(built)
         return files, None

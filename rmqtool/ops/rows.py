@@ -43,17 +43,27 @@ def real_queue_id(text: str | None) -> int | None:
 
 
 def encode_body(body: bytes, encoding: str) -> str | None:
+    """The body in ``encoding``; see body_field for text that may not be UTF-8."""
+    return body_field(body, encoding)[0]
+
+
+def body_field(body: bytes, encoding: str) -> tuple[str | None, str | None]:
+    """(body, body_encoding) of a row: a "text" body that is not UTF-8 is given in base64 instead (and
+    labelled so), never with replacement characters."""
     if encoding == "none":
-        return None
+        return None, None
+    if encoding == "text":
+        try:
+            return body.decode("utf-8"), "text"
+        except UnicodeDecodeError:
+            encoding = "base64"
     if encoding == "base64":
-        return base64.b64encode(body).decode("ascii")
-    if encoding == "hex":
-        return body.hex()
-    return body.decode("utf-8", "replace")
+        return base64.b64encode(body).decode("ascii"), "base64"
+    return body.hex(), "hex"
 
 
 def decode_body(text: str | None, encoding: str) -> bytes:
-    """The inverse of encode_body (text is lossy for non-UTF-8 bodies)."""
+    """The inverse of body_field."""
     if text is None or encoding == "none":
         return b""
     if encoding == "base64":
@@ -109,10 +119,11 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         "msg_id": msg.msg_id,
         "tags_code": tags_code,
         "body_length": len(body),
-        "body": encode_body(body, body_encoding),
-        "body_encoding": None if body_encoding == "none" else body_encoding,
+        "body": None,
+        "body_encoding": None,
         "properties_raw": base64.b64encode(msg.properties_raw).decode("ascii"),
     }
+    row["body"], row["body_encoding"] = body_field(body, body_encoding)
     if check_crc:
         row["crc_ok"] = body_crc(msg.body) == msg.body_crc
     return row

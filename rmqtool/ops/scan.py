@@ -197,10 +197,14 @@ def local_path(f: StoreFile) -> Iterator[str]:
 
 
 def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,
-                   on_damage: Callable[[FormatError], None] | None = None) -> Iterator:
+                   on_damage: Callable[[FormatError], None] | None = None,
+                   progress: Callable[[int], None] | None = None) -> Iterator:
     """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
-    ``f.uri``. With ``decompress``, compressed bodies (and their body_length) are decompressed."""
+    ``f.uri``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
+    ``progress(n)`` is told the bytes scanned after each batch (the whole file in all)."""
     from rmqtool.columnar import iter_record_batches
+
+    counted = BytesCounter(f.start, progress)
 
     def relabel(exc: FormatError) -> FormatError:
         exc.path = f.uri
@@ -210,9 +214,31 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
         try:
             for batch in iter_record_batches(path, check_crc=check_crc,
                                              on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
+                counted(batch)
                 yield decompress_bodies(batch) if decompress else batch
         except FormatError as exc:
             raise relabel(exc) from None
+    counted.finish(f.size)
+
+
+class BytesCounter:
+    """Turns record batches into ``progress(n)`` calls: the bytes from ``start`` to each batch's end."""
+
+    def __init__(self, start: int, progress: Callable[[int], None] | None):
+        self.start, self.done, self.progress = start, 0, progress
+
+    def __call__(self, batch) -> None:
+        if self.progress is None or not batch.num_rows:
+            return
+        end = batch.column("physical_offset")[-1].as_py() + batch.column("total_size")[-1].as_py() - self.start
+        if end > self.done:
+            self.progress(end - self.done)
+            self.done = end
+
+    def finish(self, total: int) -> None:
+        if self.progress is not None and total > self.done:
+            self.progress(total - self.done)
+            self.done = total
 
 
 def body_of(body: bytes, sys_flag: int, offset: int) -> bytes:

@@ -3,6 +3,10 @@
 Computed per commit-log file as a small Arrow table of partial sums (``file_stats``), merged with
 ``merge`` and finished into rows with ``stats_rows``: the single-process and the Spark engine run the
 same three steps, so their output is identical. BLANK records are not counted.
+
+Retries and dead letters count for the topic they came from: ``--by topic`` files a ``%RETRY%<group>`` or
+``%DLQ%<group>`` record under its RETRY_TOPIC property (the original topic the broker keeps there), and
+``--by group`` groups by the consumer group those topics name (null for other records).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from rmqtool import constants as C
 from rmqtool.ops import scan
 
 GROUPINGS = {"topic": ["topic"], "queue": ["topic", "queue_id"], "hour": ["hour"],
-             "store_host": ["store_host"], "tag": ["tags"], "store": ["store"]}
+             "store_host": ["store_host"], "tag": ["tags"], "store": ["store"], "group": ["group"]}
 COUNTS = ["messages", "bytes", "retries", "dlq", "transaction_half", "transaction_commit",
           "transaction_rollback", "transaction_op", "delayed"]
 STATS_FIELDS = ["messages", "bytes", "min_store_timestamp", "max_store_timestamp", "retries", "retry_share",
@@ -28,13 +32,37 @@ _AGGREGATES = [(c, "sum") for c in COUNTS] + [("min_store_timestamp", "min"), ("
 def _key_columns(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> dict[str, pa.Array]:
     out = {}
     for key in keys:
-        if key == "store":
+        if key == "topic" and keys == ["topic"]:
+            out[key] = original_topic(batch)
+        elif key == "group":
+            out[key] = consumer_group(batch.column("topic"))
+        elif key == "store":
             out[key] = pa.repeat(f.store, batch.num_rows)
         elif key == "hour":
             out[key] = pc.floor_temporal(batch.column("store_timestamp"), unit="hour")
         else:
             out[key] = batch.column(key)
     return out
+
+
+def _retry_or_dlq(topic: pa.Array) -> pa.Array:
+    return pc.or_(pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX), pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX))
+
+
+def original_topic(batch: pa.RecordBatch) -> pa.Array:
+    """The topic a record was first sent to: RETRY_TOPIC for retry and DLQ records that carry it."""
+    topic = batch.column("topic")
+    first = pc.map_lookup(batch.column("properties"), pa.scalar(C.PROPERTY_RETRY_TOPIC), "first")
+    return pc.if_else(pc.and_(pc.fill_null(_retry_or_dlq(topic), False), pc.is_valid(first)), first, topic)
+
+
+def consumer_group(topic: pa.Array) -> pa.Array:
+    """The consumer group a %RETRY%<group> or %DLQ%<group> topic names (null for other topics)."""
+    retry = pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX)
+    dlq = pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX)
+    return pc.if_else(retry, pc.utf8_slice_codeunits(topic, len(C.RETRY_GROUP_TOPIC_PREFIX)),
+                      pc.if_else(dlq, pc.utf8_slice_codeunits(topic, len(C.DLQ_GROUP_TOPIC_PREFIX)),
+                                 pa.scalar(None, pa.string())))
 
 
 def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> pa.Table:
@@ -73,11 +101,15 @@ def _group(table: pa.Table, keys: list[str], aggregates) -> pa.Table:
     return out.drop_columns(["_all"]) if not keys else out
 
 
-def file_stats(f: scan.StoreFile, by: str | None,
-               on_damage: Callable[[Exception], None] | None = None) -> pa.Table:
-    """Partial sums of one commit-log file, grouped by ``by`` (None: one total row)."""
+def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception], None] | None = None,
+               where=None, progress: Callable[[int], None] | None = None) -> pa.Table:
+    """Partial sums of one commit-log file's messages that pass ``where`` (a ``RecordFilter``), grouped
+    by ``by`` (None: one total row)."""
+    from rmqtool.ops.grep import keep_records
+
     keys = GROUPINGS[by] if by else []
-    parts = [_batch_partial(b, f, keys) for b in scan.record_batches(f, on_damage=on_damage)]
+    parts = [_batch_partial(keep_records(b, where), f, keys)
+             for b in scan.record_batches(f, on_damage=on_damage, progress=progress)]
     return merge(parts, by)
 
 
@@ -109,11 +141,6 @@ def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
 
 def stats_local(files: list[scan.StoreFile], by: str | None,
                 on_damage: Callable[[Exception], None] | None = None,
-                progress: Callable[[int], None] | None = None) -> list[dict]:
-    """The single-process engine: every file in turn."""
-    parts = []
-    for f in files:
-        parts.append(file_stats(f, by, on_damage))
-        if progress:
-            progress(f.size)
-    return stats_rows(merge(parts, by), by)
+                progress: Callable[[int], None] | None = None, where=None) -> list[dict]:
+    """The single-process engine: every file in turn (``progress(n)``: bytes scanned)."""
+    return stats_rows(merge([file_stats(f, by, on_damage, where, progress) for f in files], by), by)

@@ -242,6 +242,14 @@ class StoreWriter:
         return stored, len(data)
 
     def commit(self, backup: Path | None = None) -> Path | None:
+        """Swap every appended message in as one transaction; returns its backup directory."""
+        result = self.transaction(backup).commit()
+        self.touched.clear()
+        self.index.changed.clear()
+        return result
+
+    def transaction(self, backup: Path | None = None) -> Transaction:
+        """The files to write for the messages appended so far (``commit`` applies them)."""
         txn = Transaction(self.store.root, backup, label="put")
         for start in sorted(self.touched):
             txn.write(f"commitlog/{C.offset_to_file_name(start)}", bytes(self.files[start]))
@@ -266,10 +274,7 @@ class StoreWriter:
             self.checkpoint = self.checkpoint._replace(index_msg_timestamp=self.index.full_end_timestamp)
         if self.store.is_store_root:
             txn.write("checkpoint", encode_checkpoint(self.checkpoint))
-        result = txn.commit()
-        self.touched.clear()
-        self.index.changed.clear()
-        return result
+        return txn
 
 
 DEFAULT_BCQ_FILE_SIZE = 300_000 * C.BCQ_STORE_UNIT_SIZE     # MessageStoreConfig.mapperFileSizeBatchConsumeQueue

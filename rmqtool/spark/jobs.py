@@ -54,10 +54,10 @@ def _collecting(fn: Callable) -> Callable:
 
 
 def stats_spark(spark, files: list[scan.StoreFile], by: str | None,
-                on_damage: Callable[[str], None] | None = None) -> list[dict]:
+                on_damage: Callable[[str], None] | None = None, where=None) -> list[dict]:
     from rmqtool.ops.stats import file_stats, merge, stats_rows
 
-    results = spark_map(spark, _collecting(lambda f, on_damage: file_stats(f, by, on_damage)), files)
+    results = spark_map(spark, _collecting(lambda f, on_damage: file_stats(f, by, on_damage, where)), files)
     for _, damaged in results:
         for message in damaged:
             if on_damage:

@@ -266,11 +266,62 @@ def _walk(root: Path):
             yield Path(d) / name
 
 
-def restore_backup(backup: Path, root: Path) -> None:
-    """Put every path of a backup back as it was (files absent before the change are removed)."""
+def read_backup(backup: Path) -> dict:
+    """A backup's manifest, every file checked against its recorded SHA-256 (UnsafeWrite when one
+    is missing or differs: such a backup is not put back)."""
     backup = Path(backup)
-    manifest = json.loads((backup / "manifest.json").read_text("utf-8"))
-    txn = Transaction(Path(root), backup.with_name(backup.name + ".undo"), label="restore")
+    try:
+        manifest = json.loads((backup / "manifest.json").read_text("utf-8"))
+        entries = manifest["entries"]
+    except FileNotFoundError:
+        raise UnsafeWrite("not an rmqtool backup (no manifest.json)", path=str(backup)) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnsafeWrite(f"unreadable backup manifest: {exc}", path=str(backup / "manifest.json")) from None
+    for entry in entries:
+        path = backup / entry["path"]
+        if entry["kind"] == "file" and (not path.is_file() or _sha256(path) != entry["sha256"]):
+            raise UnsafeWrite("backup file missing or changed since the backup was made", path=str(path))
+        if entry["kind"] == "dir" and not path.is_dir():
+            raise UnsafeWrite("backup directory missing", path=str(path))
+    return manifest
+
+
+def restore_plan(backup: Path, root: Path) -> list[dict]:
+    """What restoring ``backup`` into ``root`` changes: one {action, path, detail} row per path that
+    differs from the backup (empty when the store already matches it)."""
+    rows = []
+    for entry in read_backup(backup)["entries"]:
+        rel, kind = entry["path"], entry["kind"]
+        target = Path(root) / rel
+        if kind == "file":
+            if not target.is_file() or _sha256(target) != entry["sha256"]:
+                rows.append({"action": "restore_file", "path": rel, "detail": "put back the backed-up file"})
+        elif kind == "dir":
+            if not target.is_dir() or _tree_digest(target) != _tree_digest(Path(backup) / rel):
+                rows.append({"action": "restore_dir", "path": rel, "detail": "put back the backed-up directory"})
+        elif target.exists():
+            rows.append({"action": "delete", "path": rel, "detail": "absent before the change"})
+    return rows
+
+
+def _tree_digest(path: Path) -> list[tuple[str, str]]:
+    return sorted((str(p.relative_to(path)), _sha256(p) if p.is_file() else "dir") for p in _walk(path))
+
+
+def undo_dir(backup: Path) -> Path:
+    """Where restoring ``backup`` keeps the state it replaces (so that a restore can be undone too)."""
+    backup = Path(backup)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return backup.with_name(f"{backup.name}.undo-{stamp}")
+
+
+def restore_backup(backup: Path, root: Path, undo: Path | None = None) -> Path | None:
+    """Put every path of a backup back as it was (files absent before the change are removed), in one
+    transaction whose own backup (``undo``, default beside ``backup``) holds the state replaced.
+    Returns that backup (None when the store already matched)."""
+    backup = Path(backup)
+    manifest = read_backup(backup)
+    txn = Transaction(Path(root), undo or undo_dir(backup), label="restore")
     for entry in manifest["entries"]:
         rel = entry["path"]
         if entry["kind"] == "file":
@@ -282,4 +333,4 @@ def restore_backup(backup: Path, root: Path) -> None:
             txn.replace_dir(rel, built)
         else:
             txn.delete(rel)
-    txn.commit()
+    return txn.commit()

@@ -1,0 +1,119 @@
+"""The option vocabulary every command shares: one name for one thing, the old spellings as hidden
+aliases.
+
+    --since/--until TIME      (was --begin/--end)     --count/-n N        (was --max)
+    --offset N                (was --from)            --body-encoding E   (was --body in read commands)
+    --check-crc               (was --crc, --deep)     --tag/--key         (was --tags/--keys in put)
+
+Filters (--topic, --queue-id, --tag, --key, --since, --until, --body-regex) mean the same in
+cat-commitlog, grep, export and stats: repeated values of one filter are ORed, different filters ANDed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from rmqtool.cli.output import TIMESTAMP
+from rmqtool.ops.rows import BODY_ENCODINGS
+
+
+class AliasedOption(click.Option):
+    """An option with extra names that work but are not shown in help or man pages."""
+
+    def __init__(self, *args, hidden_aliases: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = set(hidden_aliases)
+
+    def get_help_record(self, ctx):
+        shown = self.opts
+        self.opts = [o for o in shown if o not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def option(*names: str, aliases: tuple[str, ...] = (), **kwargs) -> Callable:
+    """click.option with hidden ``aliases`` (old spellings) beside the documented ``names``."""
+    decls = [n for n in names if n.startswith("-")] + list(aliases) + [n for n in names if not n.startswith("-")]
+    return click.option(*decls, cls=AliasedOption, hidden_aliases=aliases, **kwargs)
+
+
+TIME_HELP = "ISO-8601, epoch ms, or relative/local like -2h, yesterday, '2026-11-20 10:00' (local time)"
+
+
+def since_until(*, aliases: bool = False) -> Callable:
+    """--since/--until (with --begin/--end as hidden aliases where those were the names)."""
+    def deco(fn: Callable) -> Callable:
+        fn = option("--until", aliases=("--end",) if aliases else (), type=TIMESTAMP,
+                    help="Only records stored at or before TIME.")(fn)
+        return option("--since", aliases=("--begin",) if aliases else (), type=TIMESTAMP,
+                      help=f"Only records stored at or after TIME ({TIME_HELP}).")(fn)
+    return deco
+
+
+def filter_options(fn: Callable) -> Callable:
+    """The record filters of cat-commitlog, grep, export and stats."""
+    fn = since_until()(fn)
+    fn = click.option("--body-regex", metavar="REGEX",
+                      help="Only records whose body (decompressed when compressed) matches this Python regex.")(fn)
+    fn = click.option("--key", "keys", multiple=True, metavar="KEY",
+                      help="Only records with this key among their KEYS or as UNIQ_KEY (repeatable: any).")(fn)
+    fn = click.option("--tag", "tags", multiple=True, metavar="TAG",
+                      help="Only records with this TAGS value (repeatable: any).")(fn)
+    fn = click.option("--queue-id", "queue_ids", multiple=True, type=int, metavar="N",
+                      help="Only records of this queue id (repeatable: any).")(fn)
+    return click.option("--topic", "topics", multiple=True, metavar="TOPIC",
+                        help="Only records of this topic (repeatable: any).")(fn)
+
+
+def record_filter(topics=(), queue_ids=(), tags=(), keys=(), body_regex=None, since=None, until=None):
+    """The RecordFilter of the filter options; a bad regex is a usage error."""
+    from rmqtool.ops.filters import RecordFilter
+
+    where = RecordFilter(tuple(topics), tuple(queue_ids), tuple(tags), tuple(keys), body_regex, since, until)
+    try:
+        where.compiled()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--body-regex") from None
+    return where
+
+
+def count_option(*, aliases: tuple[str, ...] = (), default=None, help: str = "Stop after N records.",
+                 show_default: bool = False) -> Callable:
+    return option("--count", "-n", "count", aliases=aliases, type=click.IntRange(min=0), metavar="N",
+                  default=default, show_default=show_default, help=help)
+
+
+def check_crc_option(*, aliases: tuple[str, ...] = (),
+                     help: str = "Recompute every body CRC (adds crc_ok).") -> Callable:
+    return option("--check-crc", "check_crc", aliases=aliases, is_flag=True, help=help)
+
+
+def body_encoding_option(*, default: str | None = None, aliases: tuple[str, ...] = ("--body",),
+                         help: str = "Body encoding [default: text for people, base64 in json/jsonl/csv].") -> Callable:
+    return option("--body-encoding", "body", aliases=aliases, type=click.Choice(BODY_ENCODINGS), default=default,
+                  show_default=default is not None, help=help)
+
+
+def _charset(_ctx, _param, value: str) -> str:
+    import codecs
+
+    try:
+        return codecs.lookup(value).name
+    except LookupError:
+        raise click.BadParameter(f"unknown character set {value!r}") from None
+
+
+def record_options(fn: Callable) -> Callable:
+    """How records print: --body-encoding, --charset, --body-file, --decompress."""
+    fn = click.option("--body-file", "body_dir", type=click.Path(file_okay=False), metavar="DIR",
+                      help="Also write each body to DIR/<msg_id>.bin (decompressed with --decompress).")(fn)
+    fn = click.option("--decompress", is_flag=True,
+                      help="Decompress ZLIB/LZ4/ZSTD bodies (sysFlag COMPRESSED) before printing.")(fn)
+    fn = click.option("--charset", default="utf-8", show_default=True, metavar="NAME", callback=_charset,
+                      help="Character set of text bodies in table, plain and record (e.g. gbk); json, jsonl "
+                           "and csv carry UTF-8 text, or base64 for a body that is not UTF-8.")(fn)
+    return body_encoding_option()(fn)
