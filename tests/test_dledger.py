@@ -288,7 +288,7 @@ def test_export_and_grep(tmp_path):
 
     root = store_path("dev-dledger-5x")
     recs = readback("dev-dledger-5x")["commitlogRecords"]
-    _run("export", root, "--to", tmp_path / "out.parquet")
+    _run("export", root, "--to", tmp_path / "out.parquet", "--include-blank")
     table = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["physical_offset"] for r in table if r["type"] == "message"] == [r["physicalOffset"] for r in recs]
     assert [(r["physical_offset"], r["magic_code"]) for r in table if r["type"] == "blank"] == \

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from conftest import DLEDGER_SETS, FIXTURES, manifest, readback, store_path
 from helpers_maintain import run
 from helpers_readback import assert_record_matches
-from rmqtool.cli.read import commitlog_rows
 from rmqtool.errors import UnsafeWrite
 from rmqtool.format.commitlog import Message
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dledger import check_dledger, plan_dledger_recovery
 from rmqtool.ops.queues import batch_cq_topics
+from rmqtool.ops.rows import entry_row
 from rmqtool.ops.write import StoreWriter, build_message, init_store, message_from_row, with_inner_base
 from rmqtool.store.store import Store
 from test_columnar import assert_parity
@@ -35,8 +35,8 @@ def _files(root, sub: str) -> dict[str, bytes]:
 
 def _import_all(src: Store, dst_root, **writer) -> None:
     w = StoreWriter(Store.open(dst_root), **writer)
-    for row in commitlog_rows(src.commitlog):
-        w.append(message_from_row(row))
+    for loc in src.commitlog.iter_entries(include_blank=False):
+        w.append(message_from_row(entry_row(loc.entry, loc.offset, body_encoding="base64")))
     w.commit()
 
 

@@ -53,21 +53,6 @@ def _loaded(store: Store, name: str):
     return loaded
 
 
-def _columns(fields: str | None, known: list[str]) -> list[str]:
-    if not fields:
-        return known
-    names = [f.strip() for f in fields.split(",") if f.strip()]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise click.BadParameter(f"unknown field(s) {', '.join(unknown)}; fields are {', '.join(known)}",
-                                 param_hint="--fields")
-    return names
-
-
-def _pick(rows: Iterable[dict], columns: list[str]) -> Iterator[dict]:
-    return ({c: r[c] for c in columns} for r in rows)
-
-
 # -- topics / groups --------------------------------------------------------------------------------
 @cli.command()
 @click.argument("store", type=click.Path())
@@ -215,11 +200,10 @@ def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str)
               help="The broker's timerPrecisionMs [default: read from the wheel, else 1000].")
 @click.option("--since", type=TIMESTAMP,
               help="List slots from this time (ISO-8601 or epoch ms) [default: the checkpoint's lastReadTimeMs].")
-@click.option("--fields", metavar="A,B,...", help="Only these columns of the pending, --units or --slots rows.")
 @output_options
 @click.pass_context
 def timer(ctx: click.Context, store: str, view: str | None, precision: int | None, since: int | None,
-          fields: str | None, fmt: str | None, tablefmt: str) -> None:
+          fmt: str | None, tablefmt: str) -> None:
     """List the timer messages (5.x timerWheelEnable) the broker has still to deliver, in delivery order.
 
     Every wheel slot at or after the checkpoint's read time is walked from its last unit back, as the
@@ -261,17 +245,15 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
         _write(ctx, rows, out, tablefmt, None, "no timer metrics")
         return
     if view == "units":
-        columns = _columns(fields, T.UNIT_FIELDS)
-        _write(ctx, _pick((T.unit_row(pos, e) for pos, e in ts.iter_timerlog()), columns), out, tablefmt,
-               columns, "no timer-log units")
+        _write(ctx, (T.unit_row(pos, e) for pos, e in ts.iter_timerlog()), out, tablefmt, T.UNIT_FIELDS,
+               "no timer-log units")
         return
     if view == "slots":
-        columns = _columns(fields, T.SLOT_FIELDS)
-        _write(ctx, _pick(T.slot_rows(ts), columns), out, tablefmt, columns, "no used timer-wheel slots")
+        _write(ctx, T.slot_rows(ts), out, tablefmt, T.SLOT_FIELDS, "no used timer-wheel slots")
         return
     problems: list[str] = []
-    columns = _columns(fields, T.PENDING_FIELDS)
-    n = write_rows(_for_people(_pick(T.pending_rows(st, ts, problems, since), columns), out), out,
+    columns = T.PENDING_FIELDS
+    n = write_rows(_for_people(T.pending_rows(st, ts, problems, since), out), out,
                    columns=columns, tablefmt=tablefmt)
     for text in problems:
         _note(f"problem: {text}")

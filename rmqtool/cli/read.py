@@ -321,7 +321,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     Units at the end that point past the end of the commit log (left by a crash) are left out with a
     note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
     found by itself: one row per 46-byte unit, queue_offset being the first of its batch_size messages;
-    --from N starts at the unit holding message N. LMQ queues (%LMQ%name, queue 0) are resolved against
+    --offset N starts at the unit holding message N. LMQ queues (%LMQ%name, queue 0) are resolved against
     the records that dispatch to them.
 
     \b

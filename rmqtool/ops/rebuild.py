@@ -10,6 +10,7 @@ from __future__ import annotations
 import filecmp
 import mmap
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -462,23 +463,17 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
                   dry_run: bool = False, backup: Path | None = None,
                   progress: Progress | None = None) -> tuple[list[tuple[str, int, bool]], Path | None]:
     """All index files rebuilt from the commit log, as (file name, entries, same as the existing file);
-    swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/`` (removed
-    again on a dry run)."""
+    swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/`` (in a
+    temporary directory on a dry run)."""
     geometry = store_index_geometry(store, slots, max_entries)
+    if dry_run:                           # nothing in the store changes, not even a directory's time
+        with tempfile.TemporaryDirectory(prefix="rmqtool-index-") as tmp:
+            return _build_index(store, geometry, Path(tmp), progress)[0], None
     built = store.root / ("index" + BUILD)
     if built.exists():
         shutil.rmtree(built)
     built.mkdir(parents=True)
-    builder = IndexBuilder(geometry, directory=built)
-    for facts in valid_facts(store, QueueNames(), keys=True, progress=progress):
-        builder.add_facts(facts)
-    builder.close()
-    old = store.index_dir
-    files = [(name, w.index_count - 1, (old / name).is_file() and filecmp.cmp(old / name, built / name, shallow=False))
-             for name, w in builder.files]
-    if dry_run:
-        shutil.rmtree(built)
-        return files, None
+    files, builder = _build_index(store, geometry, built, progress)
     txn = Transaction(store.root, backup, label="rebuild-index")
     txn.replace_dir("index", built)
     cp = store.checkpoint()
@@ -486,3 +481,16 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
         from rmqtool.format.checkpoint import encode_checkpoint
         txn.write("checkpoint", encode_checkpoint(cp._replace(index_msg_timestamp=builder.full_end_timestamp)))
     return files, txn.commit()
+
+
+def _build_index(store: Store, geometry: Geometry, built: Path,
+                 progress: Progress | None) -> tuple[list[tuple[str, int, bool]], IndexBuilder]:
+    """Index files for the whole commit log, built in ``built``; each compared with the existing file."""
+    builder = IndexBuilder(geometry, directory=built)
+    for facts in valid_facts(store, QueueNames(), keys=True, progress=progress):
+        builder.add_facts(facts)
+    builder.close()
+    old = store.index_dir
+    return [(name, w.index_count - 1, (old / name).is_file() and filecmp.cmp(old / name, built / name, shallow=False))
+            for name, w in builder.files], builder
+
