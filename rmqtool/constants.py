@@ -136,6 +136,7 @@ CQ_EXT_END_BLANK_DATA_LENGTH = 4
 # -- batch consume queue (BatchConsumeQueue, 5.x) --------------------------------------------------
 BCQ_STORE_UNIT_SIZE = 46
 BCQ_INVALID_POS = -1                  # compactedOffset as written
+DEFAULT_BCQ_FILE_SIZE = 300_000 * BCQ_STORE_UNIT_SIZE   # MessageStoreConfig.mapperFileSizeBatchConsumeQueue
 
 # -- index file (IndexHeader / IndexFile) ----------------------------------------------------------
 INDEX_HEADER_SIZE = 40

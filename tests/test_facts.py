@@ -55,3 +55,17 @@ def test_key_hashes_compose_as_string_hash_code(rows):
     want = [index_key_hash(f"{t}#{k}") for t, u, keys in rows for k in ([u] if u is not None else []) + keys]
     assert hashes.tolist() == want
     assert counts.tolist() == [(u is not None) + len(k) for _, u, k in rows]
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-dledger-5x"])
+def test_whole_store_scans_report_progress_in_record_bytes(name):
+    from conftest import readback
+    from rmqtool.ops.inspect import store_info
+    from rmqtool.ops.verify import verify_store
+
+    want = sum(r["totalSize"] for r in readback(name)["commitlogRecords"] if r.get("type") != "BLANK")
+    for run in (lambda p: store_info(Store.open(store_path(name)), p),
+                lambda p: list(verify_store(store_path(name), deep=True, progress=p))):
+        seen = []
+        run(seen.append)
+        assert sum(seen) == want and len(seen) >= 1

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import CLEAN_SETS, index_queries, readback, store_path
+from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, index_queries, readback, store_path
 from helpers_maintain import run, snapshot
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
@@ -21,6 +21,38 @@ def test_rebuild_cq_after_deleting_consumequeue_is_byte_identical(name, store_co
     assert result.exit_code == 0, result.output
     assert snapshot(root / "consumequeue") == snapshot(store_path(name) / "consumequeue")
     assert run("verify", root).exit_code == 0
+
+
+@pytest.mark.parametrize("name", FEATURE_SETS)
+def test_rebuild_cq_of_batch_lmq_and_dledger_stores_is_byte_identical(name, store_copy, tmp_path):
+    """Classic, LMQ (%LMQ%name/0) and batch (batchconsumequeue/, 46-byte units) queues, from scratch.
+    Which topics are BatchCQ the store says by its batchconsumequeue/<topic> directories (kept here) or
+    config/topics.json."""
+    root = store_copy(name)
+    bcq_size = next((p.stat().st_size for p in (root / "batchconsumequeue").rglob("0*")), 46)
+    shutil.rmtree(root / "consumequeue")
+    for qdir in (root / "batchconsumequeue").glob("*/*"):
+        shutil.rmtree(qdir)
+    result = run("rebuild-cq", root, "--cq-file-size", "160", "--bcq-file-size", bcq_size, "--backup", tmp_path / "bk",
+                 "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    for kind in ("consumequeue", "batchconsumequeue"):
+        theirs = store_path(name) / kind
+        assert snapshot(root / kind) == (snapshot(theirs) if theirs.is_dir() else {}), kind
+    assert any(p.name.startswith("%LMQ%") for p in (root / "consumequeue").iterdir()) == (name == "dev-lmq-5x")
+
+
+@pytest.mark.parametrize("name", DLEDGER_SETS + ["dev-batchcq-5x", "dev-lmq-5x"])
+def test_rebuild_index_of_feature_stores_answers_every_readback_query(name, store_copy, tmp_path):
+    root = store_copy(name)
+    shutil.rmtree(root / "index")
+    result = run("rebuild-index", root, "--slots", "16", "--max-entries", "64", "--backup", tmp_path / "bk")
+    assert result.exit_code == 0, result.output
+    refs = Store.open(root).index_files()
+    for q in index_queries(readback(name)):
+        assert sorted(phy for phy, _ in query_index(refs, q["topic"], q["key"])) == sorted(q["phyOffsets"])
+    assert [p.read_bytes() for p in sorted((root / "index").iterdir())] == \
+        [p.read_bytes() for p in sorted((store_path(name) / "index").iterdir())]
 
 
 @pytest.mark.parametrize("name", CLEAN_SETS)
@@ -103,3 +135,13 @@ def test_index_keys_put_in_small_column_sets_give_the_same_files(store_copy, mon
     theirs = sorted((store_path("dev-sample") / "index").iterdir())
     assert len(ours) > 1
     assert [p.read_bytes() for p in ours] == [p.read_bytes() for p in theirs]      # names are creation times
+
+
+def test_rebuild_cq_refuses_a_topic_without_records(store_copy, tmp_path):
+    root = store_copy("dev-sample")
+    before = snapshot(root)
+    result = run("rebuild-cq", root, "--topic", "TopicZ", "--backup", tmp_path / "bk")
+    assert result.exit_code == 1 and "TopicA" in result.stderr and "TopicZ" in result.stderr
+    assert snapshot(root) == before and not (tmp_path / "bk").exists()
+    assert run("rebuild-cq", root, "--topic", "TopicZ", "--force", "--backup", tmp_path / "bk").exit_code == 0
+    assert (root / "consumequeue" / "TopicZ").is_dir()

@@ -160,18 +160,27 @@ def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: 
 @click.option("--topic", help="Rebuild only this topic's queues.")
 @click.option("--out", type=click.Path(path_type=Path), help="Write the queues here instead of into the store.")
 @click.option("--cq-file-size", type=int, help="Consume-queue file size [default: that of existing queues].")
+@click.option("--bcq-file-size", type=int,
+              help="Batch consume-queue file size [default: that of existing batch queues, else 13800000].")
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
-def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: int | None, dry_run: bool,
-               backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: int | None, bcq_file_size: int | None,
+               dry_run: bool, backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
+
+    Classic queues, LMQ queues (%LMQ%name/0, from INNER_MULTI_DISPATCH) and the batch queues of BatchCQ
+    topics (batchconsumequeue/; a topic is BatchCQ when that directory or config/topics.json says so).
+    Files are written sparse at full size, as the broker pre-allocates them. A --topic with no record in
+    the commit log is refused (exit 1, the topics listed) unless --force.
 
     \b
     Examples:
       rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 1
       rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$ -f plain
+      rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$ -f plain
+      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
     """
     from rmqtool.ops.rebuild import rebuild_consume_queues
     from rmqtool.store.lock import store_write_lock
@@ -180,8 +189,14 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
     st = _open_for_write(store) if writes else _open_store(store)
     with store_write_lock(st.root, force=force) if writes else contextlib.nullcontext():
         with _progress(st, "rebuilding consume queues") as progress:
-            res = rebuild_consume_queues(st, topic=topic, out=out, cq_file_size=cq_file_size, dry_run=dry_run,
-                                         backup=backup, progress=progress)
+            res = rebuild_consume_queues(st, topic=topic, out=out, cq_file_size=cq_file_size,
+                                         bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
+                                         allow_empty=force, progress=progress)
+    if topic is not None and not res.queues and not force:
+        click.echo(f"rmqtool: error: no record of topic {topic!r} in the commit log; nothing rebuilt "
+                   f"(--force writes an empty queue directory). Topics: {', '.join(res.topics) or 'none'}",
+                   err=True)
+        raise click.exceptions.Exit(ExitCode.FINDINGS)
     rows = [{"action": "write_cq", "path": res.target,
              "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
     show_plan(rows, fmt, tablefmt, "consume queues")

@@ -131,7 +131,9 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
     from rmqtool.ops.inspect import store_info
 
     out = resolve_format(fmt)
-    summary = store_info(Store.open(store))
+    st = Store.open(store)
+    with progress_bar(sum(f.length for f in st.commitlog.queue), "reading") as progress:
+        summary = store_info(st, progress)
     if out in (Format.JSON, Format.JSONL, Format.CSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:

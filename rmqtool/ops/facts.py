@@ -65,6 +65,7 @@ class FileFacts:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     key_offsets: np.ndarray | None = None   # record i's key hashes: key_hashes[key_offsets[i]:key_offsets[i+1]]
     key_hashes: np.ndarray | None = None
+    props: dict[str, pa.Array] = field(default_factory=dict)   # DISPATCH_PROPERTIES, null where absent
     stop: str = "zero"           # "blank", "zero" (end of data), "invalid", "file_end"
     stop_offset: int = 0         # physical offset where the walk stopped (a BLANK's own offset)
     findings: list[Finding] = field(default_factory=list)
@@ -85,15 +86,61 @@ class FileFacts:
         return ((self.columns["sys_flag"] >> 2) & 3) != C.TransactionType.ROLLBACK
 
 
-def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False,
+# Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
+DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
+                       C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+
+
+class _Collector:
+    """The per-batch parts of a file's facts, joined at the end."""
+
+    def __init__(self, names: QueueNames, deep: bool, keys: bool, props: bool, progress: Progress | None):
+        self.names, self.deep, self.keys, self.props, self.progress = names, deep, keys, props, progress
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.key_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.prop_parts: list[dict[str, pa.Array]] = []
+
+    def add(self, batch: pa.RecordBatch) -> tuple[dict[str, np.ndarray], int]:
+        """Keep the leading valid records of a decoded batch; returns their columns and count."""
+        cols, ok = _batch_facts(batch, self.names, self.deep)
+        cols = {k: v[:ok] for k, v in cols.items()}
+        batch = batch.slice(0, ok)
+        self.parts.append(cols)
+        if self.keys:
+            self.key_parts.append(_key_hashes(batch))
+        if self.props:
+            self.prop_parts.append(_dispatch_properties(batch))
+        if self.progress and ok:
+            self.progress(int(cols["size"].sum()))
+        return cols, ok
+
+    def finish(self, facts: FileFacts) -> FileFacts:
+        facts.columns = {k: np.concatenate([p[k] for p in self.parts]) if self.parts else np.empty(0, np.int64)
+                         for k in _COLUMNS}
+        if self.keys:
+            facts.key_offsets, facts.key_hashes = _concat_keys(self.key_parts)
+        if self.props:
+            facts.props = {k: pa.concat_arrays([p[k] for p in self.prop_parts]) if self.prop_parts
+                           else pa.array([], pa.string()) for k in DISPATCH_PROPERTIES}
+        return facts
+
+
+def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
+    raw = batch.column("properties_raw")
+    if not pc.any(pc.match_substring(raw, "INNER_")).as_py():
+        return {k: pa.nulls(len(raw), pa.string()) for k in DISPATCH_PROPERTIES}
+    props = batch.column("properties")
+    return {k: pc.map_lookup(props, pa.scalar(k), "first") for k in DISPATCH_PROPERTIES}
+
+
+def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False, props: bool = False,
               progress: Progress | None = None, ledger: bool = False) -> FileFacts:
     """Walk one commit-log file from position 0 (see the module docstring); ``ledger``: a DLedger data
-    file, whose records sit inside entries."""
+    file, whose records sit inside entries. ``keys``: index key hashes; ``props``: DISPATCH_PROPERTIES."""
+    got = _Collector(names, deep, keys, props, progress)
     if ledger:
-        return _scan_ledger_file(f, names, deep, keys, progress)
+        return got.finish(_scan_ledger_file(f, got))
     facts = FileFacts(f)
-    parts: list[dict[str, np.ndarray]] = []
-    key_parts: list[tuple[np.ndarray, np.ndarray]] = []
     path = str(f.path)
     mm = _map(f)
     buf = pa.py_buffer(mm) if mm is not None else pa.py_buffer(b"")
@@ -121,18 +168,9 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
             starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
             good, lengths = check_lengths(data, starts)
             if good:
-                batch = decode_batch(data, buf, starts[:good], lengths, f.start, deep)
-                cols, ok = _batch_facts(batch, names, deep)
-                if ok < good:                       # CRC mismatch or a bad DELAY: named below
-                    cols = {k: v[:ok] for k, v in cols.items()}
-                    batch = batch.slice(0, ok)
-                parts.append(cols)
-                if keys:
-                    key_parts.append(_key_hashes(batch))
+                _, ok = got.add(decode_batch(data, buf, starts[:good], lengths, f.start, deep))
                 _physical_offset_warnings(facts, data, starts[:ok], f.start, path)
-                if progress:
-                    progress(int(cols["size"].sum()))
-                if ok < good:
+                if ok < good:                       # CRC mismatch or a bad DELAY: named below
                     pos = int(starts[ok])
                 elif good == len(starts):
                     pos = nxt
@@ -144,22 +182,15 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
         _stop_at(facts, buf, pos, remaining=len(data) - pos, deep=deep, path=path)
         break
     facts.stop_offset = f.start + pos
-    facts.columns = {k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64)
-                     for k in _COLUMNS}
-    if keys:
-        facts.key_offsets, facts.key_hashes = _concat_keys(key_parts)
-    return facts
+    return got.finish(facts)
 
 
-def _scan_ledger_file(f: QueueFile, names: QueueNames, deep: bool, keys: bool,
-                      progress: Progress | None) -> FileFacts:
+def _scan_ledger_file(f: QueueFile, got: _Collector) -> FileFacts:
     """scan_file over the columnar DLedger walk: its batches, a BLANK row, or the damage it raises."""
     from rmqtool.columnar import DEFAULT_BATCH_ROWS, ledger_file_batches
 
     facts = FileFacts(f, stop="file_end", stop_offset=f.start)
-    parts: list[dict[str, np.ndarray]] = []
-    key_parts: list[tuple[np.ndarray, np.ndarray]] = []
-    batches = ledger_file_batches(f, 0, deep, DEFAULT_BATCH_ROWS)
+    batches = ledger_file_batches(f, 0, got.deep, DEFAULT_BATCH_ROWS)
     try:
         while True:
             try:
@@ -171,19 +202,13 @@ def _scan_ledger_file(f: QueueFile, names: QueueNames, deep: bool, keys: bool,
             if batch.column("type")[0].as_py() == "blank":
                 facts.stop, facts.stop_offset = "blank", int(offsets[0])
                 break
-            cols, ok = _batch_facts(batch, names, deep)
-            good = {k: v[:ok] for k, v in cols.items()}
-            parts.append(good)
-            if keys:
-                key_parts.append(_key_hashes(batch.slice(0, ok)))
+            good, ok = got.add(batch)
             if ok:
                 facts.stop_offset = int(good["offset"][-1] + good["size"][-1])
-                if progress:
-                    progress(int(good["size"].sum()))
             if ok < len(offsets):
                 at = int(offsets[ok])
                 facts.stop, facts.stop_offset = "invalid", at
-                kind = "crc_mismatch" if deep and not batch.column("crc_ok")[ok].as_py() else "bad_delay"
+                kind = "crc_mismatch" if got.deep and not batch.column("crc_ok")[ok].as_py() else "bad_delay"
                 facts.findings.append(Finding(ERROR, kind, str(f.path), at,
                                               f"{kind.replace('_', ' ')}; recovery truncates the commit log here"))
                 break
@@ -192,10 +217,6 @@ def _scan_ledger_file(f: QueueFile, names: QueueNames, deep: bool, keys: bool,
         facts.stop_offset = exc.offset if exc.offset is not None else facts.stop_offset
         facts.findings.append(Finding(ERROR, _error_kind(exc, 0, 0), exc.path or str(f.path), facts.stop_offset,
                                       f"{exc.message}; recovery truncates the commit log here"))
-    facts.columns = {k: np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64)
-                     for k in _COLUMNS}
-    if keys:
-        facts.key_offsets, facts.key_hashes = _concat_keys(key_parts)
     return facts
 
 

@@ -4,7 +4,7 @@ state and hints about the broker version that wrote it. Read-only; returns plain
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError
@@ -12,11 +12,12 @@ from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import Store
 
 
-def store_info(store: Store) -> dict[str, Any]:
-    """A summary of the whole store (reads every record once)."""
+def store_info(store: Store, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """A summary of the whole store: the commit log's record boundaries and fixed header fields are
+    walked once (``progress`` is told the bytes walked); bodies and properties are not decoded."""
     cl = store.commitlog
     problems = [f"{f.path if f else 'commitlog'}: {text}" for f, text in cl.queue.problems()]
-    scan = _scan_commitlog(store)
+    scan = _scan_commitlog(store, progress)
     if scan["damage"]:
         problems.append(scan.pop("damage"))
     else:
@@ -45,7 +46,7 @@ def store_info(store: Store) -> dict[str, Any]:
     }
 
 
-def _scan_commitlog(store: Store) -> dict[str, Any]:
+def _scan_commitlog(store: Store, progress: Callable[[int], None] | None) -> dict[str, Any]:
     """Counts and dates from the boundary walk and fixed header fields (no body or property decoding),
     file by file as CommitLog.iter_entries goes: to the zero end of data or the first damage."""
     import numpy as np
@@ -57,7 +58,7 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
 
     cl = store.commitlog
     if cl.entry_header_size:
-        return _scan_records(store)
+        return _scan_records(store, progress)
     messages = blanks = v2 = trailing = 0
     first_ts = last_ts = None
     end = cl.min_offset
@@ -83,6 +84,8 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
                         ts = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[ts_pos].astype(np.int64)
                         last_byte = parts["props_pos"] + parts["props_len"] - 1
                         messages += good
+                        if progress:
+                            progress(int(parts["total"].sum()))
                         v2 += int(parts["v2"].sum())
                         trailing += int(((parts["props_len"] > 0) & (data[last_byte] == 2)).sum())
                         first_ts = int(ts.min()) if first_ts is None else min(first_ts, int(ts.min()))
@@ -105,7 +108,7 @@ def _scan_commitlog(store: Store) -> dict[str, Any]:
     return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
 
 
-def _scan_records(store: Store) -> dict[str, Any]:
+def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[str, Any]:
     """The same counts from decoded record batches (records inside DLedger entries)."""
     import pyarrow.compute as pc
 
@@ -123,6 +126,8 @@ def _scan_records(store: Store) -> dict[str, Any]:
         msgs = batch.filter(pc.equal(batch.column("type"), "message"))
         if not msgs.num_rows:
             continue
+        if progress:
+            progress(int(pc.sum(msgs.column("total_size")).as_py()))
         messages += msgs.num_rows
         v2 += msgs.column("magic_code").to_pylist().count(f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}")
         trailing += sum(1 for p in msgs.column("properties_raw").to_pylist() if p.endswith(C.PROPERTY_SEPARATOR))

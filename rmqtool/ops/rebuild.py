@@ -12,14 +12,15 @@ import mmap
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from rmqtool import constants as C
-from rmqtool.errors import EncodeError, StoreError
+from rmqtool.errors import EncodeError, FormatError, StoreError
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter, check_geometry
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
@@ -61,7 +62,7 @@ class RecordInfo(NamedTuple):
 
 
 def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, deep: bool = False,
-                keys: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
+                keys: bool = False, props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
     """The files' records the broker would dispatch, in order, up to the first invalid record
     (from the file holding ``start``, whose records before it are left out)."""
     files = [f for f in store.commitlog.queue.files if f.length]
@@ -69,7 +70,7 @@ def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, de
     if start is not None:
         files = [f for f in files if f.start + f.length > start]
     for f in files:
-        facts = scan_file(f, names, deep=deep, keys=keys, progress=progress, ledger=ledger)
+        facts = scan_file(f, names, deep=deep, keys=keys, props=props, progress=progress, ledger=ledger)
         if start is not None and f.start < start:
             keep = facts.columns["offset"] >= start
             facts.columns = {k: v[keep] for k, v in facts.columns.items()}
@@ -213,47 +214,111 @@ class CqWriter:
         return {start: bytes(buf) for start, buf in sorted(self.files.items())}
 
 
-class CqFileWriter(CqWriter):
-    """A CqWriter for a new queue that streams its units into files under ``directory`` (None: only
-    count them). Files are created sparse at full size, as the broker's pre-allocated files are;
-    memory is one small buffer, whatever the queue's size."""
+class FileStream:
+    """Bytes appended to a queue's files under ``directory`` (None: only counted), one small buffer in
+    memory. Files are created sparse at full size, as the broker's pre-allocated files are."""
 
-    FLUSH_BYTES = 64 * 1024
+    FLUSH_BYTES = 16 * 1024
 
     def __init__(self, file_size: int, directory: Path | None):
-        super().__init__(file_size)
-        self.directory = directory
+        self.file_size, self.directory = file_size, directory
+        self.start = self.pos = 0              # the current file and the write position (queue bytes)
         self.pending = bytearray()
-        self.pending_at = 0            # file position of pending[0] in the current file
         self.created = 0
 
-    def _new_file(self, start: int) -> None:
+    def new_file(self, start: int) -> None:
         self.flush()
-        self.files = {start: bytearray()}       # the current file's start only; bytes live on disk
-        self.write_pos = self.pending_at = start
+        self.start = self.pos = start
         self.created += 1
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             with open(self.directory / C.offset_to_file_name(start), "wb") as fh:
                 fh.truncate(self.file_size)
 
-    def _append(self, start: int, units: bytes) -> None:
-        if self.write_pos != self.pending_at + len(self.pending):
-            self.flush()
-            self.pending_at = self.write_pos
-        self.pending += units
-        self.write_pos += len(units)
+    def write(self, data: bytes) -> None:
+        """Append at the write position, inside the current file."""
+        self.pending += data
         if len(self.pending) >= self.FLUSH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending and self.directory is not None and self.files:
-            start = max(self.files)
-            with open(self.directory / C.offset_to_file_name(start), "r+b") as fh:
-                fh.seek(self.pending_at - start)
+        if self.pending and self.directory is not None and self.created:
+            with open(self.directory / C.offset_to_file_name(self.start), "r+b") as fh:
+                fh.seek(self.pos - self.start)
                 fh.write(self.pending)
-        self.pending_at += len(self.pending)
+        self.pos += len(self.pending)
         self.pending = bytearray()
+
+
+class CqFileWriter(CqWriter):
+    """A CqWriter for a new queue whose units stream into files (``FileStream``): memory is one small
+    buffer, whatever the queue's size."""
+
+    def __init__(self, file_size: int, directory: Path | None):
+        super().__init__(file_size)
+        self.stream = FileStream(file_size, directory)
+
+    @property
+    def created(self) -> int:
+        return self.stream.created
+
+    def _new_file(self, start: int) -> None:
+        self.stream.new_file(start)
+        self.files = {start: bytearray()}       # the current file's start only; bytes live on disk
+        self.write_pos = start
+
+    def _append(self, start: int, units: bytes) -> None:
+        self.stream.write(units)
+        self.write_pos += len(units)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+BCQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8"), ("store_time", ">i8"), ("base", ">i8"),
+                     ("batch_size", ">i2"), ("compacted", ">i4"), ("reserved", ">i4")])
+
+
+class BcqFileWriter:
+    """BatchConsumeQueue.putBatchMessagePositionInfo for a new queue, streamed: units from queue position
+    0, a unit starting at or before the last one's physical offset dropped as a repeat."""
+
+    def __init__(self, file_size: int, directory: Path | None):
+        if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
+            raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
+        self.stream = FileStream(file_size, directory)
+        self.last_phy = -1
+        self.units = 0
+
+    @property
+    def created(self) -> int:
+        return self.stream.created
+
+    @property
+    def write_pos(self) -> int:
+        return self.units * C.CQ_STORE_UNIT_SIZE      # counted like consume-queue units in results
+
+    def put_many(self, phy, size, tags, store_time, base, batch_size) -> None:
+        keep = phy > np.maximum.accumulate(np.concatenate([[self.last_phy], phy[:-1]]))
+        units = np.zeros(int(keep.sum()), BCQ_UNIT)
+        for name, col in (("phy", phy), ("size", size), ("tags", tags), ("store_time", store_time),
+                          ("base", base), ("batch_size", batch_size)):
+            units[name] = col[keep]
+        units["compacted"] = C.BCQ_INVALID_POS
+        data = units.tobytes()
+        fs = self.stream
+        while data:
+            if fs.pos + len(fs.pending) == fs.start + fs.file_size or not fs.created:
+                fs.new_file(self.units * C.BCQ_STORE_UNIT_SIZE)
+            room = fs.start + fs.file_size - fs.pos - len(fs.pending)
+            fs.write(data[:room])
+            self.units += len(data[:room]) // C.BCQ_STORE_UNIT_SIZE
+            data = data[room:]
+        if len(phy):
+            self.last_phy = max(self.last_phy, int(phy.max()))
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def dispatch_to_queues(records: Iterable[RecordInfo], queues: dict[tuple[str, int], CqWriter],
@@ -280,6 +345,7 @@ def store_cq_file_size(store: Store, explicit: int | None = None) -> int | None:
 
 @dataclass
 class RebuildResult:
+    topics: list[str] = field(default_factory=list)     # the topics of the records seen
     queues: int = 0
     files: int = 0
     units: int = 0
@@ -288,70 +354,167 @@ class RebuildResult:
 
 
 def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path | None = None,
-                           cq_file_size: int | None = None, dry_run: bool = False, backup: Path | None = None,
+                           cq_file_size: int | None = None, bcq_file_size: int | None = None, dry_run: bool = False,
+                           backup: Path | None = None, allow_empty: bool = True,
                            progress: Progress | None = None) -> RebuildResult:
-    """Consume queues (all, or one topic's) rebuilt from the commit log: into ``out``, counted only
-    (``dry_run``), or built beside ``consumequeue/`` and swapped in."""
-    file_size = store_cq_file_size(store, cq_file_size) or C.DEFAULT_CQ_FILE_SIZE
+    """Consume queues (all, or one topic's) rebuilt from the commit log as the broker's dispatch writes
+    them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
+    ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
+    or built beside the store's directories and swapped in. A ``topic`` without records changes nothing
+    unless ``allow_empty`` (``result.topics`` then lists the commit log's topics)."""
+    from rmqtool.ops.queues import batch_cq_topics
+
+    sizes = (store_cq_file_size(store, cq_file_size) or C.DEFAULT_CQ_FILE_SIZE,
+             bcq_file_size or store_bcq_file_size(store))
+    batch = batch_cq_topics(store)
     if topic is not None:
         safe_topic_dir(topic)
-    rel = "consumequeue" if topic is None else f"consumequeue/{topic}"
-    result = RebuildResult(target=str(out or store.root / rel))
-    target = None
+    kinds = ["batchconsumequeue" if topic in batch else "consumequeue"] if topic is not None else \
+        ["consumequeue"] + (["batchconsumequeue"] if batch or (store.root / "batchconsumequeue").is_dir() else [])
+    rels = {kind: kind if topic is None else f"{kind}/{topic}" for kind in kinds}
+    result = RebuildResult(target=str(out or store.root / rels[kinds[0]]))
     if out is not None and not dry_run:
-        target = Path(out)
-        if target.exists() and any(target.iterdir()):
-            raise StoreError("output directory is not empty", path=str(target))
-    elif not dry_run:
-        target = store.root / (rel + BUILD)
-        if target.exists():
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-    created = target is not None and not target.exists()
+        out = Path(out)
+        if out.exists() and any(out.iterdir()):
+            raise StoreError("output directory is not empty", path=str(out))
+    built = {kind: store.root / (rel + BUILD) for kind, rel in rels.items()} if out is None and not dry_run else {}
+    for path in built.values():
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+
+    def directory(t: str, qid: int, is_batch: bool) -> Path | None:
+        if dry_run:
+            return None
+        if out is not None:
+            return out / t / str(qid)
+        base = built["batchconsumequeue" if is_batch else "consumequeue"]
+        return base / t / str(qid) if topic is None else base / str(qid)
+
     try:
-        writers = dispatch_files(store, target, file_size, topic=topic, topic_dirs=topic is None or out is not None,
-                                 progress=progress)
-    except BaseException:                 # leave nothing half-built behind
-        if target is not None and target.exists():
-            for p in ([target] if created or out is None else list(target.iterdir())):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        writers, result.topics = dispatch_files(store, directory, sizes, batch, topic=topic, progress=progress)
+        if topic is not None and not writers and not allow_empty:
+            raise _NoRecords
+    except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
+        made = list(built.values()) + (list(out.iterdir()) if out is not None and out.exists() else [])
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, _NoRecords):
+            return result
         raise
     result.queues, result.files = len(writers), sum(w.created for w in writers.values())
     result.units = sum(w.write_pos // C.CQ_STORE_UNIT_SIZE for w in writers.values())
     if dry_run or out is not None:
         return result
     txn = Transaction(store.root, backup, label="rebuild-cq")
-    txn.replace_dir(rel, target)
+    for kind, path in built.items():
+        txn.replace_dir(rels[kind], path)
     result.backup = str(txn.commit())
     return result
 
 
-def dispatch_files(store: Store, target: Path | None, file_size: int, *, topic: str | None = None,
-                   topic_dirs: bool = True, progress: Progress | None = None) -> dict[tuple[str, int], CqFileWriter]:
-    """CommitLogDispatcherBuildConsumeQueue over the whole commit log, one file's records at a time,
-    each queue's run of records put as one block; files stream to ``target``/<topic>/<queueId>/
-    (``target``/<queueId>/ without ``topic_dirs``)."""
+class _NoRecords(Exception):
+    """The topic asked for has no records: nothing is rebuilt."""
+
+
+def store_bcq_file_size(store: Store) -> int:
+    """The size shared by the store's batch consume-queue files, else the broker default."""
+    sizes = [q.queue.file_size for q in store.batch_consume_queues() if q.queue.file_size]
+    return max(set(sizes), key=sizes.count) if sizes else C.DEFAULT_BCQ_FILE_SIZE
+
+
+Writer = CqFileWriter | BcqFileWriter
+
+
+def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics: set[str], *,
+                   topic: str | None = None,
+                   progress: Progress | None = None) -> tuple[dict[tuple[str, int], Writer], list[str]]:
+    """The broker's dispatch over the whole commit log, one file's records at a time: each record's
+    consume-queue unit (a batch unit on a BatchCQ topic) and its multi-dispatch (LMQ) units, each queue's
+    run put as one block. ``directory(topic, queue_id, is_batch)`` says where a queue's files go.
+    Returns the writers by queue and the topics of the records seen."""
     names = QueueNames()
-    writers: dict[int, CqFileWriter] = {}
-    for facts in valid_facts(store, names, progress=progress):
+    writers: dict[int, Writer] = {}
+
+    def writer(code: int, is_batch: bool, at: int) -> Writer:
+        w = writers.get(code)
+        if w is None:
+            t, qid = names.names[code]
+            safe_topic_dir(t, at)
+            kind = BcqFileWriter if is_batch else CqFileWriter
+            w = writers[code] = kind(sizes[is_batch], directory(t, qid, is_batch))
+        return w
+
+    for facts in valid_facts(store, names, props=True, progress=progress):
         cols = facts.columns
         rows = np.flatnonzero(facts.gets_cq_unit())
-        if topic is not None:
-            mine = [c for c, (t, _) in enumerate(names.names) if t == topic]
-            rows = rows[np.isin(cols["queue"][rows], mine)]
-        rows = rows[np.argsort(cols["queue"][rows], kind="stable")]
-        codes, first = np.unique(cols["queue"][rows], return_index=True)
-        for code, run in zip(codes.tolist(), np.split(rows, first[1:])):
-            w = writers.get(code)
-            if w is None:
-                t, qid = names.names[code]
-                safe_topic_dir(t, int(cols["offset"][run[0]]))
-                qdir = None if target is None else (target / t / str(qid) if topic_dirs else target / str(qid))
-                w = writers[code] = CqFileWriter(file_size, qdir)
-            w.put_many(cols["offset"][run], cols["size"][run], cols["tags_code"][run], cols["queue_offset"][run])
+        on_batch = np.isin(cols["queue"][rows], [c for c, (t, _) in enumerate(names.names) if t in batch_topics])
+        queue, rec, offset = _with_multi_dispatch(facts, names, rows[~on_batch])
+        for is_batch, (queue, rec, offset) in ((False, (queue, rec, offset)),
+                                                (True, _batch_units(facts, rows[on_batch]))):
+            if topic is not None:
+                keep = np.isin(queue, [c for c, (t, _) in enumerate(names.names) if t == topic])
+                queue, rec, offset = queue[keep], rec[keep], offset[keep]
+            order = np.lexsort((rec, queue))
+            queue, rec, offset = queue[order], rec[order], offset[order]
+            codes, first = np.unique(queue, return_index=True)
+            for code, lo, hi in zip(codes.tolist(), first.tolist(), first[1:].tolist() + [len(queue)]):
+                r = rec[lo:hi]
+                w = writer(code, is_batch, int(cols["offset"][r[0]]))
+                if is_batch:
+                    w.put_many(cols["offset"][r], cols["size"][r], cols["tags_code"][r], cols["store_timestamp"][r],
+                               offset[lo:hi] >> 16, offset[lo:hi] & 0xFFFF)
+                else:
+                    w.put_many(cols["offset"][r], cols["size"][r], cols["tags_code"][r], offset[lo:hi])
     for w in writers.values():
         w.flush()
-    return {names.names[c]: w for c, w in writers.items()}
+    return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})
+
+
+def _with_multi_dispatch(facts: FileFacts, names: QueueNames,
+                         rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(queue, record, queue offset asked for) of the records' own units, plus one per multi-dispatch
+    target (INNER_MULTI_DISPATCH / INNER_MULTI_QUEUE_OFFSET, format.dispatch's rules)."""
+    from rmqtool.format.dispatch import is_lmq, multi_dispatch_targets
+
+    cols = facts.columns
+    queue, rec, offset = [cols["queue"][rows]], [rows], [cols["queue_offset"][rows]]
+    targets = facts.props[C.PROPERTY_INNER_MULTI_DISPATCH]
+    asked = facts.props[C.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
+    extra = []
+    for r in rows[targets.is_valid().to_numpy(zero_copy_only=False)[rows]].tolist():
+        topic, qid = names.names[int(cols["queue"][r])]
+        props = {C.PROPERTY_INNER_MULTI_DISPATCH: targets[r].as_py(),
+                 C.PROPERTY_INNER_MULTI_QUEUE_OFFSET: asked[r].as_py() or ""}
+        for name, text in multi_dispatch_targets(topic, props):
+            if "/" in name:
+                continue
+            try:
+                extra.append((names.code((name, 0 if is_lmq(name) else qid)), r, int(text)))
+            except ValueError:
+                break                     # Long.parseLong fails: the broker stops there
+    if extra:
+        e = np.array(extra, np.int64)
+        queue.append(e[:, 0]), rec.append(e[:, 1]), offset.append(e[:, 2])
+    return np.concatenate(queue), np.concatenate(rec), np.concatenate(offset)
+
+
+def _batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(queue, record, msgBaseOffset << 16 | batchSize) of records on BatchCQ topics: INNER_BASE and
+    INNER_NUM when both are set (CommitLog.setBatchSizeIfNeeded), else the queue offset and 1."""
+    cols = facts.columns
+    base = cols["queue_offset"][rows].copy()
+    size = np.ones(len(rows), np.int64)
+    num, inner = facts.props[C.PROPERTY_INNER_NUM], facts.props[C.PROPERTY_INNER_BASE]
+    both = (num.is_valid().to_numpy(zero_copy_only=False) & inner.is_valid().to_numpy(zero_copy_only=False))[rows]
+    if both.any():
+        picked = pa.array(rows[both])
+        try:
+            base[both] = inner.take(picked).cast(pa.int64()).to_numpy()
+            size[both] = num.take(picked).cast(pa.int64()).to_numpy()
+        except pa.ArrowInvalid as exc:
+            raise FormatError(f"bad INNER_BASE/INNER_NUM: {exc}", path=str(facts.file.path)) from None
+    return cols["queue"][rows], rows, base << 16 | size
 
 
 # -- index files ------------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ class StoreWriter:
         self.batch_topics = batch_cq_topics(store) | set(batch_topics)
         self.bcq_file_size = (bcq_file_size or next((q.queue.file_size for q in store.batch_consume_queues()
                                                      if q.queue.file_size), None)
-                              or saved.get("mapperFileSizeBatchConsumeQueue") or DEFAULT_BCQ_FILE_SIZE)
+                              or saved.get("mapperFileSizeBatchConsumeQueue") or C.DEFAULT_BCQ_FILE_SIZE)
         self.batch_queues: dict[tuple[str, int], BcqWriter] = {}
         self.lmq_next: dict[str, int] = {}       # the broker's LMQ offset table during this session
         refs = store.index_files()
@@ -277,7 +277,6 @@ class StoreWriter:
         return txn
 
 
-DEFAULT_BCQ_FILE_SIZE = 300_000 * C.BCQ_STORE_UNIT_SIZE     # MessageStoreConfig.mapperFileSizeBatchConsumeQueue
 
 
 class BcqWriter:
