@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import CLEAN_SETS, CRASH_SETS, FIXTURES, store_path
+from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, store_path
 from helpers_maintain import run
 from rmqtool.format.commitlog import decode_entry
 from rmqtool.ops.findings import FINDING_FIELDS
@@ -81,3 +81,24 @@ def test_partial_cq_unit_and_lost_queue_are_reported(store_copy):
     import shutil
     shutil.rmtree(root / "consumequeue" / "TopicB")
     assert {"cq_missing_queue"} <= {x.kind for x in verify_store(root)}
+
+
+@pytest.mark.parametrize("name", FEATURE_SETS)
+def test_clean_feature_stores_verify_clean(name):
+    """DLedger, BatchConsumeQueue, LMQ, timer and config stores written by the real 5.3.3/4.9.7 broker."""
+    result = run("verify", store_path(name), "--deep", "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("name,queue", [("dev-batchcq-5x", "batchconsumequeue/BatchTopic/0/00000000000000000000"),
+                                        ("dev-lmq-5x", "consumequeue/%LMQ%room-1/0/00000000000000000000")])
+def test_damaged_batch_and_lmq_units_are_named(name, queue, store_copy):
+    root = store_copy(name)
+    f = root / queue
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2 // 46 * 46 if "batch" in queue else 27] ^= 0x01
+    f.write_bytes(bytes(data))
+    findings = [x for x in verify_store(root) if x.kind == "cq_unit_mismatch"]
+    assert [x.path for x in findings] == [str(f)]
+    assert findings[0].expected != findings[0].actual

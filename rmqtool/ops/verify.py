@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -79,9 +80,12 @@ def _read(path: Path, dtype: np.dtype | str, count: int, offset: int) -> np.ndar
 
 
 def plan_queues(store: Store, min_offset: int) -> list[QueuePlan]:
-    """Every consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it)."""
+    """Every classic consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it).
+    LMQ queues (``%LMQ%``) are checked against the dispatch instead (``feature_queue_findings``)."""
     plans = []
     for cq in store.consume_queues():
+        if cq.topic.startswith(C.LMQ_PREFIX):
+            continue
         plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
         for f, problem in cq.queue.problems():
             plan.findings.append(Finding(ERROR, "cq_file_size" if "bytes" in problem else "missing_file",
@@ -320,9 +324,10 @@ class FileResult:
 
 
 def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[IndexPlan], min_offset: int,
-               deep: bool = False, progress: Progress | None = None, ledger: bool = False) -> FileResult:
+               deep: bool = False, progress: Progress | None = None, ledger: bool = False,
+               batch_topics: frozenset = frozenset()) -> FileResult:
     """Walk one commit-log file (a DLedger data file with ``ledger``) and join the units and index
-    entries in [f.start, hi_phy) to it."""
+    entries in [f.start, hi_phy) to it. Records of ``batch_topics`` have batch units, checked apart."""
     names = QueueNames()
     facts = scan_file(f, names, deep=deep, keys=bool(index), progress=progress, ledger=ledger)
     cols = facts.columns
@@ -331,7 +336,7 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
     covered = np.zeros(len(facts), bool)
     own = {(q.topic, q.queue_id) for q in queues}
     _join_queues(queues, f.start, hi_phy, facts, names, covered, min_offset, result)
-    _coverage(facts, names, covered, own, result)
+    _coverage(facts, names, covered, own, batch_topics, result)
     offsets = cols["offset"]
     bounds = [f.start] + offsets[JOIN_RECORDS::JOIN_RECORDS].tolist() + [hi_phy]   # bounded temporaries
     for plan in index:
@@ -385,7 +390,8 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
                                                 f"queue offset {qoff} -> record {p}: {name} differs", exp, act)))
 
 
-def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set, result: FileResult) -> None:
+def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set, batch_topics: frozenset,
+              result: FileResult) -> None:
     """Per queue: records without a unit before / after the first covered record of this file."""
     if not len(facts):
         return
@@ -395,6 +401,8 @@ def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set
     codes, starts = np.unique(cols["queue"][need], return_index=True)
     for code, rows in zip(codes.tolist(), np.split(need, starts[1:])):
         name = names.names[code]
+        if name[0] in batch_topics:
+            continue
         if name not in own:
             result.no_queue[name] = (len(rows), int(cols["offset"][rows[0]]))
             continue
@@ -482,14 +490,16 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
     items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)]
 
     ledger = bool(store.commitlog.entry_header_size)
+    from rmqtool.ops.queues import batch_cq_topics
+    batch = frozenset(batch_cq_topics(store))
 
     def one(item: tuple[QueueFile, int]) -> FileResult:
-        return check_file(item[0], item[1], queues, index, min_offset, deep, ledger=ledger)
+        return check_file(item[0], item[1], queues, index, min_offset, deep, ledger=ledger, batch_topics=batch)
 
     if run_files is not None:
         results = run_files(one, items)
     else:
-        results = [check_file(f, hi, queues, index, min_offset, deep, progress, ledger) for f, hi in items]
+        results = [check_file(f, hi, queues, index, min_offset, deep, progress, ledger, batch) for f, hi in items]
     if not files:        # no commit log: every unit and entry points past its end
         results = [check_file(QueueFile(Path("/dev/null"), 0, 0), _NO_END, queues, index, min_offset)]
         results[0].findings = []
@@ -499,6 +509,8 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
         yield from check_dledger(store, deep=deep)
     end = data_end(results)
     yield from _queue_findings(store, queues, results, end, min_offset)
+    if batch or any(t.startswith(C.LMQ_PREFIX) for t in store.topics()):
+        yield from feature_queue_findings(store, batch)
     yield from index_findings
     yield from _index_findings(index, results)
     yield from _verify_checkpoint(store, max((r.latest for r in results), default=0), end)
@@ -567,6 +579,50 @@ def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileRes
     for (topic, qid), (count, first) in sorted(lost.items()):
         yield Finding(ERROR, "cq_missing_queue", str(store.consumequeue_dir / topic / str(qid)), first,
                       f"{count} record(s) of {topic}/{qid} but no consume queue")
+
+
+def feature_queue_findings(store: Store, batch_topics: frozenset) -> Iterator[Finding]:
+    """Batch queues (batchconsumequeue/) and LMQ queues compared, file by file, with what the broker's
+    dispatch writes for the commit log (rebuilt into a temporary directory: a second walk of the commit
+    log, for stores that use these features)."""
+    from rmqtool.ops.rebuild import dispatch_files, store_bcq_file_size, store_cq_file_size
+
+    sizes = (store_cq_file_size(store) or C.DEFAULT_CQ_FILE_SIZE, store_bcq_file_size(store))
+    with tempfile.TemporaryDirectory(prefix="rmqtool-verify-") as tmp:
+        def directory(topic: str, qid: int, is_batch: bool) -> Path | None:
+            if is_batch or topic.startswith(C.LMQ_PREFIX):
+                return Path(tmp, "batchconsumequeue" if is_batch else "consumequeue", topic, str(qid))
+            return None
+
+        dispatch_files(store, directory, sizes, set(batch_topics))
+        for kind in ("consumequeue", "batchconsumequeue"):
+            want_root, have_root = Path(tmp, kind), store.root / kind
+            queues = {p.relative_to(want_root) for p in want_root.glob("*/*")} if want_root.is_dir() else set()
+            if have_root.is_dir():
+                queues |= {p.relative_to(have_root) for p in have_root.glob("*/*") if p.is_dir()
+                           and (kind == "batchconsumequeue" or p.parent.name.startswith(C.LMQ_PREFIX))}
+            for q in sorted(queues, key=str):
+                yield from _compare_queue(want_root / q, have_root / q, kind)
+
+
+def _compare_queue(want: Path, have: Path, kind: str) -> Iterator[Finding]:
+    unit = C.BCQ_STORE_UNIT_SIZE if kind == "batchconsumequeue" else C.CQ_STORE_UNIT_SIZE
+    if not have.is_dir():
+        yield Finding(ERROR, "cq_missing_queue", str(have), None, "the commit log dispatches to this queue, "
+                      "but it has no files")
+        return
+    names = {p.name for p in want.iterdir()} if want.is_dir() else set()
+    names |= {p.name for p in have.iterdir() if p.is_file()}
+    for name in sorted(names):
+        a = (want / name).read_bytes() if (want / name).is_file() else b""
+        b = (have / name).read_bytes() if (have / name).is_file() else b""
+        if a == b or (not a.strip(b"\0") and not b.strip(b"\0")):
+            continue
+        at = next(i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i])
+        at -= at % unit
+        yield Finding(ERROR, "cq_unit_mismatch", str(have / name), at,
+                      "unit differs from what the broker's dispatch writes for the commit log",
+                      a[at:at + unit].hex() or None, b[at:at + unit].hex() or None)
 
 
 def _index_findings(index: list[IndexPlan], results: list[FileResult]) -> Iterator[Finding]:
