@@ -69,3 +69,29 @@ def test_whole_store_scans_report_progress_in_record_bytes(name):
         seen = []
         run(seen.append)
         assert sum(seen) == want and len(seen) >= 1
+
+
+@pytest.mark.parametrize("name", ALL_SETS)
+def test_fact_columns_equal_the_full_decoder(name):
+    import mmap
+
+    import numpy as np
+
+    from rmqtool.columnar.decode import FACT_COLUMNS, check_lengths, decode_batch, decode_facts
+    from rmqtool.columnar.walk import walk
+
+    compared = 0
+    for f in Store.open(store_path(name)).commitlog.queue:
+        with open(f.path, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        data, buf = np.frombuffer(mm, np.uint8), pa.py_buffer(mm)
+        starts, _ = walk(data, 0, len(data))
+        good, parts = check_lengths(data, starts)
+        if not good:
+            continue
+        full = decode_batch(data, buf, starts[:good], parts, f.start, True)
+        lean = decode_facts(data, buf, starts[:good], parts, f.start, True)
+        for col in FACT_COLUMNS + ("crc_ok",):
+            assert lean.column(col).equals(full.column(col)), col
+        compared += good
+    assert compared > 100

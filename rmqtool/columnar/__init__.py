@@ -35,7 +35,7 @@ from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_h
 from rmqtool.ops.rows import entry_row
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.dledger import DLedgerCommitLog
-from rmqtool.store.filequeue import FileQueue, QueueFile
+from rmqtool.store.filequeue import FileQueue, QueueFile, release_pages
 from rmqtool.store.store import Store
 
 __all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "ledger_file_batches",
@@ -95,10 +95,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
     released = 0
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
-        done = pos // mmap.PAGESIZE * mmap.PAGESIZE
-        if done > released:
-            mm.madvise(mmap.MADV_DONTNEED, released, done - released)
-            released = done
+        released = release_pages(mm, pos, released)
         if len(data) - pos < C.END_FILE_MIN_BLANK_LENGTH:
             if pos < len(data) and data[pos:].any():
                 raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",
@@ -137,10 +134,7 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
     cl = DLedgerCommitLog(FileQueue([f]))
     released = 0
     while True:
-        done = pos // mmap.PAGESIZE * mmap.PAGESIZE
-        if done > released:
-            mm.madvise(mmap.MADV_DONTNEED, released, done - released)
-            released = done
+        released = release_pages(mm, pos, released)
         if len(data) - pos < D.MIN_BLANK_LEN:
             if pos < len(data) and data[pos:].any():
                 raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",

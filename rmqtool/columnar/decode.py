@@ -123,6 +123,48 @@ def decode_batch(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: di
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
+FACT_COLUMNS = ("physical_offset", "total_size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "topic",
+                "tags_code", "uniq_key", "keys", "properties", "properties_raw")
+
+
+def decode_facts(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: dict[str, np.ndarray],
+                 file_start: int, check_crc: bool) -> pa.RecordBatch:
+    """The columns of ``decode_batch`` that the maintenance commands read (``FACT_COLUMNS``, and
+    ``crc_ok``), with the same values, computed without copying bodies or formatting hosts and msgIds:
+    CRCs are taken over the mapped bytes."""
+    base = int(starts[0])
+    window = buf.slice(base, int(starts[-1] + parts["total"][-1]) - base)
+    topic_raw, props_raw = pick_tokens(
+        window, [parts["topic_pos"] - base, parts["topic_pos"] - base + parts["topic_len"],
+                 parts["props_pos"] - base, parts["props_pos"] - base + parts["props_len"]], [0, 2])
+    head, sys_flag = parts["head"], parts["sys_flag"]
+    store_ts = head["store_timestamp"].astype(np.int64)
+    v6 = np.flatnonzero(sys_flag & C.SysFlag.BORNHOST_V6)
+    if len(v6):                                        # STORETIMESTAMP follows a 20-byte born host
+        at = starts[v6] + C.BORNHOST_POS + C.IPV6_HOST_LEN
+        store_ts[v6] = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[at]
+    cols: dict[str, pa.Array] = {
+        "physical_offset": pa.array(starts + file_start),
+        "total_size": pa.array(parts["total"].astype(np.int32)),
+        "queue_id": pa.array(head["queue_id"].astype(np.int32)),
+        "queue_offset": pa.array(head["queue_offset"].astype(np.int64)),
+        "sys_flag": pa.array(sys_flag.astype(np.int32)),
+        "store_timestamp": pa.array(store_ts, pa.timestamp("ms")),
+        "topic": _utf8(topic_raw),
+        "properties_raw": props_raw,
+    }
+    cols.update(property_columns(props_raw))
+    cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
+    names = list(FACT_COLUMNS)
+    if check_crc:
+        view, crc32 = memoryview(buf), zlib.crc32
+        crcs = np.array([crc32(view[a:a + n]) for a, n in zip(parts["body_pos"].tolist(), parts["body_len"].tolist())],
+                        np.int64) & 0x7FFFFFFF
+        cols["crc_ok"] = pa.array(crcs == head["body_crc"].astype(np.int64))
+        names.append("crc_ok")
+    return pa.RecordBatch.from_arrays([cols[name] for name in names], names=names)
+
+
 def _fixed_fields(data: np.ndarray, starts: np.ndarray, sys_flag: np.ndarray,
                   head: np.ndarray) -> dict[str, pa.Array]:
     """The fixed fields; ``head`` (the IPv4-layout headers) serves when no record has an IPv6 host."""

@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.decode import check_lengths, decode_batch
+from rmqtool.columnar.decode import check_lengths, decode_facts
 from rmqtool.columnar.walk import walk
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
-from rmqtool.store.filequeue import QueueFile
+from rmqtool.store.filequeue import QueueFile, release_pages
 
 Progress = Callable[[int], None]
 WINDOW_BYTES = 16 * 1024 * 1024
@@ -145,9 +145,9 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     mm = _map(f)
     buf = pa.py_buffer(mm) if mm is not None else pa.py_buffer(b"")
     data = np.frombuffer(mm, np.uint8) if mm is not None else np.empty(0, np.uint8)
-    pos = 0
+    pos = released = 0
     while True:
-        release(mm, pos)
+        released = release_pages(mm, pos, released)
         remaining = len(data) - pos
         if remaining < C.END_FILE_MIN_BLANK_LENGTH:
             facts.stop = "file_end"
@@ -168,7 +168,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
             starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
             good, lengths = check_lengths(data, starts)
             if good:
-                _, ok = got.add(decode_batch(data, buf, starts[:good], lengths, f.start, deep))
+                _, ok = got.add(decode_facts(data, buf, starts[:good], lengths, f.start, deep))
                 _physical_offset_warnings(facts, data, starts[:ok], f.start, path)
                 if ok < good:                       # CRC mismatch or a bad DELAY: named below
                     pos = int(starts[ok])
@@ -218,15 +218,6 @@ def _scan_ledger_file(f: QueueFile, got: _Collector) -> FileFacts:
         facts.findings.append(Finding(ERROR, _error_kind(exc, 0, 0), exc.path or str(f.path), facts.stop_offset,
                                       f"{exc.message}; recovery truncates the commit log here"))
     return facts
-
-
-def release(mm, upto: int) -> None:
-    """Drop the pages of a read-only file map before ``upto`` (already decoded): RSS stays flat while a
-    large file is walked. The pages stay in the page cache."""
-    if isinstance(mm, mmap.mmap):
-        done = upto // mmap.PAGESIZE * mmap.PAGESIZE
-        if done:
-            mm.madvise(mmap.MADV_DONTNEED, 0, done)
 
 
 def _map(f: QueueFile) -> mmap.mmap | None:

@@ -54,7 +54,8 @@ def _scan_commitlog(store: Store, progress: Callable[[int], None] | None) -> dic
     from rmqtool.columnar.decode import check_lengths
     from rmqtool.columnar.walk import walk
     from rmqtool.format.commitlog import decode_entry, peek_header
-    from rmqtool.ops.facts import WINDOW_BYTES, release
+    from rmqtool.ops.facts import WINDOW_BYTES
+    from rmqtool.store.filequeue import release_pages
 
     cl = store.commitlog
     if cl.entry_header_size:
@@ -68,10 +69,10 @@ def _scan_commitlog(store: Store, progress: Callable[[int], None] | None) -> dic
             continue
         buf = f.read()
         data = np.frombuffer(buf, np.uint8)
-        pos = 0
+        pos = released = 0
         try:
             while len(data) - pos >= C.END_FILE_MIN_BLANK_LENGTH:
-                release(buf, pos)
+                released = release_pages(buf, pos, released)
                 size, magic = peek_header(buf, pos)
                 if size == 0 and magic == 0:
                     return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)

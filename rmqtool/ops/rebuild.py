@@ -140,9 +140,11 @@ class CqWriter:
 
     def put_many(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, queue_offset: np.ndarray) -> None:
         """``put`` for each record in order; a run continuing the queue goes in as whole blocks."""
+        if len(phy) and not self.files:                 # the first unit opens the queue (fillPreBlank)
+            self.put(int(phy[0]), int(size[0]), int(tags[0]), int(queue_offset[0]))
+            phy, size, tags, queue_offset = phy[1:], size[1:], tags[1:], queue_offset[1:]
         n = len(phy)
-        if n and self.files and phy[0] + size[0] > self.max_phy \
-                and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos \
+        if n and phy[0] + size[0] > self.max_phy and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos \
                 and (np.diff(queue_offset) == 1).all() and (np.diff(phy + size) > 0).all():
             units = np.empty(n, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
             units["phy"], units["size"], units["tags"] = phy, size, tags

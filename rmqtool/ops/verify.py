@@ -277,10 +277,12 @@ def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable
     if seg.last_phy < lo_phy or seg.first_phy >= hi_phy:
         return np.empty(0, np.int64), np.empty(0, dtype)
     if seg.ordered:
-        phy_at = (lambda i: pos(i) + dtype.fields["phy"][1])
-        with open(seg.path, "rb") as fh:
-            a = _bisect(fh.fileno(), seg.lo, seg.hi, lo_phy, phy_at)
-            b = _bisect(fh.fileno(), a, seg.hi, hi_phy, phy_at)
+        a, b = seg.lo, seg.hi
+        if seg.first_phy < lo_phy or seg.last_phy >= hi_phy:      # the window cuts the segment
+            phy_at = (lambda i: pos(i) + dtype.fields["phy"][1])
+            with open(seg.path, "rb") as fh:
+                a = _bisect(fh.fileno(), seg.lo, seg.hi, lo_phy, phy_at)
+                b = _bisect(fh.fileno(), a, seg.hi, hi_phy, phy_at)
         return np.arange(a, b), _read(seg.path, dtype, b - a, pos(a))
     items = _read(seg.path, dtype, seg.hi - seg.lo, pos(seg.lo))
     phy = items["phy"].astype(np.int64)

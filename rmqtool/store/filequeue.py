@@ -83,6 +83,16 @@ def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
     return None
 
 
+def release_pages(mm, upto: int, released: int = 0) -> int:
+    """Drop the pages of a read-only file map in [released, upto) (already decoded): RSS stays flat while
+    a large file is walked; the pages stay in the page cache. Returns the new released position."""
+    done = upto // mmap.PAGESIZE * mmap.PAGESIZE
+    if isinstance(mm, mmap.mmap) and done > released:
+        mm.madvise(mmap.MADV_DONTNEED, released, done - released)
+        return done
+    return released
+
+
 def is_offset_name(name: str) -> bool:
     return len(name) == FILE_NAME_DIGITS and name.isdigit()
 
