@@ -78,6 +78,17 @@ class FileFacts:
         """Physical offset after the file's valid data (the file's end after a BLANK)."""
         return self.file.start + self.file.length if self.stop == "blank" else self.stop_offset
 
+    def select(self, keep: np.ndarray) -> "FileFacts":
+        """The same file's facts for the records where ``keep`` is true (columns, key hashes, properties)."""
+        out = FileFacts(self.file, {k: v[keep] for k, v in self.columns.items()}, stop=self.stop,
+                        stop_offset=self.stop_offset, findings=self.findings)
+        if self.key_offsets is not None:
+            counts = np.diff(self.key_offsets)
+            out.key_hashes = self.key_hashes[np.repeat(keep, counts)]
+            out.key_offsets = np.concatenate([[0], np.cumsum(counts[keep])]).astype(np.int64)
+        out.props = {k: v.filter(pa.array(keep)) for k, v in self.props.items()}
+        return out
+
     def gets_cq_unit(self) -> np.ndarray:
         """CommitLogDispatcherBuildConsumeQueue: only NOT and COMMIT transaction types."""
         return _NEEDS_CQ[(self.columns["sys_flag"] >> 2) & 3]

@@ -72,12 +72,7 @@ def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, de
     for f in files:
         facts = scan_file(f, names, deep=deep, keys=keys, props=props, progress=progress, ledger=ledger)
         if start is not None and f.start < start:
-            keep = facts.columns["offset"] >= start
-            facts.columns = {k: v[keep] for k, v in facts.columns.items()}
-            if keys:
-                counts = np.diff(facts.key_offsets)
-                facts.key_hashes = facts.key_hashes[np.repeat(keep, counts)]
-                facts.key_offsets = np.concatenate([[0], np.cumsum(counts[keep])])
+            facts = facts.select(facts.columns["offset"] >= start)
         yield facts
         if facts.stop != "blank":
             return

@@ -23,6 +23,7 @@ from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Blank, decode_entry
 from rmqtool.format.consumequeue import valid_prefix
 from rmqtool.format.indexfile import IndexWriter
+from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
 from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir, store_cq_file_size, valid_facts
 from rmqtool.store.atomic import Transaction
@@ -91,6 +92,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
         start = next((i for i in range(len(files) - 1, -1, -1) if _first_record_matches(files[i], cp)), 0)
     else:
         start = max(0, len(files) - 3)
+    ledger = plan_dledger_recovery(store, broker_5x=v5) if store.commitlog.entry_header_size else None
     names = QueueNames()
     recover_from = files[start].start if files else 0
     scanned: list[FileFacts] = list(valid_facts(store, names, start=recover_from, deep=True,
@@ -99,7 +101,9 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     plan = RepairPlan(store, abnormal, process, recover_from)
 
     # -- commit log: delete empty or later files, zero after the cut --------------------------------
-    for f in queue:
+    if ledger is not None:
+        _ledger_files(plan, store, ledger)
+    for f in queue if ledger is None else ():
         rel = str(f.path.relative_to(root))
         if f.length == 0:
             plan.deletes.append(rel)
@@ -159,9 +163,9 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                                            f"indexMsgTimestamp {cp.index_msg_timestamp}"))
             else:
                 kept.append((ref.name, IndexWriter.from_bytes(map_private(ref.path), ref.geometry)))
-        if refs:
+        if refs and (ledger is None or ledger.reindex_from is not None):
             builder = IndexBuilder(refs[0].geometry, kept)
-            for facts in scanned:
+            for facts in _reindexed(scanned, ledger):
                 builder.add_facts(facts)
             for name, w in builder.files:
                 if name in builder.changed:
@@ -172,9 +176,13 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             if builder.full_end_timestamp is not None:
                 new_cp = new_cp._replace(index_msg_timestamp=builder.full_end_timestamp)
         last_cq = [int(f.columns["store_timestamp"][f.gets_cq_unit()][-1]) for f in scanned if f.gets_cq_unit().any()]
-        if last_cq:
+        if ledger is not None:         # DLedger: 4.9.x leaves the checkpoint; 5.x stamps the last record
+            last = next((int(f.columns["store_timestamp"][-1]) for f in reversed(scanned) if len(f)), None)
+            if v5 and last is not None:
+                new_cp = new_cp._replace(physic_msg_timestamp=last, logics_msg_timestamp=last)
+        elif last_cq:
             new_cp = new_cp._replace(logics_msg_timestamp=last_cq[-1])
-    if v5:
+    if v5 and ledger is None:
         last_msg = next((int(f.columns["offset"][-1]) for f in reversed(scanned) if len(f)), process)
         new_cp = new_cp._replace(confirm_phy_offset=last_msg)
     if store.is_store_root and new_cp != cp and (root / "checkpoint").exists():
@@ -190,6 +198,57 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             plan.actions.append(Action("abort", "abort", "remove"))
         plan.deletes.append("abort")
     return plan
+
+
+def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
+    """DLedgerMmapFileStore.recover: data and index files cut at the last accepted entry (zeroed after it),
+    wrong index units rewritten, and the checkpoint (and its .bak) DLedger persists afterwards; currterm
+    gets the .bak DLedger's next persist leaves."""
+    from rmqtool.format import dledger as D
+
+    root, files = store.root, store.dledger
+    maps: dict[Path, mmap.mmap] = {}
+    for path, keep in ledger.data_cut + ledger.index_cut:
+        maps[path] = _cut(path, keep, path.stat().st_size)
+    for path in ledger.data_delete + ledger.index_delete:
+        plan.deletes.append(str(path.relative_to(root)))
+        plan.actions.append(Action("delete_file", str(path.relative_to(root)), f"after the last entry {ledger.end_index}"))
+    index = files.index_queue()
+    for slot, unit in ledger.index_rewrite:
+        f, pos = index.locate(slot * D.INDEX_UNIT_SIZE)
+        mm = maps.setdefault(f.path, map_private(f.path))
+        mm[pos:pos + D.INDEX_UNIT_SIZE] = D.encode_index_unit(unit)
+    for path, mm in maps.items():
+        rel = str(path.relative_to(root))
+        plan.writes[rel] = mm
+        plan.actions.append(Action("truncate_dledger", rel, f"keep entries up to index {ledger.end_index} "
+                                   f"(position {ledger.end_pos}), rewrite their index units, zero the rest"))
+    if ledger.ledger_checkpoint is not None:
+        text = D.encode_ledger_checkpoint(ledger.ledger_checkpoint).encode()
+        for name in ("checkpoint", "checkpoint.bak"):
+            rel = str((files.dir / name).relative_to(root))
+            if not (root / rel).is_file() or (root / rel).read_bytes() != text:
+                plan.writes[rel] = text
+                plan.actions.append(Action("dledger_checkpoint", rel, f"committedIndex = endIndex = {ledger.end_index}"))
+    term = files.dir / "currterm"
+    if term.is_file() and not (files.dir / "currterm.bak").is_file():
+        plan.writes[str((files.dir / "currterm.bak").relative_to(root))] = term.read_bytes()
+        plan.actions.append(Action("dledger_currterm", str(term.relative_to(root)) + ".bak", "copy of currterm"))
+
+
+def _reindexed(scanned: list[FileFacts], ledger) -> list[FileFacts]:
+    """The records the broker indexes again: all re-read ones; on DLedger (5.x) those from the first
+    dropped index file's begin offset, and the last record once more (its restart dispatches it again,
+    as the fixture's recovered index shows)."""
+    if ledger is None:
+        return scanned
+    out = [f.select(f.columns["offset"] >= ledger.reindex_from) for f in scanned]
+    last = next((f for f in reversed(out) if len(f)), None)
+    if last is not None:
+        keep = np.zeros(len(last), bool)
+        keep[-1] = True
+        out.append(last.select(keep))
+    return out
 
 
 def _cut(path: Path, cut: int, size: int):
