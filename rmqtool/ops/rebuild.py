@@ -25,6 +25,7 @@ from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter, check_geometry
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.store.atomic import BUILD, Transaction
+from rmqtool.store.filequeue import release_pages
 from rmqtool.store.store import ConsumeQueue, Store
 
 _FORBIDDEN = set('/\\\x00')
@@ -540,6 +541,7 @@ class IndexBuilder:
         self.directory = directory
         self.changed: set[str] = set()
         self.full_end_timestamp: int | None = None
+        self.released = 0                # entry bytes of the last file already dropped from RSS
 
     def _last(self, timestamp: int) -> IndexWriter:
         if self.files and not self.files[-1][1].is_full():
@@ -553,6 +555,7 @@ class IndexBuilder:
             self._release(prev)
         self.files.append((name, w))
         self.changed.add(name)
+        self.released = 0
         return w
 
     def _new_buffer(self, name: str):
@@ -599,6 +602,9 @@ class IndexBuilder:
             take = keys[:min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT)]
             w.put_hashes(facts.key_hashes[take], offset[key_rec[take]], ts[key_rec[take]])
             self.changed.add(self.files[-1][0])
+            if self.directory is not None:    # written entries leave RSS (a shared map keeps them in the page cache)
+                first = self.geometry.entry_pos(1) // mmap.PAGESIZE * mmap.PAGESIZE
+                self.released = release_pages(w.buf, self.geometry.entry_pos(w.index_count), max(self.released, first))
             k = int(take[-1]) + 1
             if k >= len(key_rec):
                 rec = int(key_rec[take[-1]]) + 1
