@@ -88,10 +88,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
     """Batches of one file from ``pos``; returns True at the end of written data."""
     if f.length == 0:
         return False
-    with open(f.path, "rb") as fh:
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    buf = pa.py_buffer(mm)
-    data = np.frombuffer(mm, np.uint8)
+    mm, buf, data = _map(f)
     released = 0
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
@@ -127,10 +124,7 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
     entry position + 48), then the BLANK row; returns True at the end of written data."""
     if f.length == 0:
         return False
-    with open(f.path, "rb") as fh:
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    buf = pa.py_buffer(mm)
-    data = np.frombuffer(mm, np.uint8)
+    mm, buf, data = _map(f)
     cl = DLedgerCommitLog(FileQueue([f]))
     released = 0
     while True:
@@ -161,6 +155,13 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
         if isinstance(loc.entry, Blank):
             return False
         pos = loc.offset + loc.entry.total_size - f.start
+
+
+def _map(f: QueueFile) -> tuple[mmap.mmap, pa.Buffer, np.ndarray]:
+    """A read-only map of a file, as an Arrow buffer and a byte array over the same memory."""
+    with open(f.path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return mm, pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
 
 
 def _decode_one(buf, f: QueueFile, pos: int) -> Entry:

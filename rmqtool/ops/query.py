@@ -193,12 +193,9 @@ def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, u
     record dispatches to; the broker appends such units at the queue's end, so the unit may sit below the
     offset the record asks for (after a record whose targets it skipped), never above it.
     """
-    try:
-        entry = cl.read_at(unit.physical_offset)
-    except RmqError as exc:
-        return [f"no record at offset {unit.physical_offset}: {exc.message}"]
-    if isinstance(entry, Blank):
-        return [f"offset {unit.physical_offset} is a BLANK record"]
+    entry, problem = _record_at(cl, unit.physical_offset)
+    if problem:
+        return [problem]
     out = []
     if entry.total_size != unit.size:
         out.append(f"size {unit.size} != record size {entry.total_size}")
@@ -226,6 +223,17 @@ def unit_problems(cl: CommitLog, topic: str, queue_id: int, queue_offset: int, u
     return out
 
 
+def _record_at(cl: CommitLog, offset: int) -> tuple[Message | None, str | None]:
+    """The message a unit points at, or why there is none."""
+    try:
+        entry = cl.read_at(offset)
+    except RmqError as exc:
+        return None, f"no record at offset {offset}: {exc.message}"
+    if isinstance(entry, Blank):
+        return None, f"offset {offset} is a BLANK record"
+    return entry, None
+
+
 def _dispatches(entry: Message, offset: int, batch_cq: bool = False) -> list:
     try:
         return dispatch(entry, offset, batch_cq=batch_cq)
@@ -235,12 +243,9 @@ def _dispatches(entry: Message, offset: int, batch_cq: bool = False) -> list:
 
 def batch_unit_problems(cl: CommitLog, topic: str, queue_id: int, unit: BatchCqUnit) -> list[str]:
     """How a batch consume-queue unit disagrees with the record it points at (empty when it agrees)."""
-    try:
-        entry = cl.read_at(unit.physical_offset)
-    except RmqError as exc:
-        return [f"no record at offset {unit.physical_offset}: {exc.message}"]
-    if isinstance(entry, Blank):
-        return [f"offset {unit.physical_offset} is a BLANK record"]
+    entry, problem = _record_at(cl, unit.physical_offset)
+    if problem:
+        return [problem]
     if entry.topic != topic or entry.queue_id != queue_id:
         return [f"record is in {entry.topic}/{entry.queue_id}"]
     want = _dispatches(entry, unit.physical_offset, batch_cq=True)
