@@ -157,9 +157,10 @@ def decode_facts(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: di
     cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
     names = list(FACT_COLUMNS)
     if check_crc:
-        view, crc32 = memoryview(buf), zlib.crc32
-        crcs = np.array([crc32(view[a:a + n]) for a, n in zip(parts["body_pos"].tolist(), parts["body_len"].tolist())],
-                        np.int64) & 0x7FFFFFFF
+        view = memoryview(buf)
+        bodies = map(view.__getitem__, map(slice, parts["body_pos"].tolist(),
+                                           (parts["body_pos"] + parts["body_len"]).tolist()))
+        crcs = np.fromiter(map(zlib.crc32, bodies), np.int64, len(starts)) & 0x7FFFFFFF
         cols["crc_ok"] = pa.array(crcs == head["body_crc"].astype(np.int64))
         names.append("crc_ok")
     return pa.RecordBatch.from_arrays([cols[name] for name in names], names=names)

@@ -320,7 +320,6 @@ def _physical_offset_warnings(facts: FileFacts, data: np.ndarray, starts: np.nda
 
 
 # -- index key hashes ---------------------------------------------------------------------------------
-_INV31 = pow(31, -1, 1 << 32)
 _MASK = np.uint64(0xFFFFFFFF)
 
 
@@ -349,26 +348,31 @@ def _key_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _raw_hashes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(String.hashCode as unsigned 32-bit values, length in UTF-16 code units) of every string:
-    vectorised for ASCII strings, per string otherwise."""
+    """(String.hashCode as unsigned 32-bit values, length in UTF-16 code units) of every string: Horner's
+    rule over strings of one length at a time, a column of characters per step (uint32 wraps as Java's
+    int does); strings with non-ASCII characters one at a time."""
     n = len(strings)
+    if not n:
+        return np.empty(0, np.uint64), np.empty(0, np.int64)
     strings = strings.cast(pa.large_string())
     offsets = np.frombuffer(strings.buffers()[1], np.int64, n + 1, strings.offset)
     data = strings.buffers()[2]
-    chars = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]] if data is not None and n else \
-        np.empty(0, np.uint8)
-    offsets = offsets - offsets[0]
-    # h(s) = sum c_i * 31^(len-1-i) = 31^(end-1) * sum c_i * inv31^i  (mod 2^32, i global)
-    terms = chars.astype(np.uint64) * _pow_table(_INV31, len(chars))
-    prefix = np.concatenate([np.zeros(1, np.uint64), np.cumsum(terms)]) & _MASK    # wraps mod 2^64: fine
-    starts, ends = offsets[:-1], offsets[1:]
-    sums = (prefix[ends] - prefix[starts]) & _MASK
-    raw = np.where(ends > starts, sums * _pow_table(31, len(chars) + 1)[np.maximum(ends - 1, 0)] & _MASK, 0)
+    chars = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
+    starts, length = offsets[:-1], np.diff(offsets)
+    raw = np.zeros(n, np.uint32)
+    order = np.argsort(length, kind="stable")
+    by_length = length[order]
+    cuts = np.flatnonzero(np.diff(by_length)) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, n].tolist()):
+        rows = order[lo:hi]
+        at, h = starts[rows], np.zeros(hi - lo, np.uint32)
+        for j in range(int(by_length[lo])):
+            h = h * np.uint32(31) + chars[at + j]
+        raw[rows] = h
     raw = raw.astype(np.uint64)
-    length = ends - starts
-    high = np.concatenate([[0], np.cumsum(chars >= 0x80)])
-    for i in np.flatnonzero(high[ends] > high[starts]).tolist():     # UTF-16 code units differ from bytes
-        text = strings[i].as_py()
+    high = np.concatenate([[0], np.cumsum(chars[offsets[0]:offsets[-1]] >= 0x80)])
+    for i in np.flatnonzero(high[offsets[1:] - offsets[0]] > high[starts - offsets[0]]).tolist():
+        text = strings[i].as_py()                    # UTF-16 code units differ from bytes
         raw[i] = java_string_hash(text) & 0xFFFFFFFF
         length[i] = len(text.encode("utf-16-be", "surrogatepass")) // 2
     return raw, length

@@ -417,6 +417,18 @@ def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set
         result.coverage[name] = (bool(cov.any()), before, after)
 
 
+def _locate(offsets: np.ndarray, phy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the record at each offset, whether one starts there); each distinct offset of a sorted
+    run (index entries: a record's keys in a row) is searched once."""
+    if not len(offsets):
+        return np.zeros(len(phy), np.int64), np.zeros(len(phy), bool)
+    new = np.flatnonzero(np.diff(phy)) + 1
+    firsts = np.concatenate([[0], new])
+    at = np.minimum(np.searchsorted(offsets, phy[firsts]), len(offsets) - 1)
+    at = np.repeat(at, np.diff(np.append(firsts, len(phy))))
+    return at, offsets[at] == phy
+
+
 def _has_key(facts: FileFacts, rec: np.ndarray, key_hash: np.ndarray) -> np.ndarray:
     """Whether each record ``rec[i]`` has a key whose index hash is ``key_hash[i]``."""
     first, counts = facts.key_offsets[rec], np.diff(facts.key_offsets)[rec]
@@ -444,9 +456,7 @@ def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset:
     if not len(e):
         return
     phy, key_hash = e["phy"].astype(np.int64), e["hash"].astype(np.int64)
-    at = np.searchsorted(cols["offset"], phy)
-    at_c = np.minimum(at, max(len(facts) - 1, 0))
-    hit = (at < len(facts)) & (cols["offset"][at_c] == phy) if len(facts) else np.zeros(len(phy), bool)
+    at_c, hit = _locate(cols["offset"], phy)
     ok = hit & _has_key(facts, at_c, key_hash) if len(facts) else hit
     out = result.entry_findings.setdefault(path, [])
     for i in np.flatnonzero(~ok).tolist():
