@@ -102,3 +102,13 @@ def test_damaged_batch_and_lmq_units_are_named(name, queue, store_copy):
     findings = [x for x in verify_store(root) if x.kind == "cq_unit_mismatch"]
     assert [x.path for x in findings] == [str(f)]
     assert findings[0].expected != findings[0].actual
+
+
+def test_a_lying_physical_offset_field_is_a_warning(store_copy):
+    root = store_copy("dev-sample")
+    f = root / "commitlog" / "00000000000000000000"
+    data = bytearray(f.read_bytes())
+    struct.pack_into(">q", data, 257 + 28, 999)         # the second record's PHYSICALOFFSET
+    f.write_bytes(bytes(data))
+    hits = [x for x in verify_store(root) if x.kind == "physical_offset_mismatch"]
+    assert [(x.severity, x.offset, x.expected, x.actual) for x in hits] == [("warning", 257, 257, 999)]

@@ -52,8 +52,8 @@ class QueueNames:
         topics = enc.dictionary.to_pylist()
         pair = enc.indices.to_numpy().astype(np.int64) << 32 | (queue_id.astype(np.int64) & 0xFFFFFFFF)
         uniq, inverse = np.unique(pair, return_inverse=True)
-        table = np.array([self.code((topics[int(p >> 32)], int(np.int32(p & 0xFFFFFFFF)))) for p in uniq],
-                         np.int64)
+        pairs = zip((uniq >> 32).tolist(), (uniq & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist())
+        table = np.array([self.code((topics[t], q)) for t, q in pairs], np.int64)
         return table[inverse.reshape(-1)]
 
 
@@ -180,7 +180,8 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
             good, lengths = check_lengths(data, starts)
             if good:
                 _, ok = got.add(decode_facts(data, buf, starts[:good], lengths, f.start, deep))
-                _physical_offset_warnings(facts, data, starts[:ok], f.start, path)
+                _physical_offset_warnings(facts, starts[:ok], lengths["head"]["stored_physical_offset"][:ok],
+                                          f.start, path)
                 if ok < good:                       # CRC mismatch or a bad DELAY: named below
                     pos = int(starts[ok])
                 elif good == len(starts):
@@ -306,12 +307,10 @@ def _batch_facts(batch: pa.RecordBatch, names: QueueNames, deep: bool) -> tuple[
     return cols, ok
 
 
-def _physical_offset_warnings(facts: FileFacts, data: np.ndarray, starts: np.ndarray, file_start: int,
+def _physical_offset_warnings(facts: FileFacts, starts: np.ndarray, stored: np.ndarray, file_start: int,
                               path: str) -> None:
-    if not len(starts):
-        return
-    words = np.ndarray((max(len(data) - 7, 0),), ">i8", data, 0, (1,))
-    stored = words[starts + C.PHYSICALOFFSET_POS].astype(np.int64)
+    """Records whose PHYSICALOFFSET field (from the header gather) is not their position."""
+    stored = stored.astype(np.int64)
     for i in np.flatnonzero(stored != starts + file_start).tolist():
         at = int(starts[i]) + file_start
         facts.findings.append(Finding(WARNING, "physical_offset_mismatch", path, at,

@@ -4,7 +4,8 @@
 
 For each size (GiB of commit log, in 1 GiB files) a store is generated under DIR when missing (rmqtool's
 generator: 2,000 queues with 6,000,000-byte consume-queue files, the default 5M/20M index geometry;
-about 2.5 minutes per GiB). Every measure runs in its own process on a warm page cache; the table gives
+about 2.5 minutes per GiB). Every measure runs in its own process, its commit-log and index files read
+into the page cache first; the table gives
 wall time, MB/s of commit log, peak RSS, and the ratio to the columnar decode with CRC of the same run.
 Outputs go under DIR and are removed after each measure:
 
@@ -79,8 +80,17 @@ def measure(name: str, store: Path, scratch: Path) -> dict:
     return {"seconds": time.perf_counter() - started, "bytes": size, "read": read}
 
 
+def warm(store: Path) -> None:
+    """Read the commit-log and index files into the page cache (the outputs of earlier measures may
+    have pushed them out): every measure starts from a warm cache."""
+    for sub in ("commitlog", "index"):
+        for f in sorted((store / sub).iterdir()):
+            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
+
+
 def run_child(name: str, store: Path, scratch: Path) -> dict:
-    """One measure in a fresh process; peak RSS from wait4; outputs removed (untimed)."""
+    """One measure in a fresh process on a warm cache; peak RSS from wait4; outputs removed (untimed)."""
+    warm(store)
     scratch.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([sys.executable, __file__, "--child", name, "--store", str(store),
                              "--scratch", str(scratch)], stdout=subprocess.PIPE)
@@ -122,8 +132,6 @@ def main() -> None:
     rss: dict[str, dict[int, float]] = {}
     for gib in args.sizes:
         store = ensure_store(args.dir / f"store-{gib}g", gib, args.queues)
-        for f in sorted((store / "commitlog").iterdir()):       # warm the page cache
-            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
         print(f"\nstore {store}: {gib} GiB, {args.queues} queues; load average {os.getloadavg()[0]:.2f}, "
               f"{os.cpu_count()} cores", flush=True)
         header = f"{'command':<16} {'s':>7} {'MB/s':>7} {'x decode+CRC':>13} {'peak RSS MB':>12} {'read MB':>8}"
