@@ -365,8 +365,7 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
     qo = np.concatenate([int(p[1].path.name) // C.CQ_STORE_UNIT_SIZE + p[3] for p in picked])
     phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
     cols, n = facts.columns, len(facts)
-    at = np.minimum(np.searchsorted(cols["offset"], phy), max(n - 1, 0))
-    hit = (cols["offset"][at] == phy) if n else np.zeros(len(phy), bool)
+    at, hit = _units_records(picked, phy, qo, facts, len(names.names))
     if n:    # a unit reaching past the file's data covers nothing
         covered[at[hit & (cols["queue"][at] == code) & (phy + size <= facts.end)]] = True
         bad = ~hit | (cols["size"][at] != size) | (cols["queue"][at] != code) \
@@ -390,6 +389,40 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
             if exp != act:
                 out.append((p, s, qoff, Finding(ERROR, f"cq_{name}_mismatch", *where,
                                                 f"queue offset {qoff} -> record {p}: {name} differs", exp, act)))
+
+
+def _units_records(picked: list, phy: np.ndarray, qo: np.ndarray, facts: FileFacts,
+                   n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(record index, whether a record starts there) for each gathered unit. A queue whose units here
+    form one run finds them from its records' queue offsets (no search); the other units, and units a
+    record does not claim, are looked up by physical offset."""
+    cols, n = facts.columns, len(facts)
+    at, hit = np.zeros(len(phy), np.int64), np.zeros(len(phy), bool)
+    if not n:
+        return at, hit
+    base, first, count = np.full(n_codes + 1, -1), np.zeros(n_codes + 1, np.int64), np.zeros(n_codes + 1, np.int64)
+    runs: dict[int, int] = {}
+    start = 0
+    for _, _, code, idx, u in picked:
+        if code >= 0 and (idx[-1] - idx[0] + 1 == len(idx)):
+            runs[code] = runs.get(code, 0) + 1
+            base[code], first[code], count[code] = start, int(qo[start]), len(u)
+        start += len(u)
+    for code, k in runs.items():
+        if k > 1:                                   # several runs of one queue: searched below
+            base[code] = -1
+    rows = np.flatnonzero(base[cols["queue"]] >= 0)
+    queue = cols["queue"][rows]
+    rel = cols["queue_offset"][rows] - first[queue]
+    ok = (rel >= 0) & (rel < count[queue])
+    unit, rows = base[queue][ok] + rel[ok], rows[ok]
+    claimed = phy[unit] == cols["offset"][rows]
+    at[unit[claimed]], hit[unit[claimed]] = rows[claimed], True
+    rest = np.flatnonzero(~hit)
+    if len(rest):
+        found = np.minimum(np.searchsorted(cols["offset"], phy[rest]), n - 1)
+        at[rest], hit[rest] = found, cols["offset"][found] == phy[rest]
+    return at, hit
 
 
 def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set, batch_topics: frozenset,
