@@ -6,10 +6,10 @@ consume queues' max offsets that consumer lag is measured against.
 
 from __future__ import annotations
 
-import struct
 from typing import Any, NamedTuple
 
 from rmqtool import constants as C
+from rmqtool.format.batchcq import decode_unit as decode_bcq_unit
 from rmqtool.errors import FormatError
 from rmqtool.format.consumequeue import UNIT
 from rmqtool.format.fastjson import DataVersion, as_int, data_version
@@ -114,8 +114,6 @@ def topic_table(store: Store) -> dict[str, TopicConfig] | None:
 
 
 # -- consume-queue max offsets ----------------------------------------------------------------------
-BCQ_UNIT_SIZE = 46
-_BCQ_HEAD = struct.Struct(">qiqqqh")     # physOffset, size, tagsCode, storeTime, msgBaseOffset, batchSize
 
 
 def cq_max_offset(store: Store, topic: str, queue_id: int) -> int | None:
@@ -127,12 +125,11 @@ def cq_max_offset(store: Store, topic: str, queue_id: int) -> int | None:
         return _recovered_end(FileQueue.from_dir(classic), C.CQ_STORE_UNIT_SIZE, _classic_valid) // C.CQ_STORE_UNIT_SIZE
     if batch.is_dir():
         queue = FileQueue.from_dir(batch)
-        end = _recovered_end(queue, BCQ_UNIT_SIZE, _batch_valid)
+        end = _recovered_end(queue, C.BCQ_STORE_UNIT_SIZE, _batch_valid)
         if end == queue.min_offset:
             return 0
-        f, pos = queue.locate(end - BCQ_UNIT_SIZE)
-        _, _, _, _, base, batch_size = _BCQ_HEAD.unpack_from(f.read(), pos)
-        return base + batch_size
+        f, pos = queue.locate(end - C.BCQ_STORE_UNIT_SIZE)
+        return decode_bcq_unit(f.read(), pos).next_offset
     return None
 
 
@@ -142,8 +139,7 @@ def _classic_valid(buf, pos: int) -> bool:
 
 
 def _batch_valid(buf, pos: int) -> bool:
-    phy, size, _, _, base, batch_size = _BCQ_HEAD.unpack_from(buf, pos)
-    return phy >= 0 and size > 0 and base >= 0 and batch_size > 0
+    return decode_bcq_unit(buf, pos).is_valid
 
 
 def _recovered_end(queue: FileQueue, unit: int, valid) -> int:

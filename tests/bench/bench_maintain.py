@@ -4,8 +4,8 @@
 
 For each size (GiB of commit log, in 1 GiB files) a store is generated under DIR when missing (rmqtool's
 generator: 2,000 queues with 6,000,000-byte consume-queue files, the default 5M/20M index geometry;
-about 2.5 minutes per GiB). Every measure runs in its own process, its commit-log and index files read
-into the page cache first; the table gives
+about 2.5 minutes per GiB). Every measure runs in its own process, the store read into the page cache
+first; the table gives
 wall time, MB/s of commit log, peak RSS, and the ratio to the columnar decode with CRC of the same run.
 Outputs go under DIR and are removed after each measure:
 
@@ -81,11 +81,20 @@ def measure(name: str, store: Path, scratch: Path) -> dict:
 
 
 def warm(store: Path) -> None:
-    """Read the commit-log and index files into the page cache (the outputs of earlier measures may
-    have pushed them out): every measure starts from a warm cache."""
+    """Read the store into the page cache (the outputs of earlier measures may have pushed it out):
+    commit-log and index files whole, consume-queue files where they hold data. Every measure starts
+    from a warm cache."""
+    from rmqtool.store.filequeue import data_extents
+
     for sub in ("commitlog", "index"):
         for f in sorted((store / sub).iterdir()):
             subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
+    for f in (store / "consumequeue").rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                for lo, hi in data_extents(fh.fileno(), 0, f.stat().st_size):
+                    fh.seek(lo)
+                    fh.read(hi - lo)
 
 
 def run_child(name: str, store: Path, scratch: Path) -> dict:
