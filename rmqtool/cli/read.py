@@ -142,16 +142,19 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
         if chosen:
             check_fields(chosen, summary)
             summary = {k: summary[k] for k in chosen}
-        sections = {k: summary.pop(k) for k in ("commitlog_files", "consume_queues", "index_files",
-                                                "checkpoint", "version_hints", "problems") if k in summary}
+        tables = (("commitlog_files", "commit-log files"), ("consume_queues", "consume queues"),
+                  ("batch_consume_queues", "batch consume queues"), ("topic_config", "topics (config/topics.json)"),
+                  ("index_files", "index files"))
+        sections = {k: summary.pop(k) for k in [t for t, _ in tables] + ["checkpoint", "dledger", "version_hints",
+                                                                         "problems"] if k in summary}
         if summary:
             write_record(summary, out, tablefmt=tablefmt, select=False)
-        for key, title in (("commitlog_files", "commit-log files"), ("consume_queues", "consume queues"),
-                           ("index_files", "index files")):
+        for key, title in tables:
             _section(title, sections.get(key, []), out, tablefmt)
-        if sections.get("checkpoint"):
-            _section("checkpoint", None, out, tablefmt)
-            write_record(sections["checkpoint"], out, tablefmt=tablefmt, select=False)
+        for key in ("checkpoint", "dledger"):
+            if sections.get(key):
+                _section(key, None, out, tablefmt)
+                write_record(sections[key], out, tablefmt=tablefmt, select=False)
         for key in ("version_hints", "problems"):
             _section(key.replace("_", " "), [{key[:-1]: t} for t in sections.get(key, [])], out, tablefmt)
         summary["problems"] = problems

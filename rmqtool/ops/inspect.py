@@ -28,6 +28,9 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None) -> d
         queues.append({"topic": cq.topic, "queue_id": cq.queue_id, "files": len(cq.queue),
                        "min_queue_offset": first, "max_queue_offset": first + units if units else 0,
                        "units": units})
+    batch = [{"topic": q.topic, "queue_id": q.queue_id, "files": len(q.queue), "units": len(q.units()),
+              "min_queue_offset": q.offsets()[0], "max_queue_offset": q.offsets()[1]}
+             for q in store.batch_consume_queues()]
     cp = store.checkpoint()
     return {
         "store": str(store.root),
@@ -35,8 +38,11 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None) -> d
         "commitlog_files": [{"file": f.path.name, "start_offset": f.start, "end_offset": f.start + f.length,
                              "size": f.length} for f in cl.queue],
         **scan,
-        "topics": len({q["topic"] for q in queues}),
+        "topics": len({q["topic"] for q in queues + batch}),
         "consume_queues": queues,
+        "batch_consume_queues": batch,
+        "topic_config": topic_config_rows(store, queues + batch),
+        "dledger": dledger_row(store),
         "index_files": [index_file_row(ref) for ref in store.index_files()],
         "checkpoint": checkpoint_row(cp) if cp else None,
         "abort": store.abort_path.exists(),
@@ -143,6 +149,35 @@ def _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
     return {"min_physical_offset": cl.min_offset, "max_physical_offset": end, "messages": messages,
             "blanks": blanks, "v2_records": v2, "trailing_separator_records": trailing,
             "min_store_timestamp": first_ts, "max_store_timestamp": last_ts, "damage": damage}
+
+
+def topic_config_rows(store: Store, queues: list[dict]) -> list[dict]:
+    """config/topics.json (or .bak), one row a topic, with how many queue directories the store holds."""
+    from rmqtool.store.metadata import topic_table
+
+    table = topic_table(store)
+    if table is None:
+        return []
+    held: dict[str, int] = {}
+    for q in queues:
+        held[q["topic"]] = held.get(q["topic"], 0) + 1
+    return [{"topic": name, "read_queue_nums": t.read_queue_nums, "write_queue_nums": t.write_queue_nums,
+             "perm": t.perm_text, "queue_type": t.queue_type, "order": t.order, "queues_on_disk": held.get(name, 0)}
+            for name, t in sorted(table.items())]
+
+
+def dledger_row(store: Store) -> dict[str, Any] | None:
+    """A DLedger store's log: entries, term, and its checkpoint/currterm files (None otherwise)."""
+    files = store.dledger
+    if files is None:
+        return None
+    units = list(files.iter_index_units())
+    cp, term = files.checkpoint(), files.currterm()
+    return {"dledger_dir": str(files.dir), "entries": len(units),
+            "begin_index": units[0][0] if units else -1, "end_index": units[-1][0] if units else -1,
+            "end_term": units[-1][2].term if units else -1,
+            "committed_index": cp.committed_index if cp else None, "current_term": term.curr_term if term else None,
+            "vote_leader": term.vote_leader if term else None}
 
 
 def index_file_row(ref) -> dict[str, Any]:

@@ -1,0 +1,44 @@
+"""info on the 5.x feature stores: the topic table, batch consume queues and the DLedger log, against
+what the real broker read back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DLEDGER_SETS, readback, store_path
+from helpers_maintain import run
+
+
+def _info(name: str) -> dict:
+    result = run("info", store_path(name), "-f", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_topic_table_as_the_broker_loads_it():
+    table = readback("dev-config-5x")["metadata"]["topicConfigTable"]
+    rows = {r["topic"]: r for r in _info("dev-config-5x")["topic_config"]}
+    assert set(rows) == set(table)
+    for name, conf in table.items():
+        assert (rows[name]["read_queue_nums"], rows[name]["write_queue_nums"]) == \
+            (conf["readQueueNums"], conf["writeQueueNums"]), name
+    assert rows["BatchTopic"]["queue_type"] == "BatchCQ" and rows["BatchTopic"]["queues_on_disk"] == 2
+
+
+def test_batch_consume_queues():
+    want = {(q["topic"], q["queueId"]): (q["minOffsetInQueue"], q["maxOffsetInQueue"])
+            for q in readback("dev-batchcq-5x")["batchConsumeQueues"]}
+    got = {(q["topic"], q["queue_id"]): (q["min_queue_offset"], q["max_queue_offset"])
+           for q in _info("dev-batchcq-5x")["batch_consume_queues"]}
+    assert got == want
+
+
+@pytest.mark.parametrize("name", DLEDGER_SETS)
+def test_dledger_log(name):
+    store = readback(name)["dledgerStore"]
+    d = _info(name)["dledger"]
+    assert (d["begin_index"], d["end_index"], d["end_term"], d["committed_index"]) == \
+        (store["ledgerBeginIndex"], store["ledgerEndIndex"], store["ledgerEndTerm"], store["committedIndex"])
+    assert _info("dev-sample")["dledger"] is None
