@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -145,3 +146,15 @@ def test_rebuild_cq_refuses_a_topic_without_records(store_copy, tmp_path):
     assert snapshot(root) == before and not (tmp_path / "bk").exists()
     assert run("rebuild-cq", root, "--topic", "TopicZ", "--force", "--backup", tmp_path / "bk").exit_code == 0
     assert (root / "consumequeue" / "TopicZ").is_dir()
+
+
+def test_rebuild_cq_dry_run_lists_only_the_queues_that_would_change(store_copy):
+    root = store_copy("dev-sample")
+    before = snapshot(root)
+    assert run("rebuild-cq", root, "--dry-run").exit_code == 0          # as the broker wrote them
+    shutil.rmtree(root / "consumequeue" / "TopicB")
+    result = run("rebuild-cq", root, "--dry-run", "-f", "jsonl")
+    assert result.exit_code == 1
+    assert sorted(json.loads(line)["path"] for line in result.stdout.splitlines()) == \
+        ["consumequeue/TopicB/0", "consumequeue/TopicB/1"]
+    assert snapshot(root) == {k: v for k, v in before.items() if not k.startswith("consumequeue/TopicB/")}

@@ -73,3 +73,10 @@ def test_repair_of_an_aborted_store_stays_under_400_mb(wide_store, tmp_path):
     assert result.returncode == 0, result.stderr
     assert rss < LIMIT, f"repair: peak RSS {rss / 2**20:.0f} MiB"
     assert not (wide_store / "abort").exists()
+
+
+def test_generated_queue_and_index_files_are_sparse(wide_store):
+    used, apparent = allocated(wide_store / "consumequeue")
+    assert apparent > 10 * 1000 ** 3 and used < apparent / 100
+    used, apparent = allocated(wide_store / "index")
+    assert used < apparent

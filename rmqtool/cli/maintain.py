@@ -177,7 +177,7 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
 
     \b
     Examples:
-      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 1
+      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 0: the queues are as the broker wrote them
       rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$ -f plain
       rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$ -f plain
       rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
@@ -197,8 +197,11 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
                    f"(--force writes an empty queue directory). Topics: {', '.join(res.topics) or 'none'}",
                    err=True)
         raise click.exceptions.Exit(ExitCode.FINDINGS)
-    rows = [{"action": "write_cq", "path": res.target,
-             "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
+    if dry_run:          # the queues whose files would change
+        rows = [{"action": a, "path": p, "detail": d} for a, p, d in res.changes]
+    else:
+        rows = [{"action": "write_cq", "path": res.target,
+                 "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
     show_plan(rows, fmt, tablefmt, "consume queues")
     if dry_run:
         end_dry_run(rows)

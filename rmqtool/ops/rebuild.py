@@ -25,7 +25,7 @@ from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter, check_geometry
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.store.atomic import BUILD, Transaction
-from rmqtool.store.filequeue import release_pages
+from rmqtool.store.filequeue import release_pages, same_content
 from rmqtool.store.store import ConsumeQueue, Store
 
 _FORBIDDEN = set('/\\\x00')
@@ -344,6 +344,7 @@ def store_cq_file_size(store: Store, explicit: int | None = None) -> int | None:
 @dataclass
 class RebuildResult:
     topics: list[str] = field(default_factory=list)     # the topics of the records seen
+    changes: list[tuple[str, str, str]] = field(default_factory=list)   # dry run: (action, queue dir, detail)
     queues: int = 0
     files: int = 0
     units: int = 0
@@ -381,9 +382,11 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
             shutil.rmtree(path)
         path.mkdir(parents=True)
 
+    scratch = Path(tempfile.mkdtemp(prefix="rmqtool-cq-")) if dry_run else None   # a dry run builds here
+
     def directory(t: str, qid: int, is_batch: bool) -> Path | None:
-        if dry_run:
-            return None
+        if scratch is not None:
+            return scratch / ("batchconsumequeue" if is_batch else "consumequeue") / t / str(qid)
         if out is not None:
             return out / t / str(qid)
         base = built["batchconsumequeue" if is_batch else "consumequeue"]
@@ -402,6 +405,11 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
         raise
     result.queues, result.files = len(writers), sum(w.created for w in writers.values())
     result.units = sum(w.write_pos // C.CQ_STORE_UNIT_SIZE for w in writers.values())
+    if scratch is not None:
+        try:
+            result.changes = _queue_changes(store, scratch, [rels[kind] for kind in kinds])
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     if dry_run or out is not None:
         return result
     txn = Transaction(store.root, backup, label="rebuild-cq")
@@ -409,6 +417,28 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
         txn.replace_dir(rels[kind], path)
     result.backup = str(txn.commit())
     return result
+
+
+def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str, str, str]]:
+    """(action, queue directory, detail) for each queue whose rebuilt files differ from the store's."""
+    out = []
+    for rel in rels:
+        kind = rel.split("/")[0]
+        mine, theirs = built / kind, store.root / kind
+        names = {p.parent.relative_to(mine) for p in mine.rglob("*") if p.is_file()} if mine.is_dir() else set()
+        have = {p.parent.relative_to(theirs) for p in (theirs / rel[len(kind) + 1:] if "/" in rel else theirs).rglob("*")
+                if p.is_file()} if theirs.is_dir() else set()
+        if "/" in rel:
+            names = {q for q in names if str(q).split("/")[0] == rel.split("/", 1)[1]}
+        for q in sorted(names | have, key=str):
+            a, b = mine / q, theirs / q
+            files_a = {p.name for p in a.iterdir()} if a.is_dir() else set()
+            files_b = {p.name for p in b.iterdir() if p.is_file()} if b.is_dir() else set()
+            if not files_a:
+                out.append(("delete_cq", f"{kind}/{q}", "the commit log has no record for this queue"))
+            elif files_a != files_b or not all(same_content(a / n, b / n) for n in files_a):
+                out.append(("write_cq", f"{kind}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
+    return out
 
 
 class _NoRecords(Exception):

@@ -68,6 +68,23 @@ def data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
         pos = max(hi, pos + 1)
 
 
+def same_content(a: Path, b: Path) -> bool:
+    """Whether two files hold the same bytes, reading only where either holds data (sparse files)."""
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    size = os.path.getsize(a)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        spans = sorted(list(data_extents(fa.fileno(), 0, size)) + list(data_extents(fb.fileno(), 0, size)))
+        for lo, hi in spans:
+            for pos in range(lo, hi, 1 << 20):
+                n = min(1 << 20, hi - pos)
+                fa.seek(pos)
+                fb.seek(pos)
+                if fa.read(n) != fb.read(n):
+                    return False
+    return True
+
+
 def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
     """Position of the first non-zero byte in [start, end) of a file; holes are skipped."""
     import numpy as np
