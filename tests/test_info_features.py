@@ -42,3 +42,11 @@ def test_dledger_log(name):
     assert (d["begin_index"], d["end_index"], d["end_term"], d["committed_index"]) == \
         (store["ledgerBeginIndex"], store["ledgerEndIndex"], store["ledgerEndTerm"], store["committedIndex"])
     assert _info("dev-sample")["dledger"] is None
+
+
+def test_stats_by_topic_carries_the_topic_table():
+    table = readback("dev-config-5x")["metadata"]["topicConfigTable"]
+    result = run("stats", store_path("dev-config-5x"), "--by", "topic", "-f", "jsonl")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows and all(r["write_queue_nums"] == table[r["topic"]]["writeQueueNums"] for r in rows)
+    assert {r["topic"]: r["queue_type"] for r in rows}["BatchTopic"] == "BatchCQ"

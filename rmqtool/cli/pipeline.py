@@ -107,7 +107,8 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
     and retry_share, dlq (%DLQ% topics) and dlq_share (--by topic counts both under the original topic
     of the message, from its RETRY_TOPIC property), transaction_half (half messages, legacy
     prepared), transaction_commit, transaction_rollback, transaction_op (op messages), delayed
-    (SCHEDULE_TOPIC_XXXX). BLANK records are not counted.
+    (SCHEDULE_TOPIC_XXXX). BLANK records are not counted. --by topic adds queue_type and write_queue_nums
+    from the store's topic table (config/topics.json) when it has one.
 
     \b
     The filters are those of grep and cat-commitlog.
@@ -132,7 +133,11 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
         with progress_bar(sum(f.size for f in files), "stats") as progress:
             rows = stats_local(files, by, on_damage=damage, progress=progress, where=where)
     keys = {"queue": ["topic", "queue_id"], "tag": ["tags"]}.get(by, [by] if by else [])
-    write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS, tablefmt=tablefmt, title="stats")
+    extra = []
+    if by == "topic":                     # the topic table, where a store has one
+        from rmqtool.ops.stats import TOPIC_CONFIG_FIELDS, with_topic_config
+        rows, extra = with_topic_config(rows, sorted({f.store for f in files})), TOPIC_CONFIG_FIELDS
+    write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats")
     damage.exit()
 
 

@@ -144,3 +144,23 @@ def stats_local(files: list[scan.StoreFile], by: str | None,
                 progress: Callable[[int], None] | None = None, where=None) -> list[dict]:
     """The single-process engine: every file in turn (``progress(n)``: bytes scanned)."""
     return stats_rows(merge([file_stats(f, by, on_damage, where, progress) for f in files], by), by)
+
+
+TOPIC_CONFIG_FIELDS = ["queue_type", "write_queue_nums"]
+
+
+def with_topic_config(rows: list[dict], stores: Iterable[str]) -> list[dict]:
+    """``--by topic`` rows with the topic table's queue type and queue count (config/topics.json of the
+    local stores that have one; None for topics no table names)."""
+    from rmqtool.errors import RmqError
+    from rmqtool.store.metadata import topic_table
+    from rmqtool.store.store import Store
+
+    known: dict[str, tuple[str, int]] = {}
+    for path in stores:
+        try:
+            table = topic_table(Store.open(path)) or {}
+        except (RmqError, OSError):
+            continue                      # a remote store or none: no table
+        known.update({name: (t.queue_type, t.write_queue_nums) for name, t in table.items()})
+    return [{**r, **dict(zip(TOPIC_CONFIG_FIELDS, known.get(r["topic"], (None, None))))} for r in rows]
