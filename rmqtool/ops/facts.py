@@ -332,16 +332,19 @@ def _key_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
     has_uniq = uniq.is_valid().to_numpy(zero_copy_only=False)
     key_counts = pc.list_value_length(keys).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     counts = has_uniq.astype(np.int64) + key_counts
-    # flat (record, key) pairs: the UNIQ_KEYs, then the keys; put in record order below
+    # flat (record, key) pairs: the UNIQ_KEYs, then the keys; each placed at its record's slot
     rec_of_key = pc.list_parent_indices(keys).to_numpy(zero_copy_only=False)
-    rec = np.concatenate([np.flatnonzero(has_uniq), rec_of_key])
-    first = np.concatenate([np.zeros(int(has_uniq.sum()), np.int64), np.ones(len(rec_of_key), np.int64)])
+    uniq_rows = np.flatnonzero(has_uniq)
+    rec = np.concatenate([uniq_rows, rec_of_key])
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    nth = np.arange(len(rec_of_key)) - np.concatenate([[0], np.cumsum(key_counts)[:-1]])[rec_of_key]
+    place = np.concatenate([start[uniq_rows], start[rec_of_key] + has_uniq[rec_of_key] + nth])
     raw, length = _raw_hashes(pa.concat_arrays([uniq.filter(pa.array(has_uniq)), pc.list_flatten(keys)]))
     enc = pc.dictionary_encode(topic)
     topic_raw = np.array([java_string_hash(t) & 0xFFFFFFFF for t in enc.dictionary.to_pylist()], np.uint64)
     head = (topic_raw[enc.indices.to_numpy()[rec]] * np.uint64(31) + np.uint64(ord("#"))) & _MASK
-    full = (head * _pow_table(31, int(length.max(initial=0)) + 1)[length] + raw) & _MASK
-    h = full[np.lexsort((first, rec))].astype(np.int64)
+    h = np.empty(len(rec), np.int64)
+    h[place] = (head * _pow_table(31, int(length.max(initial=0)) + 1)[length] + raw) & _MASK
     h = np.where(h >= 1 << 31, h - (1 << 32), h)
     return counts, np.where(h == -(1 << 31), 0, np.abs(h))
 
