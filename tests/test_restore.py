@@ -91,17 +91,17 @@ def test_one_backup_per_put_and_per_import(tmp_path):
 
 
 @pytest.mark.parametrize("args", [
-    ["repair", "{crash}"], ["repair", "{crash}", "--dry-run"], ["rebuild-cq", "{clean}", "--dry-run"],
+    ["repair", "{crash}"], ["repair", "{crash}", "--dry-run"], ["rebuild-cq", "{torn}", "--dry-run"],
     ["rebuild-index", "{clean}", "--dry-run"], ["put", "{clean}", "--topic", "T", "--body", "x", "--dry-run"],
 ])
 def test_dry_runs_print_one_plan_format_and_exit_1_with_something_to_do(args, store_copy):
-    crash, clean = store_copy("dev-sample-crash"), store_copy("dev-sample")
-    before = tree(crash), tree(clean)
-    result = run(*[a.format(crash=crash, clean=clean) for a in args], "-f", "jsonl")
+    crash, clean, torn = store_copy("dev-sample-crash"), store_copy("dev-sample"), store_copy("dev-sample-crash-torn")
+    before = tree(crash), tree(clean), tree(torn)
+    result = run(*[a.format(crash=crash, clean=clean, torn=torn) for a in args], "-f", "jsonl")
     assert result.exit_code == 1, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert rows and all(list(r) == ["action", "path", "detail"] for r in rows)
-    assert (tree(crash), tree(clean)) == before
+    assert (tree(crash), tree(clean), tree(torn)) == before
 
 
 def test_dry_run_with_nothing_to_do_exits_0(store_copy):
