@@ -1,8 +1,10 @@
 """Regenerate consume queues and index files from the commit log, as the broker's dispatch does.
 
 ``CqWriter`` is ConsumeQueue.putMessagePositionInfo (duplicate/repeat rules, fillPreBlank, full-size
-files); ``IndexBuilder`` is IndexService.buildIndex over ``IndexWriter`` (= IndexFile.putKey). Both are
-shared by rebuild, repair (re-dispatch after truncation) and the writers (put/import).
+files; ``CqFileWriter`` streams a new queue to sparse files, ``BcqFileWriter`` a batch queue);
+``IndexBuilder`` is IndexService.buildIndex over ``IndexWriter`` (= IndexFile.putKey, one key or a column of
+keys). They are shared by rebuild, repair (re-dispatch after truncation) and the writers (put/import).
+Records come from ``rmqtool.ops.facts``, one commit-log file at a time.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple
+from typing import Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -317,20 +319,6 @@ class BcqFileWriter:
 
     def flush(self) -> None:
         self.stream.flush()
-
-
-def dispatch_to_queues(records: Iterable[RecordInfo], queues: dict[tuple[str, int], CqWriter],
-                       file_size: int) -> None:
-    """CommitLogDispatcherBuildConsumeQueue over records (creating queues as needed)."""
-    for r in records:
-        if not r.gets_cq_unit:
-            continue
-        key = (r.topic, r.queue_id)
-        w = queues.get(key)
-        if w is None:
-            safe_topic_dir(r.topic, r.offset)
-            w = queues[key] = CqWriter(file_size)
-        w.put(r.offset, r.size, r.tags_code, r.queue_offset)
 
 
 def store_cq_file_size(store: Store, explicit: int | None = None) -> int | None:
