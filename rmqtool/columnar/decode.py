@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.props import pick_tokens, property_columns
+from rmqtool.columnar.props import pick_tokens, property_columns, property_values, split_keys
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
 from rmqtool.format.java import java_string_hash, tags_code
@@ -123,15 +123,18 @@ def decode_batch(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: di
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
+# Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
+DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
+                       C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
 FACT_COLUMNS = ("physical_offset", "total_size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "topic",
-                "tags_code", "uniq_key", "keys", "properties", "properties_raw")
+                "tags_code", "uniq_key", "keys", "properties_raw") + DISPATCH_PROPERTIES
 
 
 def decode_facts(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: dict[str, np.ndarray],
                  file_start: int, check_crc: bool) -> pa.RecordBatch:
     """The columns of ``decode_batch`` that the maintenance commands read (``FACT_COLUMNS``, and
-    ``crc_ok``), with the same values, computed without copying bodies or formatting hosts and msgIds:
-    CRCs are taken over the mapped bytes."""
+    ``crc_ok``), with the same values, computed without copying bodies or formatting hosts and msgIds
+    (CRCs are taken over the mapped bytes) and with only the properties they read (no map column)."""
     base = int(starts[0])
     window = buf.slice(base, int(starts[-1] + parts["total"][-1]) - base)
     topic_raw, props_raw = pick_tokens(
@@ -153,8 +156,11 @@ def decode_facts(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: di
         "topic": _utf8(topic_raw),
         "properties_raw": props_raw,
     }
-    cols.update(property_columns(props_raw))
-    cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
+    wanted = (C.PROPERTY_TAGS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_KEYS) + DISPATCH_PROPERTIES
+    props = property_values(props_raw, wanted)
+    cols.update({name: props[name] for name in DISPATCH_PROPERTIES})
+    cols["uniq_key"], cols["keys"] = props[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX], split_keys(props[C.PROPERTY_KEYS])
+    cols["tags_code"] = _tags_codes(props[C.PROPERTY_TAGS], cols["topic"], props_raw, cols["store_timestamp"])
     names = list(FACT_COLUMNS)
     if check_crc:
         view = memoryview(buf)

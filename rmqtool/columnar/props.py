@@ -39,63 +39,91 @@ def _offsets(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
 
 
+class _Items:
+    """The items of a batch of raw PROPERTIES: per item its key start, its \\x01, its end, its record."""
+
+    def __init__(self, raw: pa.BinaryArray):
+        n = len(raw)
+        po = _offsets(raw)
+        data_buf = raw.buffers()[2]
+        if data_buf is None or po[-1] == po[0]:
+            data_buf = pa.py_buffer(b"")
+        try:
+            raw.cast(pa.string())          # valid UTF-8 per record: so is every token split at \x01/\x02
+        except pa.ArrowInvalid as exc:
+            raise _Irregular from exc
+        data = np.frombuffer(data_buf, np.uint8)
+        seg = data[po[0]:po[-1]]
+        seps = np.flatnonzero(seg <= 2) + po[0]          # one pass for both separators (and NULs)
+        kinds = data[seps]
+        p2 = seps[kinds == 2]
+        p1 = seps[kinds == 1]
+        # Items: record starts and the positions after each \x02; ends: each \x02 and the record ends.
+        r2 = np.searchsorted(po, p2, "right") - 1
+        item_off = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(r2, minlength=n) + 1, out=item_off[1:])
+        m = int(item_off[-1])
+        j = np.arange(len(p2))
+        starts = np.empty(m, np.int64)
+        ends = np.empty(m, np.int64)
+        starts[item_off[:-1]] = po[:-1]
+        starts[j + r2 + 1] = p2 + 1
+        ends[item_off[1:] - 1] = po[1:]
+        ends[j + r2] = p2
+        if len(p1) == m and ((p1 >= starts) & (p1 < ends)).all():
+            cut = p1                                      # the usual case: one \x01 in every item
+        else:
+            p1 = np.append(p1, len(data))
+            cut = p1[np.searchsorted(p1, starts)]
+        valid = (cut > starts) & (cut < ends - 1)
+        self.vs, self.vc, self.ve = starts[valid], cut[valid], ends[valid]
+        counts_cum = np.zeros(m + 1, np.int64)
+        np.cumsum(valid, out=counts_cum[1:])
+        self.map_off = counts_cum[item_off]
+        self.counts = np.diff(self.map_off)
+        self.n, self.data, self.data_buf = n, data, data_buf
+        self.rec_of = np.repeat(np.arange(n), self.counts)
+        self.klen = self.vc - self.vs
+        self.head = _head_words(data, self.vs, self.klen)
+        self._keys = None
+
+    def keys(self) -> pa.Array:
+        if self._keys is None:
+            self._keys, = pick_tokens(self.data_buf, [self.vs, self.vc], [0], pa.string())
+        return self._keys
+
+    def check_unique(self) -> None:
+        """A record naming a key twice takes the record-at-a-time parser (a dict keeps the last value)."""
+        if len(self.counts) and self.counts.max() > 1 and _has_repeated_key(
+                self.keys, self.head, self.data, self.vc, self.klen, self.rec_of, self.counts):
+            raise _Irregular
+
+    def hits(self, name: str) -> np.ndarray:
+        """The items whose key is ``name``: the first eight bytes as one integer, the rest compared after."""
+        word = name.encode()
+        hit = (self.klen == len(word)) & (self.head == np.uint64(int.from_bytes(word[:8], "little")))
+        pos = np.flatnonzero(hit)
+        for i in range(8, len(word)):
+            pos = pos[self.data[self.vs[pos] + i] == word[i]]
+        return pos
+
+    def lookup(self, name: str, values_at) -> pa.Array:
+        """One value per record (null where absent) from ``values_at(item positions)``."""
+        pos = self.hits(name)
+        pick = np.full(self.n, -1, np.int32)
+        pick[self.rec_of[pos]] = np.arange(len(pos), dtype=np.int32)
+        return values_at(pos).take(pa.array(pick, mask=pick < 0))
+
+
 def _vectorised(raw: pa.BinaryArray) -> dict[str, pa.Array]:
-    n = len(raw)
-    po = _offsets(raw)
-    data_buf = raw.buffers()[2]
-    if data_buf is None or po[-1] == po[0]:
-        data_buf = pa.py_buffer(b"")
-    try:
-        raw.cast(pa.string())          # valid UTF-8 per record: so is every token split at \x01/\x02
-    except pa.ArrowInvalid as exc:
-        raise _Irregular from exc
-    data = np.frombuffer(data_buf, np.uint8)
-    seg = data[po[0]:po[-1]]
-    seps = np.flatnonzero(seg <= 2) + po[0]          # one pass for both separators (and NULs)
-    kinds = data[seps]
-    p2 = seps[kinds == 2]
-    p1 = seps[kinds == 1]
-    # Items: record starts and the positions after each \x02; ends: each \x02 and the record ends.
-    r2 = np.searchsorted(po, p2, "right") - 1
-    item_off = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(r2, minlength=n) + 1, out=item_off[1:])
-    m = int(item_off[-1])
-    j = np.arange(len(p2))
-    starts = np.empty(m, np.int64)
-    ends = np.empty(m, np.int64)
-    starts[item_off[:-1]] = po[:-1]
-    starts[j + r2 + 1] = p2 + 1
-    ends[item_off[1:] - 1] = po[1:]
-    ends[j + r2] = p2
-    if len(p1) == m and ((p1 >= starts) & (p1 < ends)).all():
-        cut = p1                                      # the usual case: one \x01 in every item
-    else:
-        p1 = np.append(p1, len(data))
-        cut = p1[np.searchsorted(p1, starts)]
-    valid = (cut > starts) & (cut < ends - 1)
-    vs, vc, ve = starts[valid], cut[valid], ends[valid]
-    counts_cum = np.zeros(m + 1, np.int64)
-    np.cumsum(valid, out=counts_cum[1:])
-    map_off = counts_cum[item_off]
-    counts = np.diff(map_off)
-    keys, values = pick_tokens(data_buf, [vs, vc, vc + 1, ve], [0, 2], pa.string())
-    rec_of = np.repeat(np.arange(n), counts)
-    klen = vc - vs
-    head = _head_words(data, vs, klen)
-    if len(counts) and counts.max() > 1 and _has_repeated_key(keys, head, data, vc, klen, rec_of, counts):
-        raise _Irregular
-    out = {"properties": pa.MapArray.from_arrays(pa.array(map_off.astype(np.int32)), keys, values)}
+    it = _Items(raw)
+    keys, values = pick_tokens(it.data_buf, [it.vs, it.vc, it.vc + 1, it.ve], [0, 2], pa.string())
+    it._keys = keys
+    it.check_unique()
+    out = {"properties": pa.MapArray.from_arrays(pa.array(it.map_off.astype(np.int32)), keys, values)}
 
     def lookup(name: str) -> pa.Array:
-        word = name.encode()
-        if len(word) <= 8:
-            hit = (klen == len(word)) & (head == np.uint64(int.from_bytes(word, "little")))
-        else:
-            hit = pc.equal(keys, name).to_numpy(zero_copy_only=False)
-        pos = np.flatnonzero(hit)
-        pick = np.full(n, -1, np.int32)
-        pick[rec_of[pos]] = pos
-        return values.take(pa.array(pick, mask=pick < 0))
+        return it.lookup(name, lambda pos: values.take(pa.array(pos)))
 
     out["tags"] = lookup(C.PROPERTY_TAGS)
     out["uniq_key"] = lookup(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -103,6 +131,19 @@ def _vectorised(raw: pa.BinaryArray) -> dict[str, pa.Array]:
     out["real_topic"] = lookup(C.PROPERTY_REAL_TOPIC)
     out["real_queue_id"] = queue_ids(lookup(C.PROPERTY_REAL_QUEUE_ID))
     return out
+
+
+def property_values(raw: pa.BinaryArray, names: tuple[str, ...]) -> dict[str, pa.Array]:
+    """The values of ``names`` per record (null where absent) as ``property_columns`` reads them, without
+    building the map: only the values asked for are copied."""
+    try:
+        it = _Items(raw)
+        it.check_unique()
+    except _Irregular:
+        dicts = [parse_properties(b) for b in raw.to_pylist()]
+        return {name: pa.array([d.get(name) for d in dicts], pa.string()) for name in names}
+    return {name: it.lookup(name, lambda pos: pick_tokens(it.data_buf, [it.vc[pos] + 1, it.ve[pos]], [0],
+                                                          pa.string())[0]) for name in names}
 
 
 def queue_ids(text: pa.Array) -> pa.Array:
@@ -149,7 +190,7 @@ def pick_tokens(data_buf: pa.Buffer, bounds: list[np.ndarray], picks: list[int],
     return [tokens.take(pa.array(np.arange(i, rows * width - 1, width, dtype=np.int32))) for i in picks]
 
 
-def _has_repeated_key(keys: pa.Array, head: np.ndarray, data: np.ndarray, ends: np.ndarray, klen: np.ndarray,
+def _has_repeated_key(keys, head: np.ndarray, data: np.ndarray, ends: np.ndarray, klen: np.ndarray,
                       rec_of: np.ndarray, counts: np.ndarray) -> bool:
     """Whether a record names a key twice: numeric key digests compared within each record first,
     the exact comparison only when two digests of one record agree."""
@@ -163,7 +204,7 @@ def _has_repeated_key(keys: pa.Array, head: np.ndarray, data: np.ndarray, ends: 
         clash = any(((digest[d:] == digest[:-d]) & (rec_of[d:] == rec_of[:-d])).any() for d in range(1, widest))
         if not clash:
             return False
-    codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = pc.dictionary_encode(keys()).indices.to_numpy(zero_copy_only=False).astype(np.int64)
     return len(np.unique(rec_of * (int(codes.max()) + 1) + codes)) < len(codes)
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.decode import check_lengths, decode_facts
+from rmqtool.columnar.decode import DISPATCH_PROPERTIES, check_lengths, decode_facts
 from rmqtool.columnar.walk import walk
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
@@ -97,9 +97,6 @@ class FileFacts:
         return ((self.columns["sys_flag"] >> 2) & 3) != C.TransactionType.ROLLBACK
 
 
-# Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
-DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
-                       C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
 
 
 class _Collector:
@@ -137,6 +134,8 @@ class _Collector:
 
 
 def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
+    if C.PROPERTY_INNER_NUM in batch.schema.names:            # decode_facts: looked up already
+        return {k: batch.column(k) for k in DISPATCH_PROPERTIES}
     raw = batch.column("properties_raw")
     if not pc.any(pc.match_substring(raw, "INNER_")).as_py():
         return {k: pa.nulls(len(raw), pa.string()) for k in DISPATCH_PROPERTIES}
