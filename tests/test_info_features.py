@@ -50,3 +50,14 @@ def test_stats_by_topic_carries_the_topic_table():
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert rows and all(r["write_queue_nums"] == table[r["topic"]]["writeQueueNums"] for r in rows)
     assert {r["topic"]: r["queue_type"] for r in rows}["BatchTopic"] == "BatchCQ"
+
+
+def test_a_broken_topic_table_is_a_problem_not_a_failure(store_copy):
+    root = store_copy("dev-config-5x")
+    for name in ("topics.json", "topics.json.bak"):
+        (root / "config" / name).write_text("{broken")
+    result = run("info", root, "-f", "json")
+    assert result.exit_code == 1
+    info = json.loads(result.stdout)
+    assert info["topic_config"] == [] and info["messages"] > 0
+    assert any("topics.json" in p for p in info["problems"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rmqtool import constants as C
-from rmqtool.errors import FormatError
+from rmqtool.errors import FormatError, RmqError
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import Store
 
@@ -32,6 +32,8 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None) -> d
               "min_queue_offset": q.offsets()[0], "max_queue_offset": q.offsets()[1]}
              for q in store.batch_consume_queues()]
     cp = store.checkpoint()
+    topic_config, ledger = _or_problem(problems, topic_config_rows, store, queues + batch, default=[]), \
+        _or_problem(problems, dledger_row, store)
     return {
         "store": str(store.root),
         "commitlog_file_size": cl.file_size,
@@ -41,8 +43,8 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None) -> d
         "topics": len({q["topic"] for q in queues + batch}),
         "consume_queues": queues,
         "batch_consume_queues": batch,
-        "topic_config": topic_config_rows(store, queues + batch),
-        "dledger": dledger_row(store),
+        "topic_config": topic_config,
+        "dledger": ledger,
         "index_files": [index_file_row(ref) for ref in store.index_files()],
         "checkpoint": checkpoint_row(cp) if cp else None,
         "abort": store.abort_path.exists(),
@@ -149,6 +151,15 @@ def _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
     return {"min_physical_offset": cl.min_offset, "max_physical_offset": end, "messages": messages,
             "blanks": blanks, "v2_records": v2, "trailing_separator_records": trailing,
             "min_store_timestamp": first_ts, "max_store_timestamp": last_ts, "damage": damage}
+
+
+def _or_problem(problems: list[str], fn, *args, default=None):
+    """``fn(*args)``, or ``default`` with the error noted among the problems (the rest of info stands)."""
+    try:
+        return fn(*args)
+    except RmqError as exc:
+        problems.append(str(exc))
+        return default
 
 
 def topic_config_rows(store: Store, queues: list[dict]) -> list[dict]:
