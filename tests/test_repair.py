@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import CRASH_SETS, DLEDGER_CRASH_SETS, FIXTURES, index_queries, readback
+from conftest import CRASH_SETS, DLEDGER_CRASH_SETS, DLEDGER_SETS, FIXTURES, index_queries, readback
 from helpers_maintain import run, run_process, snapshot
 from rmqtool.format.consumequeue import CqUnit, decode_units
 from rmqtool.store.atomic import restore_backup
@@ -171,3 +171,9 @@ def test_repair_of_a_killed_dledger_store_matches_the_brokers_recovery(name, sto
     for q in index_queries(readback(name)):
         assert sorted(phy for phy, _ in query_index(refs, q["topic"], q["key"])) == sorted(q["phyOffsets"])
     assert run("verify", root, "--deep").exit_code == 0
+
+
+@pytest.mark.parametrize("name", DLEDGER_SETS)
+def test_a_cleanly_shut_down_dledger_store_needs_no_repair(name):
+    result = run("repair", FIXTURES / name / "store", "-f", "jsonl")
+    assert result.exit_code == 0 and result.stdout == ""

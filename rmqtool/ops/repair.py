@@ -98,6 +98,8 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     scanned: list[FileFacts] = list(valid_facts(store, names, start=recover_from, deep=True,
                                                 keys=abnormal, progress=progress)) if files else []
     process = scanned[-1].stop_offset if scanned else 0     # checkCRCOnRecover defaults to true
+    if ledger is not None:             # DLedgerCommitLog recovers to DLedger's write position, not a CRC walk
+        process = ledger.end_pos
     plan = RepairPlan(store, abnormal, process, recover_from)
 
     # -- commit log: delete empty or later files, zero after the cut --------------------------------
@@ -231,7 +233,7 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
                 plan.writes[rel] = text
                 plan.actions.append(Action("dledger_checkpoint", rel, f"committedIndex = endIndex = {ledger.end_index}"))
     term = files.dir / "currterm"
-    if term.is_file() and not (files.dir / "currterm.bak").is_file():
+    if plan.abnormal and term.is_file() and not (files.dir / "currterm.bak").is_file():   # the restart's persist
         plan.writes[str((files.dir / "currterm.bak").relative_to(root))] = term.read_bytes()
         plan.actions.append(Action("dledger_currterm", str(term.relative_to(root)) + ".bak", "copy of currterm"))
 
