@@ -432,6 +432,11 @@ def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set
         return
     cols = facts.columns
     need = np.flatnonzero(facts.gets_cq_unit())
+    if covered[need].all():              # the usual case: every record has its unit
+        for code in np.flatnonzero(np.bincount(cols["queue"][need])).tolist():
+            if names.names[code][0] not in batch_topics:
+                result.coverage[names.names[code]] = (True, Missing(), Missing())
+        return
     need = need[np.argsort(cols["queue"][need], kind="stable")]      # by queue, in offset order within
     codes, starts = np.unique(cols["queue"][need], return_index=True)
     for code, rows in zip(codes.tolist(), np.split(need, starts[1:])):
