@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rmqtool.columnar as columnar
+import rmqtool.columnar.batches as columnar
 from rmqtool import constants as C
 from rmqtool.columnar import iter_record_batches
 from rmqtool.columnar.props import property_columns

@@ -78,8 +78,8 @@ def test_fact_columns_equal_the_full_decoder(name):
 
     import numpy as np
 
-    from rmqtool.columnar.decode import FACT_COLUMNS, check_lengths, decode_batch, decode_facts
-    from rmqtool.columnar.walk import walk
+    from rmqtool.columnar.decode import FACT_COLUMNS, decode_batch, decode_facts
+    from rmqtool.columnar.walk import check_lengths, walk
 
     compared = 0
     for f in Store.open(store_path(name)).commitlog.queue:

@@ -4,7 +4,6 @@ full-size (6,000,000-byte) consume-queue files, each in its own process, measure
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -1,188 +1,20 @@
 """Columnar bulk decoding: commit-log files to Arrow record batches, without a Python object per field.
 
-``iter_record_batches(source)`` is the scan entry point (export, whole-store cat-commitlog, verify,
-rebuild, Spark). It yields the same records, field for field, as ``CommitLog.iter_entries`` with
-``rmqtool.ops.rows.entry_row`` (schema: ``rmqtool.columnar.schema.record_schema``), in batches of at
-most ``batch_rows`` rows, streaming: one mapped file at a time, one window of it at a time.
-
-- BLANK records come as one-row batches of ``type == "blank"`` (their other fields null).
-- A DLedger commit log gives the records inside its entries (at entry position + 48, each entry header
-  checked as the recovery does) and its BLANKs (magic 0xffffffff) at their own position.
-- The walk ends where ``iter_entries`` ends: a zero header (the end of written data), or the last file.
-- A damaged record raises the same ``FormatError`` (file path, physical offset, reason) that
-  ``iter_entries`` raises, after every record before it was yielded; with ``on_damage`` the error is
-  passed to that callback instead and the scan stops there.
+The batch scan lives in ``rmqtool.columnar.batches`` (``iter_record_batches`` and friends, importable from
+here); ``walk`` (record boundaries and lengths, numpy only), ``decode``, ``props``, ``schema`` and
+``text`` are its parts. Names are loaded on first use, so a command that only walks record boundaries
+(``info``) does not import pyarrow.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
-import struct
-from pathlib import Path
-from typing import Callable, Iterable, Iterator
-
-import numpy as np
-import pyarrow as pa
-
-from rmqtool import constants as C
-from rmqtool.columnar.decode import check_lengths, decode_batch
-from rmqtool.columnar.schema import record_schema
-from rmqtool.columnar.walk import ledger_headers_ok, walk
-from rmqtool.errors import FormatError
-from rmqtool.format import dledger as D
-from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
-from rmqtool.ops.rows import entry_row
-from rmqtool.store.commitlog import CommitLog
-from rmqtool.store.dledger import DLedgerCommitLog
-from rmqtool.store.filequeue import FileQueue, QueueFile, release_pages
-from rmqtool.store.store import Store
-
-__all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "ledger_file_batches",
-           "DEFAULT_BATCH_ROWS"]
-
-DEFAULT_BATCH_ROWS = 128 * 1024
-WINDOW_BYTES = 16 * 1024 * 1024      # bytes of a file walked and decoded at a time (cache-sized)
-_MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
+_BATCHES = ("iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "ledger_file_batches",
+            "DEFAULT_BATCH_ROWS", "WINDOW_BYTES")
+__all__ = list(_BATCHES)
 
 
-def open_commitlog(source: str | os.PathLike | Store | CommitLog) -> CommitLog:
-    if isinstance(source, CommitLog):
-        return source
-    if isinstance(source, Store):
-        return source.commitlog
-    return Store.open(Path(source)).commitlog
-
-
-def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_crc: bool = False,
-                        batch_rows: int = DEFAULT_BATCH_ROWS, start: int | None = None,
-                        on_damage: Callable[[FormatError], None] | None = None) -> Iterator[pa.RecordBatch]:
-    """Record batches of a commit log (a store root, commitlog/ directory, single file, Store or
-    CommitLog) from ``start`` (default: its first file) to the end of written data.
-
-    ``check_crc`` adds the ``crc_ok`` column (a mismatch is a value, not an error).
-    """
-    cl = open_commitlog(source)
-    files = cl.queue.files
-    if not files:
-        return
-    if cl.entry_header_size:             # DLedger: records inside entries
-        first, pos = (files[0], 0) if start is None else cl.entry_position(start)
-        file_batches = ledger_file_batches
-    else:
-        first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
-        file_batches = _file_batches
-    try:
-        for f in files[files.index(first):]:
-            end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1))
-            if end_of_data:
-                return
-            pos = 0
-    except FormatError as exc:
-        if on_damage is None:
-            raise
-        on_damage(exc)
-
-
-def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """Batches of one file from ``pos``; returns True at the end of written data."""
-    if f.length == 0:
-        return False
-    mm, buf, data = _map(f)
-    released = 0
-    while True:
-        # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
-        released = release_pages(mm, pos, released)
-        if len(data) - pos < C.END_FILE_MIN_BLANK_LENGTH:
-            if pos < len(data) and data[pos:].any():
-                raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",
-                                  path=str(f.path), offset=f.start + pos)
-            return False                      # file end without a BLANK: next file
-        size, magic = peek_header(buf, pos)
-        if magic in _MESSAGE_MAGICS:
-            starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
-            good, parts = check_lengths(data, starts)
-            for lo in range(0, good, batch_rows):
-                hi = min(lo + batch_rows, good)
-                yield decode_batch(data, buf, starts[lo:hi], {k: v[lo:hi] for k, v in parts.items()},
-                                   f.start, check_crc)
-            if good == len(starts):
-                pos = nxt
-                continue
-            pos = int(starts[good])           # a damaged record: decode_entry names the reason
-        elif size == 0 and magic == 0:
-            return True                       # end of written data
-        entry = _decode_one(buf, f, pos)
-        yield entries_batch([(f.start + pos, entry)], check_crc)
-        if isinstance(entry, Blank):
-            return False
-        pos += entry.total_size
-
-
-def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """Batches of one DLedger data file from the entry at ``pos``: the records inside the entries (at
-    entry position + 48), then the BLANK row; returns True at the end of written data."""
-    if f.length == 0:
-        return False
-    mm, buf, data = _map(f)
-    cl = DLedgerCommitLog(FileQueue([f]))
-    released = 0
-    while True:
-        released = release_pages(mm, pos, released)
-        if len(data) - pos < D.MIN_BLANK_LEN:
-            if pos < len(data) and data[pos:].any():
-                raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",
-                                  path=str(f.path), offset=f.start + pos)
-            return False
-        magic, size = struct.unpack_from(">ii", buf, pos)
-        if magic == 0 and size == 0:
-            return True
-        if magic in D.VALID_MAGICS and len(data) - pos > D.HEADER_SIZE + 8 \
-                and peek_header(buf, pos + D.HEADER_SIZE)[1] in _MESSAGE_MAGICS:
-            starts, nxt = walk(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE)
-            good, parts = check_lengths(data, starts)
-            good = ledger_headers_ok(data, starts[:good], parts["total"][:good], f.start) if good else 0
-            for lo in range(0, good, batch_rows):
-                hi = min(lo + batch_rows, good)
-                yield decode_batch(data, buf, starts[lo:hi], {k: v[lo:hi] for k, v in parts.items()},
-                                   f.start, check_crc)
-            if good and good == len(starts):
-                pos = nxt
-                continue
-            pos = int(starts[good]) - D.HEADER_SIZE if good else pos
-        loc = next(cl.entries_at(f, pos))     # a BLANK, or a damaged entry: its error
-        yield entries_batch([(loc.offset, loc.entry)], check_crc)
-        if isinstance(loc.entry, Blank):
-            return False
-        pos = loc.offset + loc.entry.total_size - f.start
-
-
-def _map(f: QueueFile) -> tuple[mmap.mmap, pa.Buffer, np.ndarray]:
-    """A read-only map of a file, as an Arrow buffer and a byte array over the same memory."""
-    with open(f.path, "rb") as fh:
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    return mm, pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
-
-
-def _decode_one(buf, f: QueueFile, pos: int) -> Entry:
-    try:
-        return decode_entry(buf, pos)
-    except FormatError as exc:
-        exc.offset = f.start + pos
-        raise exc.at(path=str(f.path)) from None
-
-
-def entries_batch(entries: Iterable[tuple[int, Entry]], check_crc: bool = False) -> pa.RecordBatch:
-    """A batch from decoded entries (physical offset, entry): BLANKs and single records."""
-    rows = []
-    for offset, entry in entries:
-        row = entry_row(entry, offset, body_encoding="none", check_crc=check_crc)
-        row.pop("body_encoding")
-        if isinstance(entry, Message):
-            row["body"] = entry.body
-            row["properties_raw"] = entry.properties_raw
-            row["properties"] = list(row["properties"].items())
-        rows.append(row)
-    return pa.RecordBatch.from_pylist(rows, schema=record_schema(check_crc))
-
-
+def __getattr__(name: str):
+    if name in _BATCHES:
+        from rmqtool.columnar import batches
+        return getattr(batches, name)
+    raise AttributeError(f"module 'rmqtool.columnar' has no attribute {name!r}")

@@ -18,78 +18,14 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.props import pick_tokens, property_columns, property_values, split_keys
 from rmqtool.columnar.schema import record_schema
+from rmqtool.columnar.walk import _HEAD_V4, _V6_BITS, _fixed_dtype, _strided
 from rmqtool.format.hosts import Host
 from rmqtool.format.java import java_string_hash, tags_code
 from rmqtool.format.properties import parse_properties
 
-_V6_BITS = C.SysFlag.BORNHOST_V6 | C.SysFlag.STOREHOSTADDRESS_V6
 _MAGIC_TEXT = pa.array([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
 _HEX = b"0123456789ABCDEF"
 _HEX_LUT = np.array([_HEX[b >> 4] | _HEX[b & 15] << 8 for b in range(256)], "<u2")
-
-
-def _fixed_dtype(sys_flag: int) -> np.dtype:
-    """TOTALSIZE .. BODYLEN for one host-width combination, big-endian."""
-    born, store = C.host_lengths(sys_flag)
-    fields = [("total_size", ">i4"), ("magic_code", ">u4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
-              ("flag", ">i4"), ("queue_offset", ">i8"), ("stored_physical_offset", ">i8"),
-              ("sys_flag", ">i4"), ("born_timestamp", ">i8"), ("born_host", f"V{born}"),
-              ("store_timestamp", ">i8"), ("store_host", f"V{store}"), ("reconsume_times", ">i4"),
-              ("prepared_transaction_offset", ">i8"), ("body_length", ">i4")]
-    return np.dtype(fields)   # packed: offsets follow the record layout
-
-
-def _strided(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Every byte position of ``data`` viewed as the start of a ``dtype`` item (no copy)."""
-    count = max(len(data) - dtype.itemsize + 1, 0)
-    return np.ndarray((count,), dtype, data, 0, (1,))
-
-
-_INT_TYPES = {1: np.dtype("i1"), 2: np.dtype(">i2"), 4: np.dtype(">i4")}
-_HEAD_V4 = _fixed_dtype(0)
-
-
-def _read(data: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
-    """Big-endian signed integers of 1, 2 or 4 bytes at positions (clipped into the data)."""
-    if len(pos) and (pos.min() < 0 or pos.max() > len(data) - width):
-        pos = np.clip(pos, 0, len(data) - width)
-    return _strided(data, _INT_TYPES[width])[pos].astype(np.int64)
-
-
-def check_lengths(data: np.ndarray, starts: np.ndarray) -> tuple[int, dict[str, np.ndarray]]:
-    """(number of leading records whose lengths are consistent, their part positions).
-
-    One gather reads every record's fixed header in the IPv4 layout (``head``, reused by the decoder);
-    only records with an IPv6 host read their BODYLEN again.
-    """
-    last = len(data) - _HEAD_V4.itemsize
-    if last < 0:
-        return 0, {}
-    head = _strided(data, np.dtype(f"V{_HEAD_V4.itemsize}"))[np.minimum(starts, last)].view(_HEAD_V4)
-    total = head["total_size"].astype(np.int64)
-    sys_flag = head["sys_flag"].astype(np.int64)
-    v2 = head["magic_code"] == C.MESSAGE_MAGIC_CODE_V2
-    body_pos = starts + _HEAD_V4.itemsize
-    body_len = head["body_length"].astype(np.int64)
-    v6 = (sys_flag & _V6_BITS) != 0
-    if v6.any():
-        body_pos += ((sys_flag & C.SysFlag.BORNHOST_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN)
-                     + (sys_flag & C.SysFlag.STOREHOSTADDRESS_V6 > 0) * (C.IPV6_HOST_LEN - C.IPV4_HOST_LEN))
-        body_len[v6] = _read(data, body_pos[v6] - 4, 4)
-    tl_pos = body_pos + body_len
-    topic_len = _read(data, tl_pos, 1)
-    if v2.any():
-        topic_len[v2] = _read(data, tl_pos[v2], 2)
-    topic_pos = tl_pos + 1 + v2
-    props_len = _read(data, topic_pos + topic_len, 2)
-    props_pos = topic_pos + topic_len + 2
-    end = starts + total
-    ok = ((starts <= last) & (body_len >= 0) & (topic_len >= 0) & (props_len >= 0) & (props_pos + props_len == end)
-          & (end <= len(data)))
-    good = len(ok) if ok.all() else int(np.argmin(ok))
-    parts = dict(total=total, sys_flag=sys_flag, v2=v2, body_pos=body_pos, body_len=body_len,
-                 topic_pos=topic_pos, topic_len=topic_len, props_pos=props_pos, props_len=props_len, head=head)
-    return good, {k: v[:good] for k, v in parts.items()}
 
 
 def decode_batch(data: np.ndarray, buf: pa.Buffer, starts: np.ndarray, parts: dict[str, np.ndarray],

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.decode import DISPATCH_PROPERTIES, check_lengths, decode_facts
-from rmqtool.columnar.walk import walk
+from rmqtool.columnar.decode import DISPATCH_PROPERTIES, decode_facts
+from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, walk
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
@@ -27,7 +27,6 @@ from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.filequeue import QueueFile, release_pages
 
 Progress = Callable[[int], None]
-WINDOW_BYTES = 16 * 1024 * 1024
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
 _NEEDS_CQ = np.array([t in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT) for t in C.TransactionType])
 _COLUMNS = ("offset", "size", "queue", "queue_offset", "sys_flag", "tags_code", "store_timestamp")

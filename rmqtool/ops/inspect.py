@@ -59,10 +59,8 @@ def _scan_commitlog(store: Store, progress: Callable[[int], None] | None) -> dic
     file by file as CommitLog.iter_entries goes: to the zero end of data or the first damage."""
     import numpy as np
 
-    from rmqtool.columnar.decode import check_lengths
-    from rmqtool.columnar.walk import walk
+    from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, walk
     from rmqtool.format.commitlog import decode_entry, peek_header
-    from rmqtool.ops.facts import WINDOW_BYTES
     from rmqtool.store.filequeue import release_pages
 
     cl = store.commitlog
