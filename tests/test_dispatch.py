@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 
 from conftest import (BATCHCQ_SETS, CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, LMQ_SETS, manifest, readback,
                       store_path)
+from helpers_dispatch import QueueLayout, layout_store, queue_file_bytes
 from rmqtool import constants as C
 from rmqtool.cli import cli
 from rmqtool.errors import FormatError
 from rmqtool.format import batchcq as B
 from rmqtool.format.batch import BatchItem, decode_batch, encode_batch, inner_messages, is_inner_batch
 from rmqtool.format.commitlog import Message
-from rmqtool.format.dispatch import QueueLayout, dispatch, java_split, multi_dispatch_targets
+from rmqtool.format.dispatch import dispatch, java_split, multi_dispatch_targets
 from rmqtool.ops.query import lookup_key
-from rmqtool.ops.queues import layout_store, queue_file_bytes
 from rmqtool.store.store import Store
 
 DISPATCH_SETS = CLEAN_SETS + FEATURE_SETS

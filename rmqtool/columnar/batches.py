@@ -92,10 +92,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
         released = release_pages(mm, pos, released)
-        if len(data) - pos < C.END_FILE_MIN_BLANK_LENGTH:
-            if pos < len(data) and data[pos:].any():
-                raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",
-                                  path=str(f.path), offset=f.start + pos)
+        if _at_file_end(data, pos, C.END_FILE_MIN_BLANK_LENGTH, f):
             return False                      # file end without a BLANK: next file
         size, magic = peek_header(buf, pos)
         if magic in _MESSAGE_MAGICS:
@@ -128,10 +125,7 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
     released = 0
     while True:
         released = release_pages(mm, pos, released)
-        if len(data) - pos < D.MIN_BLANK_LEN:
-            if pos < len(data) and data[pos:].any():
-                raise FormatError(f"{len(data) - pos} stray bytes at the end of the file",
-                                  path=str(f.path), offset=f.start + pos)
+        if _at_file_end(data, pos, D.MIN_BLANK_LEN, f):
             return False
         magic, size = struct.unpack_from(">ii", buf, pos)
         if magic == 0 and size == 0:
@@ -154,6 +148,16 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
         if isinstance(loc.entry, Blank):
             return False
         pos = loc.offset + loc.entry.total_size - f.start
+
+
+def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:
+    """Whether fewer than ``room`` bytes are left; any of them non-zero is a torn write."""
+    if len(data) - pos >= room:
+        return False
+    if data[pos:].any():
+        raise FormatError(f"{len(data) - pos} stray bytes at the end of the file", path=str(f.path),
+                          offset=f.start + pos)
+    return True
 
 
 def _map(f: QueueFile) -> tuple[mmap.mmap, pa.Buffer, np.ndarray]:

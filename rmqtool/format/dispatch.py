@@ -1,10 +1,10 @@
 """What the broker's dispatch writes for one commit-log record: its consume-queue unit, or its batch
 consume-queue unit on a BatchCQ topic, plus one unit per LMQ queue it names (multi-dispatch).
 
-``dispatch(msg, batch_cq=...)`` is pure: the units with the queue offsets the record asks for.
-``QueueLayout`` places them as the queues do, record after record in commit-log order: a consume queue
-appends at its end (ConsumeQueue.putMessagePositionInfo), so a unit that asks for a later offset still
-lands at the end, and one that asks for an offset below it is dropped as a repeat.
+``dispatch(msg, batch_cq=...)`` is pure: the units with the queue offsets the record asks for. The
+queues place them as ``rmqtool.ops.rebuild``'s writers do: a consume queue appends at its end
+(ConsumeQueue.putMessagePositionInfo), so a unit that asks for a later offset still lands at the end,
+and one that asks for an offset below it is dropped as a repeat.
 """
 
 from __future__ import annotations
@@ -106,48 +106,3 @@ def dispatch(msg: Message, physical_offset: int | None = None, *, batch_cq: bool
             break
         out.append(Dispatch(name, 0 if enable_lmq and is_lmq(name) else msg.queue_id, queue_offset, unit))
     return out
-
-
-class PlacedQueue:
-    """The units of one queue as dispatch leaves them: ``first`` is the queue offset of ``units[0]``."""
-
-    def __init__(self, first: int, batch: bool):
-        self.first = first
-        self.batch = batch
-        self.units: list[Unit] = []
-
-    @property
-    def end(self) -> int:
-        return self.first + len(self.units)
-
-
-class QueueLayout:
-    """Consume queues built by dispatching records in commit-log order, as the broker builds them."""
-
-    def __init__(self) -> None:
-        self.queues: dict[tuple[str, int], PlacedQueue] = {}
-
-    def add(self, d: Dispatch) -> int | None:
-        """Place one unit; returns its position (queue offset; for a batch queue the unit's index), or
-        None when the queue drops it as a repeat: a consume queue when the unit ends at or before the
-        queue's max physical offset or asks for an offset below its end, a batch queue when the unit
-        starts at or before its last unit."""
-        q = self.queues.get((d.topic, d.queue_id))
-        if q is None:
-            # A consume queue's first file starts where its first unit asks (fillPreBlank fills before it).
-            q = self.queues[(d.topic, d.queue_id)] = PlacedQueue(0 if d.is_batch else d.queue_offset, d.is_batch)
-        last = q.units[-1] if q.units else None
-        if last is not None:
-            if d.is_batch:
-                repeat = d.unit.physical_offset <= last.physical_offset
-            else:
-                repeat = (d.unit.physical_offset + d.unit.size <= last.physical_offset + last.size
-                          or 0 < d.queue_offset < q.end)
-            if repeat:
-                return None
-        q.units.append(d.unit)
-        return q.end - 1
-
-    def add_record(self, msg: Message, physical_offset: int | None = None, *,
-                   batch_cq: bool = False) -> list[int | None]:
-        return [self.add(d) for d in dispatch(msg, physical_offset, batch_cq=batch_cq)]

@@ -411,22 +411,21 @@ def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str
     """(action, queue directory, detail) for each queue whose rebuilt files differ from the store's."""
     out = []
     for rel in rels:
-        kind = rel.split("/")[0]
-        mine, theirs = built / kind, store.root / kind
-        names = {p.parent.relative_to(mine) for p in mine.rglob("*") if p.is_file()} if mine.is_dir() else set()
-        have = {p.parent.relative_to(theirs) for p in (theirs / rel[len(kind) + 1:] if "/" in rel else theirs).rglob("*")
-                if p.is_file()} if theirs.is_dir() else set()
-        if "/" in rel:
-            names = {q for q in names if str(q).split("/")[0] == rel.split("/", 1)[1]}
-        for q in sorted(names | have, key=str):
+        mine, theirs = built / rel, store.root / rel
+        for q in sorted(_queue_dirs(mine) | _queue_dirs(theirs), key=str):
             a, b = mine / q, theirs / q
             files_a = {p.name for p in a.iterdir()} if a.is_dir() else set()
             files_b = {p.name for p in b.iterdir() if p.is_file()} if b.is_dir() else set()
             if not files_a:
-                out.append(("delete_cq", f"{kind}/{q}", "the commit log has no record for this queue"))
+                out.append(("delete_cq", f"{rel}/{q}", "the commit log has no record for this queue"))
             elif files_a != files_b or not all(same_content(a / n, b / n) for n in files_a):
-                out.append(("write_cq", f"{kind}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
+                out.append(("write_cq", f"{rel}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
     return out
+
+
+def _queue_dirs(root: Path) -> set[Path]:
+    """The directories holding files below ``root``, relative to it (the queues of a tree)."""
+    return {p.parent.relative_to(root) for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
 
 
 class _NoRecords(Exception):

@@ -28,6 +28,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
+from rmqtool.ops.queues import batch_cq_topics
 from rmqtool.store.atomic import pending_journal
 from rmqtool.store.filequeue import QueueFile, first_nonzero
 from rmqtool.store.lock import lock_is_held
@@ -537,10 +538,9 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
     queues = plan_queues(store, min_offset)
     index, index_findings = plan_index(store, min_offset)
     files = list(queue)
-    items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)]
-
+    items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)] \
+        or [(QueueFile(store.root / "commitlog", 0, 0), _NO_END)]    # no commit log: every unit points past its end
     ledger = bool(store.commitlog.entry_header_size)
-    from rmqtool.ops.queues import batch_cq_topics
     batch = frozenset(batch_cq_topics(store))
 
     def one(item: tuple[QueueFile, int]) -> FileResult:
@@ -550,10 +550,7 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
         results = run_files(one, items)
     else:
         results = [check_file(f, hi, queues, index, min_offset, deep, progress, ledger, batch) for f, hi in items]
-    if not files:        # no commit log: every unit and entry points past its end
-        results = [check_file(QueueFile(Path("/dev/null"), 0, 0), _NO_END, queues, index, min_offset)]
-        results[0].findings = []
-    yield from _commitlog_sequence([r for r in results if r.file.length or files])
+    yield from _commitlog_sequence(results)
     if ledger:
         from rmqtool.ops.dledger import check_dledger
         yield from check_dledger(store, deep=deep)
