@@ -10,7 +10,8 @@ from hypothesis import assume, given, strategies as st
 from conftest import FIXTURES
 from rmqtool.errors import FormatError
 from rmqtool.format.commitlog import Blank, Message, decode_entry, encode_blank, encode_message
-from rmqtool.format.consumequeue import CqUnit, decode_unit, decode_units, encode_unit, encode_units
+from rmqtool.format.consumequeue import (CqUnit, decode_unit, decode_units, decode_written_units, encode_unit,
+                                        encode_units, valid_prefix)
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import (Geometry, IndexWriter, decode_index_file, encode_index_file,
                                       infer_geometry, select_phy_offsets)
@@ -136,6 +137,21 @@ def test_consume_queue_units_round_trip(units):
     for i, unit in enumerate(units):
         assert decode_unit(raw, 20 * i) == unit
         assert encode_unit(unit) == raw[20 * i:20 * i + 20]
+
+
+VALID_UNIT = st.tuples(st.integers(0, 2**63 - 1), st.integers(1, 2**31 - 1), INT64).map(CqUnit._make)
+
+
+@given(st.lists(VALID_UNIT, max_size=3000), st.one_of(st.none(), st.tuples(INT64, INT32, INT64).map(CqUnit._make)),
+       st.integers(0, 3000), st.integers(0, 3000))
+def test_written_units_stop_where_recovery_stops(units, bad, at, tail):
+    """The units before the first with a negative offset or a size <= 0, however long the file."""
+    if bad is not None:
+        units.insert(min(at, len(units)), bad)
+    raw = encode_units(units) + bytes(20 * tail)
+    written = next((i for i, u in enumerate(units) if u.physical_offset < 0 or u.size <= 0), len(units))
+    assert decode_written_units(raw) == units[:written]
+    assert valid_prefix(raw)[0] == written
 
 
 @given(st.integers(1, 40), st.integers(2, 60),

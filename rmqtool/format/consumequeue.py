@@ -77,16 +77,16 @@ def decode_units(buf) -> list[CqUnit]:
     return [CqUnit._make(t) for t in UNIT.iter_unpack(buf)]
 
 
+def decode_written_units(buf) -> list[CqUnit]:
+    """The units before the first one that fails ConsumeQueue.recover's test; the rest of the file
+    (a pre-allocated file's zero tail) is not read."""
+    if len(buf) % C.CQ_STORE_UNIT_SIZE:
+        raise FormatError(f"consume-queue file size {len(buf)} is not a multiple of 20")
+    return decode_units(buf[:valid_prefix(buf)[0] * C.CQ_STORE_UNIT_SIZE])
+
+
 def encode_units(units) -> bytes:
     return b"".join(encode_unit(u) for u in units)
-
-
-def written_unit_count(units: list[CqUnit]) -> int:
-    """Units before the first one that fails ConsumeQueue.recover's test (offset >= 0 and size > 0)."""
-    for i, unit in enumerate(units):
-        if not unit.is_valid:
-            return i
-    return len(units)
 
 
 class CqExtUnit(NamedTuple):
@@ -135,25 +135,27 @@ def decode_ext_units(buf) -> list[tuple[int, CqExtUnit]]:
 
 
 UNIT_FIELDS = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]     # a numpy dtype of one unit
-_PREFIX_CHUNK = 8192
+_PREFIX_CHUNKS = (1024, 1 << 18)      # units read first and at most at once: reads grow x4 between them
 
 
 def valid_prefix(buf, commitlog_end: int | None = None) -> tuple[int, int]:
     """(number of leading units that pass recovery's test, max physical end of them: offset + size,
-    -1 without any), read in chunks so that a mostly empty pre-allocated file costs little."""
+    -1 without any), read in growing chunks so that a mostly empty pre-allocated file costs little."""
     import numpy as np
 
     n = len(buf) // C.CQ_STORE_UNIT_SIZE
     reach = -1
-    for lo in range(0, n, _PREFIX_CHUNK):
-        units = np.frombuffer(buf, UNIT_FIELDS, min(_PREFIX_CHUNK, n - lo), lo * C.CQ_STORE_UNIT_SIZE)
+    lo, chunk = 0, _PREFIX_CHUNKS[0]
+    while lo < n:
+        units = np.frombuffer(buf, UNIT_FIELDS, min(chunk, n - lo), lo * C.CQ_STORE_UNIT_SIZE)
         phy, size = units["phy"].astype(np.int64), units["size"].astype(np.int64)
         stop = (phy < 0) | (size <= 0)
         if commitlog_end is not None:
             stop |= phy >= commitlog_end
         valid = int(np.argmax(stop)) if stop.any() else len(units)
         if valid:
-            reach = int(phy[valid - 1] + size[valid - 1])
+            reach = int(phy[valid - 1]) + int(size[valid - 1])
         if valid < len(units):
             return lo + valid, reach
+        lo, chunk = lo + len(units), min(chunk * 4, _PREFIX_CHUNKS[1])
     return n, reach

@@ -12,7 +12,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, RmqError
 from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.commitlog import Blank, Message
-from rmqtool.format.consumequeue import decode_units, written_unit_count
+from rmqtool.format.consumequeue import decode_written_units
 from rmqtool.format.dispatch import dispatch, is_lmq
 from rmqtool.format.msgid import decode_message_id, decode_uniq_key
 from rmqtool.store.commitlog import CommitLog
@@ -265,11 +265,11 @@ def dirty_tail_start(cq, cl: CommitLog) -> int | None:
     cut = None
     for f in reversed(cq.queue.files):
         try:
-            units = decode_units(f.read())
+            units = decode_written_units(f.read())
         except FormatError as exc:
             raise exc.at(path=str(f.path)) from None
         first = f.start // C.CQ_STORE_UNIT_SIZE
-        for i in range(written_unit_count(units) - 1, -1, -1):
+        for i in range(len(units) - 1, -1, -1):
             record = None if units[i].is_filler else _read_message(cl, units[i].physical_offset)
             if units[i].is_filler or (record is not None and record.total_size == units[i].size):
                 return cut

@@ -30,7 +30,7 @@ from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.queues import batch_cq_topics
 from rmqtool.store.atomic import pending_journal
-from rmqtool.store.filequeue import QueueFile, first_nonzero
+from rmqtool.store.filequeue import QueueFile, first_nonzero, read_exact
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
 
@@ -77,7 +77,9 @@ class IndexPlan:
 def _read(path: Path, dtype: np.dtype | str, count: int, offset: int) -> np.ndarray:
     """``count`` items at byte ``offset`` of a file, read (not mapped: nothing stays resident)."""
     with open(path, "rb") as fh:
-        return np.fromfile(fh, dtype, count, offset=offset)
+        width = np.dtype(dtype).itemsize
+        data = read_exact(fh, count * width, offset)
+        return np.frombuffer(data, dtype, len(data) // width)
 
 
 def plan_queues(store: Store, min_offset: int) -> list[QueuePlan]:

@@ -15,7 +15,7 @@ from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.batchcq import BatchCqUnit, find_unit
 from rmqtool.format.batchcq import decode_units as decode_batch_units
 from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
-from rmqtool.format.consumequeue import CqUnit, decode_units, valid_prefix
+from rmqtool.format.consumequeue import CqUnit, decode_written_units, valid_prefix
 from rmqtool.format.indexfile import (Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
 from rmqtool.store.commitlog import CommitLog
@@ -40,16 +40,16 @@ class ConsumeQueue:
         for f in self.queue:
             buf = f.read()
             try:
-                units = decode_units(buf)
+                units = decode_written_units(buf)
             except FormatError as exc:
                 raise exc.at(path=str(f.path)) from None
             first = f.start // C.CQ_STORE_UNIT_SIZE
             for i, unit in enumerate(units):
-                if not unit.is_valid or (commitlog_end is not None and unit.physical_offset >= commitlog_end):
+                if commitlog_end is not None and unit.physical_offset >= commitlog_end:
                     return
                 if first + i >= start:
                     yield first + i, unit
-            if size and len(units) * C.CQ_STORE_UNIT_SIZE < size:
+            if len(units) * C.CQ_STORE_UNIT_SIZE < len(buf) or (size and len(buf) < size):
                 return
 
     def extent(self, commitlog_end: int | None = None) -> tuple[int, int]:
