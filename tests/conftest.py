@@ -66,3 +66,41 @@ def store_copy(tmp_path):
             p.chmod(0o755 if p.is_dir() else 0o644)
         return dst
     return make
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory):
+    """A multi-file store: 6 commit-log files of 64 KiB, consume queues and small index files."""
+    from rmqtool.format.indexfile import Geometry
+    from rmqtool.ops.generate import generate_store
+
+    root = tmp_path_factory.mktemp("gen") / "store"
+    generate_store(root, 6 * 65536 - 5000, file_size=65536, topics=5, queues=3, cq_file_size=20 * 50,
+                   index_geometry=Geometry(50, 200), seed=7)
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def damaged(generated, tmp_path_factory):
+    """The generated store with a broken magic code in its third file, a consume-queue file cut
+    mid-unit, an index entry pointing nowhere and a record's unit removed."""
+    import shutil
+    import struct
+    from pathlib import Path
+
+    root = tmp_path_factory.mktemp("damaged") / "store"
+    shutil.copytree(generated, root)
+    third = sorted((root / "commitlog").iterdir())[2]
+    data = bytearray(third.read_bytes())
+    data[struct.unpack_from(">i", data, 0)[0] + 5] ^= 0xFF        # the second record's magic code
+    third.write_bytes(bytes(data))
+    queues = sorted(p for p in (root / "consumequeue").rglob("0000*"))
+    queues[0].write_bytes(queues[0].read_bytes()[:130])
+    units = bytearray(queues[1].read_bytes())
+    units[40:60] = bytes(20)                       # the third unit: zero, so the queue ends there
+    queues[1].write_bytes(bytes(units))
+    index = sorted((root / "index").iterdir())[0]
+    data = bytearray(index.read_bytes())
+    struct.pack_into(">q", data, 40 + 4 * 50 + 20 * 3 + 4, 12345)
+    index.write_bytes(bytes(data))
+    return str(Path(root))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 
 import pytest
 
@@ -12,7 +14,8 @@ from rmqtool.format.commitlog import Blank, Message, encode_message
 from rmqtool.format.consumequeue import decode_ext_unit, ext_addr_to_offset
 from rmqtool.format.java import java_string_hash
 from rmqtool.store.config import parse_fastjson
-from rmqtool.store.filequeue import FileQueue
+from rmqtool.format.consumequeue import CqUnit, decode_written_units, encode_units, valid_prefix
+from rmqtool.store.filequeue import FileQueue, first_nonzero, map_file
 from rmqtool.store.store import Store
 
 
@@ -171,3 +174,43 @@ def test_upstream_consume_queue_ext_addresses_resolve():
 def test_fixture_sets_are_complete():
     for name in ("dev-sample", "dev-sample-5x"):
         assert (FIXTURES / name / "readback.json").is_file()
+
+
+
+def _resident_pages(path) -> int:
+    """Pages of a file in the page cache: mincore(2) over a private map that is never written."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    vec = (ctypes.c_ubyte * ((len(mm) + mmap.PAGESIZE - 1) // mmap.PAGESIZE))()
+    anchor = ctypes.c_char.from_buffer(mm)
+    rc = libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(len(mm)), vec)
+    del anchor
+    mm.close()
+    assert rc == 0, ctypes.get_errno()
+    return sum(v & 1 for v in vec)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mincore and posix_fadvise as Linux has them")
+def test_reading_a_preallocated_queue_leaves_its_hole_out_of_the_page_cache(tmp_path):
+    """The kernel's read-around (read_ahead_kb) on a map fault would bring a pre-allocated file's hole
+    into the page cache as zero pages: 12 GB for 2,000 queues of a large store."""
+    path = tmp_path / "00000000000000000000"
+    with open(path, "wb") as fh:
+        fh.write(encode_units([CqUnit(100 * i, 100, 0) for i in range(1000)]))     # 20,000 bytes, 5 pages
+        fh.truncate(6_000_000)
+        fh.flush()
+        os.fsync(fh.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    if os.stat(path).st_blocks * 512 > 1 << 20 or _resident_pages(path):
+        pytest.skip("this file system keeps no holes, or its pages cannot be dropped")
+    assert valid_prefix(map_file(path)) == (1000, 100 * 999 + 100)
+    assert len(decode_written_units(map_file(path))) == 1000
+    assert _resident_pages(path) <= 16         # the data's pages and the first read's, not the hole
+    assert first_nonzero(path, 20_000) is None
+    assert _resident_pages(path) <= 16

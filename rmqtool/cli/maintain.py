@@ -71,12 +71,16 @@ def _open_for_write(path: str):
 @cli.command()
 @click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
 @check_crc_option(aliases=("--deep",), help="Also check every body's CRC.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+              help="Worker processes for the local engine, one commit-log file each "
+                   "[default: one per core from 256 MiB of commit log, else 1].")
 @engine_options
 @output_options
-def verify(stores: tuple[str, ...], check_crc: bool, engine: str, master: str | None, fmt: str | None,
-           tablefmt: str) -> None:
+def verify(stores: tuple[str, ...], check_crc: bool, jobs: int | None, engine: str, master: str | None,
+           fmt: str | None, tablefmt: str) -> None:
     """Check stores: every problem with its file and byte offset (exit 1 when any is found).
-    With --engine spark the commit-log files are checked in parallel, one task per file.
+    Commit-log files are checked in parallel: in worker processes, or one Spark task per file with
+    --engine spark.
 
     \b
     Examples:
@@ -100,7 +104,7 @@ def verify(stores: tuple[str, ...], check_crc: bool, engine: str, master: str | 
     else:
         for path, st in opened:
             with _progress(st, "verifying") as progress:
-                findings += [f.row() for f in verify_store(path, deep=deep, progress=progress)]
+                findings += [f.row() for f in verify_store(path, deep=deep, progress=progress, jobs=jobs)]
     out = resolve_format(fmt)
     write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
     if out in PEOPLE:

@@ -24,7 +24,7 @@ from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, Inconsistent
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
-from rmqtool.store.filequeue import QueueFile, release_pages
+from rmqtool.store.filequeue import QueueFile, first_nonzero, release_pages
 
 Progress = Callable[[int], None]
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
@@ -122,10 +122,13 @@ class _Collector:
         return cols, ok
 
     def finish(self, facts: FileFacts) -> FileFacts:
-        facts.columns = {k: np.concatenate([p[k] for p in self.parts]) if self.parts else np.empty(0, np.int64)
-                         for k in _COLUMNS}
+        """Join the parts column by column, each part's column dropped once joined (peak: one column)."""
+        facts.columns = {k: _join([p.pop(k) for p in self.parts], np.int64) for k in _COLUMNS}
         if self.keys:
-            facts.key_offsets, facts.key_hashes = _concat_keys(self.key_parts)
+            counts = _join([c for c, _ in self.key_parts], np.int64)
+            facts.key_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            facts.key_hashes = _join([h for _, h in self.key_parts], np.int64)
+            self.key_parts.clear()
         if self.props:
             facts.props = {k: pa.concat_arrays([p[k] for p in self.prop_parts]) if self.prop_parts
                            else pa.array([], pa.string()) for k in DISPATCH_PROPERTIES}
@@ -167,9 +170,9 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
         size, magic = peek_header(buf, pos)
         if size == 0 and magic == 0:
             facts.stop = "zero"
-            nonzero = np.flatnonzero(data[pos:])
-            if len(nonzero):
-                facts.findings.append(Finding(ERROR, "torn_tail", path, f.start + pos + int(nonzero[0]),
+            hit = first_nonzero(f.path, pos)             # holes not read
+            if hit is not None:
+                facts.findings.append(Finding(ERROR, "torn_tail", path, f.start + hit,
                                               f"non-zero bytes after the end of written data at {f.start + pos} "
                                               "(a torn or truncated write)", expected=0, actual="non-zero"))
             break
@@ -295,10 +298,10 @@ def _batch_facts(batch: pa.RecordBatch, names: QueueNames, deep: bool) -> tuple[
     queue_id = col(batch.schema.get_field_index("queue_id")).to_numpy()
     cols = {
         "offset": col(batch.schema.get_field_index("physical_offset")).to_numpy(),
-        "size": col(batch.schema.get_field_index("total_size")).to_numpy().astype(np.int64),
-        "queue": names.encode(col(batch.schema.get_field_index("topic")), queue_id),
+        "size": col(batch.schema.get_field_index("total_size")).to_numpy().astype(np.int32),
+        "queue": names.encode(col(batch.schema.get_field_index("topic")), queue_id).astype(np.int32),
         "queue_offset": col(batch.schema.get_field_index("queue_offset")).to_numpy(),
-        "sys_flag": col(batch.schema.get_field_index("sys_flag")).to_numpy().astype(np.int64),
+        "sys_flag": col(batch.schema.get_field_index("sys_flag")).to_numpy().astype(np.int32),
         "tags_code": tags_code.fill_null(0).to_numpy(),
         "store_timestamp": col(batch.schema.get_field_index("store_timestamp")).cast(pa.int64()).to_numpy(),
     }
@@ -344,7 +347,7 @@ def _key_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
     h = np.empty(len(rec), np.int64)
     h[place] = (head * _pow_table(31, int(length.max(initial=0)) + 1)[length] + raw) & _MASK
     h = np.where(h >= 1 << 31, h - (1 << 32), h)
-    return counts, np.where(h == -(1 << 31), 0, np.abs(h))
+    return counts, np.where(h == -(1 << 31), 0, np.abs(h)).astype(np.int32)
 
 
 def _raw_hashes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -393,7 +396,5 @@ def _pow_table(base: int, n: int) -> np.ndarray:
     return table[:n]
 
 
-def _concat_keys(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    counts = np.concatenate([c for c, _ in parts]) if parts else np.empty(0, np.int64)
-    hashes = np.concatenate([h for _, h in parts]) if parts else np.empty(0, np.int64)
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), hashes
+def _join(parts: list[np.ndarray], dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, dtype)

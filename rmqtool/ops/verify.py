@@ -6,7 +6,7 @@ Three steps, none holding state per record of the whole store:
    file sizes, headers, chains. Each file's checkable units/entries become a ``Segment``: an index
    range whose physical offsets are known to rise, so any commit-log window can find its part by
    bisection.
-2. One commit-log file at a time (``check_file``; a Spark task each with ``--engine spark``): the
+2. One commit-log file at a time (``check_file``; in worker processes, or a Spark task each): the
    columnar walk (``rmqtool.ops.facts``), then the units and entries pointing into the file are
    joined to its records as numpy arrays. Only findings and small per-queue summaries leave it.
 3. ``verify_store`` merges: the commit-log sequence, the written end (units past it), units missing
@@ -19,6 +19,7 @@ import os
 import struct
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -29,6 +30,7 @@ from rmqtool.errors import FormatError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.queues import batch_cq_topics
+from rmqtool.ops.workers import default_jobs, process_map
 from rmqtool.store.atomic import pending_journal
 from rmqtool.store.filequeue import QueueFile, first_nonzero, read_exact
 from rmqtool.store.lock import lock_is_held
@@ -38,6 +40,7 @@ UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
 CHUNK = 1 << 16                       # units or entries checked per numpy pass
 JOIN_RECORDS = 1 << 18                # records of a file whose index entries are joined at a time
+JOIN_UNITS = 1 << 18                  # consume-queue units joined at a time (whole queues)
 _NO_END = (1 << 63) - 1            # the last file's window reaches to the end of offsets
 
 
@@ -350,18 +353,32 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
     return result
 
 
+def _check_item(item: tuple[QueueFile, int], progress: Progress | None, **kw) -> FileResult:
+    return check_file(item[0], item[1], progress=progress, **kw)
+
+
 def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, names: QueueNames,
                  covered: np.ndarray, min_offset: int, result: FileResult) -> None:
-    """Every queue's units in [lo, hi), gathered, then joined to the file's records at once."""
-    picked = []
+    """Every queue's units in [lo, hi), gathered and joined to the file's records some queues at a time
+    (at least JOIN_UNITS units each: bounded temporaries)."""
+    picked, count = [], 0
     for q in queues:
         code = names.codes.get((q.topic, q.queue_id), -1)
         for seg in q.segments:
             idx, u = _pick(seg, lo, hi, UNIT_DTYPE, lambda i: i * C.CQ_STORE_UNIT_SIZE, min_offset)
             if len(u):
                 picked.append((q, seg, code, idx, u))
-    if not picked:
-        return
+                count += len(u)
+        if count >= JOIN_UNITS:
+            _join_units(picked, facts, names, covered, result)
+            picked, count = [], 0
+    if picked:
+        _join_units(picked, facts, names, covered, result)
+
+
+def _join_units(picked: list, facts: FileFacts, names: QueueNames, covered: np.ndarray,
+                result: FileResult) -> None:
+    """Gathered units (every one of their queues' units in the window) joined to the file's records."""
     u = np.concatenate([p[4] for p in picked])
     which = np.repeat(np.arange(len(picked)), [len(p[4]) for p in picked])
     code = np.array([p[2] for p in picked])[which]
@@ -516,9 +533,10 @@ FileRunner = Callable[[Callable[[tuple[QueueFile, int]], FileResult], list[tuple
 
 
 def verify_store(path, deep: bool = False, progress: Progress | None = None,
-                 run_files: FileRunner | None = None) -> Iterator[Finding]:
-    """Every finding of the store at ``path``. ``run_files(fn, items)`` may run the per-file step
-    elsewhere (one Spark task per commit-log file); by default it runs here, one file at a time."""
+                 run_files: FileRunner | None = None, jobs: int | None = None) -> Iterator[Finding]:
+    """Every finding of the store at ``path``. The per-file step runs in ``jobs`` worker processes
+    (default: one per core for a large store), or through ``run_files(fn, items)`` (one Spark task per
+    commit-log file)."""
     store = Store.open(path)
     root = store.root
     if pending_journal(root):
@@ -544,14 +562,14 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
         or [(QueueFile(store.root / "commitlog", 0, 0), _NO_END)]    # no commit log: every unit points past its end
     ledger = bool(store.commitlog.entry_header_size)
     batch = frozenset(batch_cq_topics(store))
-
-    def one(item: tuple[QueueFile, int]) -> FileResult:
-        return check_file(item[0], item[1], queues, index, min_offset, deep, ledger=ledger, batch_topics=batch)
-
+    check = partial(_check_item, queues=queues, index=index, min_offset=min_offset, deep=deep, ledger=ledger,
+                    batch_topics=batch)
     if run_files is not None:
-        results = run_files(one, items)
+        results = run_files(lambda item: check(item, None), items)
     else:
-        results = [check_file(f, hi, queues, index, min_offset, deep, progress, ledger, batch) for f, hi in items]
+        if jobs is None:
+            jobs = default_jobs(sum(f.length for f in files), len(files))
+        results = process_map(check, items, jobs, progress)
     yield from _commitlog_sequence(results)
     if ledger:
         from rmqtool.ops.dledger import check_dledger

@@ -10,26 +10,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from rmqtool import errors
 from rmqtool.ops import scan
-
-
-def _guard(fn: Callable, item):
-    """Run ``fn(item)`` in a task; an RmqError comes back as data (exceptions with their own
-    constructor arguments do not survive pickling)."""
-    try:
-        return True, fn(item)
-    except errors.RmqError as exc:
-        return False, (type(exc).__mro__, exc.message, exc.path, exc.offset)
-
-
-def _rebuild(info) -> errors.RmqError:
-    mro, message, path, offset = info
-    for cls in (errors.FormatError, errors.EncodeError, errors.StoreError, errors.UnsafeWrite,
-                errors.SparkUnavailable, errors.RmqError):
-        if cls in mro:
-            return cls(message, path=path, offset=offset)
-    return errors.RmqError(message, path=path, offset=offset)
+from rmqtool.ops.workers import guard, unguard
 
 
 def spark_map(spark, fn: Callable, items: list) -> list:
@@ -38,11 +20,7 @@ def spark_map(spark, fn: Callable, items: list) -> list:
     if not items:
         return []
     rdd = spark.sparkContext.parallelize(items, len(items))
-    out = rdd.map(lambda item: _guard(fn, item)).collect()
-    for ok, value in out:
-        if not ok:
-            raise _rebuild(value)
-    return [value for _, value in out]
+    return unguard(rdd.map(lambda item: guard(fn, item)).collect())
 
 
 def _collecting(fn: Callable) -> Callable:

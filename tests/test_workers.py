@@ -1,0 +1,72 @@
+"""The local engine's worker processes: verify's per-file step in several processes gives the same
+findings as one process; errors and progress come back from the workers."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+
+import pytest
+
+from conftest import ALL_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, store_path
+from helpers_maintain import run
+from rmqtool.errors import FormatError, RmqError
+from rmqtool.ops.verify import verify_store
+from rmqtool.ops.workers import default_jobs, process_map
+
+
+def _square_in_child(item, progress, *, parent):
+    progress(item)
+    if item == 3:
+        raise FormatError("third item is bad", path=f"file-{item}", offset=7)
+    return item * item, os.getpid() != parent
+
+
+def _die(item, progress):
+    os._exit(3)
+
+
+def test_process_map_runs_in_children_keeps_order_and_counts_progress():
+    seen = []
+    out = process_map(partial(_square_in_child, parent=os.getpid()), [5, 1, 4, 2], 2, seen.append)
+    assert [value for value, _ in out] == [25, 1, 16, 4]
+    assert all(in_child for _, in_child in out)
+    assert sum(seen) == 12
+
+
+def test_a_worker_error_is_the_same_one_line_error():
+    with pytest.raises(FormatError) as exc:
+        process_map(partial(_square_in_child, parent=os.getpid()), [1, 3, 2], 2)
+    assert str(exc.value) == "file-3: offset 7: third item is bad"
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang():
+    with pytest.raises(RmqError, match="worker process died"):
+        process_map(_die, [1, 2], 2)
+
+
+def test_default_jobs():
+    assert default_jobs(10 << 20, 8) == 1                       # small store: this process
+    assert default_jobs(1 << 40, 1) == 1                        # one file: nothing to share
+    assert default_jobs(1 << 40, 64) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_workers_give_the_same_findings_on_a_damaged_multi_file_store(damaged, deep):
+    want = list(verify_store(damaged, deep=deep, jobs=1))
+    assert {"bad_magic", "cq_file_size", "index_entry_no_record", "cq_missing_unit"} <= {f.kind for f in want}
+    progress = []
+    assert list(verify_store(damaged, deep=deep, jobs=3, progress=progress.append)) == want
+    assert sum(progress) > 5 * 65536 - 65536          # the walked bytes of six files, a bad one cut short
+
+
+@pytest.mark.parametrize("name", ALL_SETS + FEATURE_SETS + DLEDGER_CRASH_SETS)
+def test_workers_give_the_same_findings_on_every_fixture(name):
+    path = store_path(name)
+    assert list(verify_store(path, deep=True, jobs=2)) == list(verify_store(path, deep=True, jobs=1))
+
+
+def test_cli_jobs(damaged):
+    one, two = run("verify", damaged, "-f", "jsonl", "--jobs", "1"), run("verify", damaged, "-f", "jsonl", "-j", "2")
+    assert (two.exit_code, two.stdout) == (one.exit_code, one.stdout) and one.exit_code == 1
+    assert run("verify", damaged, "--jobs", "0").exit_code == 2
