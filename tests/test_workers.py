@@ -1,5 +1,5 @@
-"""The local engine's worker processes: verify's per-file step in several processes gives the same
-findings as one process; errors and progress come back from the workers."""
+"""The local engine's worker processes: verify's and info's per-file steps in several processes give
+the same findings and summary as one process; errors and progress come back from the workers."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 from conftest import ALL_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, store_path
 from helpers_maintain import run
 from rmqtool.errors import FormatError, RmqError
+from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store
 from rmqtool.ops.workers import default_jobs, process_map
+from rmqtool.store.store import Store
 
 
 def _square_in_child(item, progress, *, parent):
@@ -70,3 +72,15 @@ def test_cli_jobs(damaged):
     one, two = run("verify", damaged, "-f", "jsonl", "--jobs", "1"), run("verify", damaged, "-f", "jsonl", "-j", "2")
     assert (two.exit_code, two.stdout) == (one.exit_code, one.stdout) and one.exit_code == 1
     assert run("verify", damaged, "--jobs", "0").exit_code == 2
+
+
+@pytest.mark.parametrize("name", ALL_SETS + FEATURE_SETS + DLEDGER_CRASH_SETS + ["generated", "damaged"])
+def test_info_in_workers_is_the_same_summary(name, request):
+    path = request.getfixturevalue(name) if name in ("generated", "damaged") else store_path(name)
+    one = store_info(Store.open(path), jobs=1)
+    assert store_info(Store.open(path), jobs=2) == one
+    if name == "damaged":            # the walk stops at the third file's bad record; later files not counted
+        assert "bad magic" in one["problems"][0]
+        assert one["max_physical_offset"] < 3 * 65536
+    if name == "generated":
+        assert one["max_physical_offset"] > 5 * 65536 and not one["problems"]

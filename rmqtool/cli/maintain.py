@@ -19,7 +19,7 @@ import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import check_crc_option, option
+from rmqtool.cli.options import check_crc_option, jobs_option, option
 from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 
@@ -71,9 +71,7 @@ def _open_for_write(path: str):
 @cli.command()
 @click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
 @check_crc_option(aliases=("--deep",), help="Also check every body's CRC.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
-              help="Worker processes for the local engine, one commit-log file each "
-                   "[default: one per core from 256 MiB of commit log, else 1].")
+@jobs_option
 @engine_options
 @output_options
 def verify(stores: tuple[str, ...], check_crc: bool, jobs: int | None, engine: str, master: str | None,

@@ -92,6 +92,11 @@ def check_crc_option(*, aliases: tuple[str, ...] = (),
     return option("--check-crc", "check_crc", aliases=aliases, is_flag=True, help=help)
 
 
+jobs_option = click.option(
+    "--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+    help="Worker processes, one commit-log file each [default: one per core from 256 MiB of commit log, else 1].")
+
+
 def body_encoding_option(*, default: str | None = None, aliases: tuple[str, ...] = ("--body",),
                          help: str = "Body encoding [default: text for people, base64 in json/jsonl/csv].") -> Callable:
     return option("--body-encoding", "body", aliases=aliases, type=click.Choice(BODY_ENCODINGS), default=default,

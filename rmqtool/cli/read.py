@@ -15,8 +15,8 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (check_crc_option, count_option, filter_options, option, record_filter,
-                                 record_options, since_until)
+from rmqtool.cli.options import (check_crc_option, count_option, filter_options, jobs_option, option,
+                                 record_filter, record_options, since_until)
 from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, check_fields, format_timestamp,
                                 output_options, progress_bar, resolve_format, write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError
@@ -114,9 +114,10 @@ def _open_commitlog(path: str) -> tuple[Store, CommitLog]:
 # -- info -------------------------------------------------------------------------------------------
 @cli.command()
 @click.argument("store", type=click.Path())
+@jobs_option
 @output_options
 @click.pass_context
-def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
+def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tablefmt: str) -> None:
     """Summarise a store: commit-log files and records, topics and queues, index files, checkpoint,
     abort/lock state and hints about the broker version that wrote it.
 
@@ -133,7 +134,7 @@ def info(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None
     out = resolve_format(fmt)
     st = Store.open(store)
     with progress_bar(sum(f.length for f in st.commitlog.queue), "reading") as progress:
-        summary = store_info(st, progress)
+        summary = store_info(st, progress, jobs)
     if out in (Format.JSON, Format.JSONL, Format.CSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:

@@ -8,16 +8,19 @@ from typing import Any, Callable
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, RmqError
+from rmqtool.store.filequeue import QueueFile
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import Store
 
 
-def store_info(store: Store, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def store_info(store: Store, progress: Callable[[int], None] | None = None,
+               jobs: int | None = None) -> dict[str, Any]:
     """A summary of the whole store: the commit log's record boundaries and fixed header fields are
-    walked once (``progress`` is told the bytes walked); bodies and properties are not decoded."""
+    walked once (``progress`` is told the bytes walked; ``jobs`` worker processes, default one per core
+    for a large store); bodies and properties are not decoded."""
     cl = store.commitlog
     problems = [f"{f.path if f else 'commitlog'}: {text}" for f, text in cl.queue.problems()]
-    scan = _scan_commitlog(store, progress)
+    scan = _scan_commitlog(store, progress, jobs)
     if scan["damage"]:
         problems.append(scan.pop("damage"))
     else:
@@ -54,65 +57,86 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None) -> d
     }
 
 
-def _scan_commitlog(store: Store, progress: Callable[[int], None] | None) -> dict[str, Any]:
+def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,
+                    jobs: int | None = None) -> dict[str, Any]:
     """Counts and dates from the boundary walk and fixed header fields (no body or property decoding),
-    file by file as CommitLog.iter_entries goes: to the zero end of data or the first damage."""
+    file by file (in ``jobs`` worker processes) as CommitLog.iter_entries goes: to the zero end of data
+    or the first damage."""
+    from rmqtool.ops.workers import default_jobs, process_map
+
+    cl = store.commitlog
+    if cl.entry_header_size:
+        return _scan_records(store, progress)
+    files = [f for f in cl.queue if f.length]
+    jobs = default_jobs(sum(f.length for f in files), len(files)) if jobs is None else jobs
+    total = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
+             "end": cl.min_offset, "damage": None}
+    for part in process_map(_scan_file, files, jobs, progress):
+        for k in ("messages", "blanks", "v2", "trailing"):
+            total[k] += part[k]
+        for k, pick in (("first_ts", min), ("last_ts", max)):
+            if part[k] is not None:
+                total[k] = part[k] if total[k] is None else pick(total[k], part[k])
+        total["end"] = part["end"] if part["end"] is not None else total["end"]
+        if part["damage"] or part["zero_end"]:
+            total["damage"] = part["damage"]
+            break
+    return _summary(cl, total["end"], total["messages"], total["blanks"], total["v2"], total["trailing"],
+                    total["first_ts"], total["last_ts"], total["damage"])
+
+
+def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str, Any]:
+    """One commit-log file's part of ``_scan_commitlog``: counts, dates, the end of its last entry,
+    whether its data ends in zeros before the file does, or the damage that stops the walk."""
     import numpy as np
 
     from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, walk
     from rmqtool.format.commitlog import decode_entry, peek_header
     from rmqtool.store.filequeue import release_pages
 
-    cl = store.commitlog
-    if cl.entry_header_size:
-        return _scan_records(store, progress)
-    messages = blanks = v2 = trailing = 0
-    first_ts = last_ts = None
-    end = cl.min_offset
-    damage = None
-    for f in cl.queue:
-        if not f.length:
-            continue
-        buf = f.read()
-        data = np.frombuffer(buf, np.uint8)
-        pos = released = 0
-        try:
-            while len(data) - pos >= C.END_FILE_MIN_BLANK_LENGTH:
-                released = release_pages(buf, pos, released)
-                size, magic = peek_header(buf, pos)
-                if size == 0 and magic == 0:
-                    return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
-                if magic in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2):
-                    starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
-                    good, parts = check_lengths(data, starts)
-                    if good:
-                        ts_pos = starts[:good] + C.BORNHOST_POS + np.where(
-                            parts["sys_flag"] & C.SysFlag.BORNHOST_V6, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
-                        ts = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[ts_pos].astype(np.int64)
-                        last_byte = parts["props_pos"] + parts["props_len"] - 1
-                        messages += good
-                        if progress:
-                            progress(int(parts["total"].sum()))
-                        v2 += int(parts["v2"].sum())
-                        trailing += int(((parts["props_len"] > 0) & (data[last_byte] == 2)).sum())
-                        first_ts = int(ts.min()) if first_ts is None else min(first_ts, int(ts.min()))
-                        last_ts = int(ts.max()) if last_ts is None else max(last_ts, int(ts.max()))
-                        end = f.start + int(starts[good - 1] + parts["total"][good - 1])
-                        if good == len(starts):
-                            pos = nxt
-                            continue
-                        pos = int(starts[good])
-                entry = decode_entry(buf, pos)          # a BLANK, or damage named by the decoder
-                end = f.start + pos + entry.total_size
-                if entry.magic_code != C.BLANK_MAGIC_CODE:
-                    raise FormatError("record decodes alone but not in the walk", offset=f.start + pos)
-                blanks += 1
+    out = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
+           "end": None, "zero_end": False, "damage": None}
+    buf = f.read()
+    data = np.frombuffer(buf, np.uint8)
+    pos = released = 0
+    try:
+        while len(data) - pos >= C.END_FILE_MIN_BLANK_LENGTH:
+            released = release_pages(buf, pos, released)
+            size, magic = peek_header(buf, pos)
+            if size == 0 and magic == 0:
+                out["zero_end"] = True
                 break
-        except FormatError as exc:
-            exc.offset = f.start + pos
-            damage = f"{exc.at(path=str(f.path))} (records after it were not read)"
+            if magic in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2):
+                starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
+                good, parts = check_lengths(data, starts)
+                if good:
+                    ts_pos = starts[:good] + C.BORNHOST_POS + np.where(
+                        parts["sys_flag"] & C.SysFlag.BORNHOST_V6, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
+                    ts = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[ts_pos].astype(np.int64)
+                    last_byte = parts["props_pos"] + parts["props_len"] - 1
+                    out["messages"] += good
+                    if progress:
+                        progress(int(parts["total"].sum()))
+                    out["v2"] += int(parts["v2"].sum())
+                    out["trailing"] += int(((parts["props_len"] > 0) & (data[last_byte] == 2)).sum())
+                    lo, hi = int(ts.min()), int(ts.max())
+                    out["first_ts"] = lo if out["first_ts"] is None else min(out["first_ts"], lo)
+                    out["last_ts"] = hi if out["last_ts"] is None else max(out["last_ts"], hi)
+                    out["end"] = f.start + int(starts[good - 1] + parts["total"][good - 1])
+                    if good == len(starts):
+                        pos = nxt
+                        continue
+                    pos = int(starts[good])
+            entry = decode_entry(buf, pos)          # a BLANK, or damage named by the decoder
+            if entry.magic_code != C.BLANK_MAGIC_CODE:
+                raise FormatError("record decodes alone but not in the walk", offset=f.start + pos)
+            out["end"] = f.start + pos + entry.total_size
+            out["blanks"] += 1
             break
-    return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, damage)
+    except FormatError as exc:
+        exc.offset = f.start + pos
+        out["damage"] = f"{exc.at(path=str(f.path))} (records after it were not read)"
+    return out
 
 
 def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[str, Any]:
