@@ -3,7 +3,10 @@ the same findings and summary as one process; errors and progress come back from
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
+import time
 from functools import partial
 
 import pytest
@@ -45,6 +48,27 @@ def test_a_worker_error_is_the_same_one_line_error():
 def test_a_worker_that_dies_is_an_error_not_a_hang():
     with pytest.raises(RmqError, match="worker process died"):
         process_map(_die, [1, 2], 2)
+
+
+def _sleep(item, progress):
+    time.sleep(60)
+
+
+def test_an_interrupt_stops_the_workers():
+    """Ctrl-C while files are being checked: the workers stop too, nothing is left running."""
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            process_map(_sleep, [1, 2, 3], 2)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - started < 10
+    assert not multiprocessing.active_children()
 
 
 def test_default_jobs():

@@ -79,16 +79,21 @@ def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], 
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     counter = ctx.Value("q", 0)
     seen = 0
+    pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start, initargs=(fn, counter))
     try:
-        with ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start,
-                                 initargs=(fn, counter)) as pool:
-            futures = [pool.submit(_run, item) for item in items]
-            pending = set(futures)
-            while pending:
-                _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                if progress and counter.value > seen:
-                    progress(counter.value - seen)
-                    seen = counter.value
-            return unguard([f.result() for f in futures])
+        futures = [pool.submit(_run, item) for item in items]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            if progress and counter.value > seen:
+                progress(counter.value - seen)
+                seen = counter.value
+        return unguard([f.result() for f in futures])
     except BrokenProcessPool as exc:
         raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None
+    except BaseException:                     # interrupted (Ctrl-C): stop the workers, not just their queue
+        for proc in list((pool._processes or {}).values()):     # Python < 3.14 has no public terminate
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(cancel_futures=True)
