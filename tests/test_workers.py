@@ -16,7 +16,7 @@ from helpers_maintain import run
 from rmqtool.errors import FormatError, RmqError
 from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store
-from rmqtool.ops.workers import default_jobs, process_map
+from rmqtool.ops.workers import available_memory, default_jobs, process_map
 from rmqtool.store.store import Store
 
 
@@ -74,7 +74,17 @@ def test_an_interrupt_stops_the_workers():
 def test_default_jobs():
     assert default_jobs(10 << 20, 8) == 1                       # small store: this process
     assert default_jobs(1 << 40, 1) == 1                        # one file: nothing to share
-    assert default_jobs(1 << 40, 64) == len(os.sched_getaffinity(0))
+    assert default_jobs(1 << 40, 64) == max(1, min(len(os.sched_getaffinity(0)), available_memory() >> 30))
+
+
+def test_default_jobs_leave_room_in_memory(monkeypatch):
+    import rmqtool.ops.workers as workers
+
+    monkeypatch.setattr(workers, "available_memory", lambda: 3 << 30)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    assert default_jobs(1 << 40, 64) == 3
+    monkeypatch.setattr(workers, "available_memory", lambda: 100 << 20)
+    assert default_jobs(1 << 40, 64) == 1
 
 
 @pytest.mark.parametrize("deep", [False, True])

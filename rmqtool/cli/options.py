@@ -94,7 +94,8 @@ def check_crc_option(*, aliases: tuple[str, ...] = (),
 
 jobs_option = click.option(
     "--jobs", "-j", type=click.IntRange(min=1), metavar="N",
-    help="Worker processes, one commit-log file each [default: one per core from 256 MiB of commit log, else 1].")
+    help="Worker processes, one commit-log file each [default: from 256 MiB of commit log one per core, "
+         "1 GB of available memory each; else 1].")
 
 
 def body_encoding_option(*, default: str | None = None, aliases: tuple[str, ...] = ("--body",),

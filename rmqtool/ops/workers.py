@@ -18,6 +18,7 @@ from typing import Any, Callable
 from rmqtool import errors
 
 PARALLEL_MIN_BYTES = 256 << 20      # below this, starting workers costs more than it saves
+WORKER_BYTES = 1 << 30              # memory set aside per worker (one 1 GiB commit-log file takes ~0.4 GB)
 
 _task: Callable | None = None
 _counter: Any = None
@@ -50,11 +51,23 @@ def unguard(out: list) -> list:
 
 
 def default_jobs(input_bytes: int, files: int) -> int:
-    """Worker processes for a store: one per core and file, none for a small store."""
+    """Worker processes for a store: one per core and file as memory allows, none for a small store."""
     if input_bytes < PARALLEL_MIN_BYTES:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, files))
+    return max(1, min(cores, files, available_memory() // WORKER_BYTES))
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo (Linux); elsewhere unknown: no limit."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
 
 
 def _start(task: Callable, counter) -> None:
