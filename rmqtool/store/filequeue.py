@@ -43,7 +43,8 @@ def map_file(path: Path) -> bytes | mmap.mmap:
             if st.st_size == 0:
                 return b""
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            if st.st_blocks * 512 < st.st_size <= SPARSE_MAP_LIMIT and hasattr(mmap, "MADV_RANDOM"):
+            blocks = getattr(st, "st_blocks", None)           # not on every platform
+            if blocks is not None and blocks * 512 < st.st_size <= SPARSE_MAP_LIMIT and hasattr(mmap, "MADV_RANDOM"):
                 mm.madvise(mmap.MADV_RANDOM)
                 for lo, hi in data_extents(fh.fileno(), 0, st.st_size):
                     lo -= lo % mmap.PAGESIZE

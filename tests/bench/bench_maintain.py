@@ -5,17 +5,18 @@
 For each size (GiB of commit log, in 1 GiB files) a store is generated under DIR when missing (rmqtool's
 generator: 2,000 queues with 6,000,000-byte consume-queue files, the default 5M/20M index geometry;
 about 2.5 minutes per GiB). Every measure runs in its own process, the store read into the page cache
-first; the table gives
-wall time, MB/s of commit log, peak RSS (of the measure's whole process tree: the sum over its
-processes, sampled every 50 ms, or the largest one's peak from wait4 when that is higher), and the ratio to the columnar decode with CRC of the same run.
+first; the table gives wall time, MB/s of commit log, peak RSS (of the measure's whole process tree:
+the sum over its processes, sampled every 50 ms, or the largest one's peak from wait4 when that is
+higher), and the ratio to the columnar decode with CRC of the same run. Rate targets are judged on the
+stores of 4 GiB and more, RSS at every size.
 Outputs go under DIR and are removed after each measure:
 
 - ``decode_crc``: ``iter_record_batches(check_crc=True)`` over every file (the reference rate)
-- ``verify``: ``verify --deep`` (commit log, consume-queue and index cross-checks), its default worker
-  processes (one per core); ``verify-1``: the same in one process (``--jobs 1``)
+- ``verify``: ``verify --deep`` (commit log, consume-queue and index cross-checks) in its default worker
+  processes (one per core as memory allows); ``verify-1``: the same in one process (``--jobs 1``)
 - ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``)
 - ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed)
-- ``info``: the store summary
+- ``info``: the store summary (default worker processes)
 - ``repair``: the plan for the store with an ``abort`` file and its checkpoint in the last file;
   "read" is the commit-log bytes the recovery walk scanned
 """
