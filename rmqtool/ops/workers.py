@@ -98,9 +98,10 @@ def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], 
         pending = set(futures)
         while pending:
             _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            if progress and counter.value > seen:
-                progress(counter.value - seen)
-                seen = counter.value
+            now = counter.value                     # read once: workers keep adding to it
+            if progress and now > seen:
+                progress(now - seen)
+                seen = now
         return unguard([f.result() for f in futures])
     except BrokenProcessPool as exc:
         raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None
