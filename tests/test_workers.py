@@ -21,7 +21,8 @@ from rmqtool.store.store import Store
 
 
 def _square_in_child(item, progress, *, parent):
-    progress(item)
+    for _ in range(item * 5000):          # many small reports while the parent polls the sum
+        progress(1)
     if item == 3:
         raise FormatError("third item is bad", path=f"file-{item}", offset=7)
     return item * item, os.getpid() != parent
@@ -36,7 +37,7 @@ def test_process_map_runs_in_children_keeps_order_and_counts_progress():
     out = process_map(partial(_square_in_child, parent=os.getpid()), [5, 1, 4, 2], 2, seen.append)
     assert [value for value, _ in out] == [25, 1, 16, 4]
     assert all(in_child for _, in_child in out)
-    assert sum(seen) == 12
+    assert sum(seen) == 12 * 5000
 
 
 def test_a_worker_error_is_the_same_one_line_error():
