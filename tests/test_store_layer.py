@@ -214,3 +214,26 @@ def test_reading_a_preallocated_queue_leaves_its_hole_out_of_the_page_cache(tmp_
     assert _resident_pages(path) <= 16         # the data's pages and the first read's, not the hole
     assert first_nonzero(path, 20_000) is None
     assert _resident_pages(path) <= 16
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="mincore and posix_fadvise as Linux has them")
+def test_an_index_lookup_reads_the_pages_it_touches(tmp_path):
+    """A 420 MB index file: a key lookup reads its header, one slot and the chain's entries, not the
+    read-ahead window around each (8 MiB apiece where read_ahead_kb is large)."""
+    from rmqtool.ops.generate import generate_store
+    from rmqtool.ops.query import lookup_key
+
+    generate_store(tmp_path / "s", 256 << 10, file_size=1 << 20, topics=2, queues=1, seed=3)
+    index = next((tmp_path / "s" / "index").iterdir())
+    store = Store.open(tmp_path / "s")
+    offset, msg = next((loc.offset, loc.entry) for loc in store.commitlog.iter_entries(include_blank=False)
+                       if loc.entry.keys)
+    fd = os.open(index, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    if _resident_pages(index):
+        pytest.skip("the index file's pages cannot be dropped here")
+    hits = lookup_key(Store.open(tmp_path / "s"), msg.topic, msg.keys[0]).records
+    assert offset in [o for o, _ in hits]
+    assert _resident_pages(index) <= 16

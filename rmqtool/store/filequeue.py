@@ -35,16 +35,21 @@ class QueueFile:
 SPARSE_MAP_LIMIT = 64 << 20
 
 
-def map_file(path: Path) -> bytes | mmap.mmap:
-    """Read-only mmap of a file (plain bytes for an empty one)."""
+def map_file(path: Path, random_access: bool = False) -> bytes | mmap.mmap:
+    """Read-only mmap of a file (plain bytes for an empty one). ``random_access``: pages are read as
+    they are touched, without read-around (an index lookup touches a few pages of a 420 MB file)."""
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
             if st.st_size == 0:
                 return b""
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            if not hasattr(mmap, "MADV_RANDOM"):
+                return mm
             blocks = getattr(st, "st_blocks", None)           # not on every platform
-            if blocks is not None and blocks * 512 < st.st_size <= SPARSE_MAP_LIMIT and hasattr(mmap, "MADV_RANDOM"):
+            if random_access:
+                mm.madvise(mmap.MADV_RANDOM)
+            elif blocks is not None and blocks * 512 < st.st_size <= SPARSE_MAP_LIMIT:
                 mm.madvise(mmap.MADV_RANDOM)
                 for lo, hi in data_extents(fh.fileno(), 0, st.st_size):
                     lo -= lo % mmap.PAGESIZE

@@ -116,8 +116,8 @@ class IndexFileRef:
     def name(self) -> str:
         return self.path.name
 
-    def read(self):
-        return map_file(self.path)
+    def read(self, random_access: bool = False):
+        return map_file(self.path, random_access)
 
 
 class Store:
@@ -273,7 +273,7 @@ def _is_offset_file(p: Path) -> bool:
 
 def index_refs(paths: list[Path], geometry: Geometry | None = None) -> list[IndexFileRef]:
     """Headers and geometry of index files; all files of a store share one geometry."""
-    bufs = [(p, map_file(p)) for p in paths]
+    bufs = [(p, map_file(p, random_access=True)) for p in paths]          # headers only
     for p, buf in bufs:
         if len(buf) < C.INDEX_HEADER_SIZE:
             raise FormatError(f"index file of {len(buf)} bytes is smaller than its 40-byte header", path=str(p))
@@ -303,7 +303,7 @@ def query_index(refs: list[IndexFileRef], topic: str, key: str, max_num: int = C
     out: list[tuple[int, IndexFileRef]] = []
     for ref in reversed(refs):
         if is_time_matched(ref.header, begin, end):
-            hits = select_phy_offsets(ref.read(), ref.geometry, index_key, begin, end,
+            hits = select_phy_offsets(ref.read(random_access=True), ref.geometry, index_key, begin, end,
                                       max_num - len(out), ref.header)
             out.extend((phy, ref) for phy in hits)
         if ref.header.begin_timestamp < begin or len(out) >= max_num:
