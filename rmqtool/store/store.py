@@ -176,27 +176,15 @@ class Store:
         return self.root / "consumequeue"
 
     def topics(self) -> list[str]:
-        d = self.consumequeue_dir
-        if not self.is_store_root or not d.is_dir():
-            return []
-        return sorted(p.name for p in d.iterdir() if p.is_dir())
+        return self._topic_dirs(self.consumequeue_dir)
 
     def consume_queues(self, topic: str | None = None) -> list[ConsumeQueue]:
-        out = []
-        for t in ([topic] if topic is not None else self.topics()):
-            tdir = self.consumequeue_dir / t
-            if not tdir.is_dir():
-                continue
-            for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()),
-                               key=lambda p: int(p.name)):
-                out.append(ConsumeQueue(t, int(qdir.name), FileQueue.from_dir(qdir)))
-        return out
+        return [ConsumeQueue(t, qid, FileQueue.from_dir(qdir))
+                for t, qid, qdir in self._queue_dirs(self.consumequeue_dir, topic, self.topics)]
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        qdir = self.consumequeue_dir / topic / str(queue_id)
-        if not qdir.is_dir():
-            raise StoreError(f"no consume queue {topic}/{queue_id}", path=str(qdir))
-        return ConsumeQueue(topic, queue_id, FileQueue.from_dir(qdir))
+        return ConsumeQueue(topic, queue_id, self._queue_files(self.consumequeue_dir, topic, queue_id,
+                                                              "consume queue"))
 
     def consume_queue_ext(self, topic: str, queue_id: int) -> FileQueue | None:
         """The ConsumeQueueExt files of a queue (only with enableConsumeQueueExt), or None."""
@@ -209,27 +197,38 @@ class Store:
         return self.root / "batchconsumequeue"
 
     def batch_topics(self) -> list[str]:
-        d = self.batch_consumequeue_dir
-        if not self.is_store_root or not d.is_dir():
-            return []
-        return sorted(p.name for p in d.iterdir() if p.is_dir())
+        return self._topic_dirs(self.batch_consumequeue_dir)
 
     def batch_consume_queues(self, topic: str | None = None) -> list[BatchConsumeQueue]:
-        out = []
-        for t in ([topic] if topic is not None else self.batch_topics()):
-            tdir = self.batch_consumequeue_dir / t
-            if not tdir.is_dir():
-                continue
-            for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()),
-                               key=lambda p: int(p.name)):
-                out.append(BatchConsumeQueue(t, int(qdir.name), FileQueue.from_dir(qdir)))
-        return out
+        return [BatchConsumeQueue(t, qid, FileQueue.from_dir(qdir))
+                for t, qid, qdir in self._queue_dirs(self.batch_consumequeue_dir, topic, self.batch_topics)]
 
     def batch_consume_queue(self, topic: str, queue_id: int) -> BatchConsumeQueue:
-        qdir = self.batch_consumequeue_dir / topic / str(queue_id)
+        return BatchConsumeQueue(topic, queue_id, self._queue_files(self.batch_consumequeue_dir, topic, queue_id,
+                                                                    "batch consume queue"))
+
+    # -- the <kind>/<topic>/<queueId>/ layout both queue kinds share -------------------------------------
+    def _topic_dirs(self, base: Path) -> list[str]:
+        if not self.is_store_root or not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir())
+
+    @staticmethod
+    def _queue_dirs(base: Path, topic: str | None, topics) -> Iterator[tuple[str, int, Path]]:
+        """(topic, queue id, directory) of ``topic`` or every topic, queues in numeric order."""
+        for t in ([topic] if topic is not None else topics()):
+            tdir = base / t
+            if tdir.is_dir():
+                for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()),
+                                   key=lambda p: int(p.name)):
+                    yield t, int(qdir.name), qdir
+
+    @staticmethod
+    def _queue_files(base: Path, topic: str, queue_id: int, kind: str) -> FileQueue:
+        qdir = base / topic / str(queue_id)
         if not qdir.is_dir():
-            raise StoreError(f"no batch consume queue {topic}/{queue_id}", path=str(qdir))
-        return BatchConsumeQueue(topic, queue_id, FileQueue.from_dir(qdir))
+            raise StoreError(f"no {kind} {topic}/{queue_id}", path=str(qdir))
+        return FileQueue.from_dir(qdir)
 
     # -- index ------------------------------------------------------------------------------------
     @property
