@@ -13,7 +13,7 @@ from rmqtool.format.batchcq import encode_unit as encode_batch_unit
 from rmqtool.format.commitlog import Message
 from rmqtool.format.consumequeue import FILLER_UNIT, CqUnit, encode_unit
 from rmqtool.format.dispatch import Dispatch, dispatch
-from rmqtool.ops.queues import batch_cq_topics
+from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.store import Store
 
 Unit = Union[CqUnit, BatchCqUnit]

@@ -21,7 +21,7 @@ from rmqtool.cli import cli
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, ENTRY, IndexHeader, encode_header
 from rmqtool.format.java import index_key_hash
 from rmqtool.ops.query import lookup_key
-from rmqtool.ops.rows import RECORD_FIELDS
+from rmqtool.format.rows import RECORD_FIELDS
 from rmqtool.store.store import Store
 from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, ROOT, index_queries, manifest, readback
 

@@ -22,9 +22,10 @@ from rmqtool.errors import FormatError
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
-from rmqtool.ops.generate import CommitLogAppender, generate_store
+from rmqtool.ops.generate import generate_store
+from rmqtool.store.appender import CommitLogAppender, FileSink
 from rmqtool.format.properties import parse_properties
-from rmqtool.ops.rows import body_field, decode_body, encode_body, entry_row
+from rmqtool.format.rows import body_field, decode_body, encode_body, entry_row
 from rmqtool.store.store import Store
 from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, readback
 
@@ -175,12 +176,14 @@ def messages(draw):
        batch_rows=st.sampled_from([1, 4, 1000]))
 def test_random_commitlog_parity(tmp_path_factory, msgs, file_size, damage, batch_rows):
     d = tmp_path_factory.mktemp("cl") / "commitlog"
-    out = CommitLogAppender(d, file_size)
+    sink = FileSink(d, file_size)
+    sink(0, 0, b"")
+    out = CommitLogAppender(file_size, 0, sink)
     for m in msgs:
         record = encode_message(m)
         if len(record) + C.END_FILE_MIN_BLANK_LENGTH <= file_size:
             out.write(encode_message(Message(**{**_fields(m), "physical_offset": out.reserve(len(record))})))
-    out.close()
+    sink.close()
     if damage:
         files = sorted(d.iterdir())
         pos, patch = damage

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from rmqtool.cli import cli
 from rmqtool.cli.output import _csv_cell, dumps
-from rmqtool.ops.rows import entry_row
+from rmqtool.format.rows import entry_row
 from rmqtool.store.store import Store
 from tests.conftest import CLEAN_SETS, FIXTURES, store_path
 from tests.test_columnar import reference

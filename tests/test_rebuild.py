@@ -127,7 +127,7 @@ def test_hostile_topic_never_escapes_the_store(topic, store_copy, tmp_path):
 
 
 def test_index_keys_put_in_small_column_sets_give_the_same_files(store_copy, monkeypatch):
-    from rmqtool.ops.rebuild import IndexBuilder
+    from rmqtool.store.index_builder import IndexBuilder
 
     monkeypatch.setattr(IndexBuilder, "KEYS_PER_PUT", 3)
     root = store_copy("dev-sample")

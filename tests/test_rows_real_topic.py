@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from rmqtool.cli import cli
 from rmqtool.columnar import iter_record_batches
-from rmqtool.ops.rows import entry_row
+from rmqtool.format.rows import entry_row
 from rmqtool.store.store import Store
 from tests.conftest import CONFIG_SETS, TIMER_SETS, readback, store_path
 

@@ -18,8 +18,8 @@ from rmqtool.format.commitlog import Message
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dledger import check_dledger, plan_dledger_recovery
-from rmqtool.ops.queues import batch_cq_topics
-from rmqtool.ops.rows import entry_row
+from rmqtool.store.metadata import batch_cq_topics
+from rmqtool.format.rows import entry_row
 from rmqtool.ops.write import StoreWriter, build_message, init_store, message_from_row, with_inner_base
 from rmqtool.store.store import Store
 from test_columnar import assert_parity

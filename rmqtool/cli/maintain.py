@@ -22,6 +22,7 @@ from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import check_crc_option, jobs_option, option
 from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
+from rmqtool.store import layout as L
 
 _FORCE = click.option("--force", is_flag=True, help="Write even if the store's lock file is held by another process.")
 _BACKUP = click.option("--backup", "backup", type=click.Path(path_type=Path), default=None,
@@ -237,9 +238,9 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, dry_ru
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
                                progress=progress)
-    rows = [{"action": "write_index", "path": f"index/{name}", "detail": f"{entries} entries"}
+    rows = [{"action": "write_index", "path": L.index_file(name), "detail": f"{entries} entries"}
             for name, entries, same in files if not same]
-    rows += [{"action": "delete_index", "path": f"index/{name}", "detail": "not among the rebuilt files"}
+    rows += [{"action": "delete_index", "path": L.index_file(name), "detail": "not among the rebuilt files"}
              for name in sorted(before - {name for name, _, _ in files})]
     show_plan(rows, fmt, tablefmt, "index files")
     if dry_run:

@@ -15,6 +15,7 @@ from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.output import (TIMESTAMP, Format, format_timestamp, output_options, resolve_format, write_record,
                                 write_rows)
 from rmqtool.errors import StoreError
+from rmqtool.store import layout as L
 from rmqtool.store.store import Store
 
 PEOPLE = (Format.TABLE, Format.PLAIN)
@@ -47,7 +48,7 @@ def _loaded(store: Store, name: str):
 
     loaded = load(store, name)
     if loaded is None:
-        raise StoreError(f"no config/{name} (nor its .bak)", path=str(store.root / "config"))
+        raise StoreError(f"no config/{name} (nor its .bak)", path=str(store.path(L.CONFIG)))
     if loaded.fallback:
         _note(f"read {loaded.path.name} as the broker would: {loaded.fallback}")
     return loaded
@@ -230,14 +231,14 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
     if view == "check":
         cp = ts.checkpoint()
         if cp is None:
-            raise StoreError("no timer checkpoint", path=str(st.root / "config" / "timercheck"))
+            raise StoreError("no timer checkpoint", path=str(st.path(L.config_file("timercheck"))))
         row = {k: v for k, v in cp._asdict().items() if k != "rest"}
         write_record(next(_for_people([row], out)), out, tablefmt=tablefmt)
         return
     if view == "metrics":
         loaded = ts.metrics()
         if loaded is None:
-            raise StoreError("no timer metrics", path=str(st.root / "config" / "timermetrics"))
+            raise StoreError("no timer metrics", path=str(st.path(L.config_file("timermetrics"))))
         if loaded.fallback:
             _note(f"read {loaded.path.name} as the broker would: {loaded.fallback}")
         rows = ({"topic": t, "count": m.count, "time_stamp": m.time_stamp}

@@ -16,7 +16,7 @@ from typing import Callable
 import click
 
 from rmqtool.cli.output import TIMESTAMP
-from rmqtool.ops.rows import BODY_ENCODINGS
+from rmqtool.format.rows import BODY_ENCODINGS
 
 
 class AliasedOption(click.Option):

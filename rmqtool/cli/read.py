@@ -21,7 +21,8 @@ from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, check_fi
                                 output_options, progress_bar, resolve_format, write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank
-from rmqtool.ops.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
+from rmqtool.format.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
+from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.store import Store
 
@@ -478,7 +479,7 @@ def _index_refs(path: Path):
 
     if path.is_file():
         return index_refs([path])
-    if path.is_dir() and path.name == "index" and not (path / "commitlog").exists():
+    if path.is_dir() and path.name == L.INDEX and not (path / L.COMMITLOG).exists():
         return index_refs(sorted(p for p in path.iterdir() if p.is_file()))
     return Store.open(path).index_files()
 
@@ -681,5 +682,5 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
         st = Store.open(p)
         cp = st.checkpoint()
         if cp is None:
-            raise StoreError("no checkpoint file", path=str(st.root / "checkpoint"))
+            raise StoreError("no checkpoint file", path=str(st.path(L.CHECKPOINT)))
     write_record(checkpoint_row(cp), resolve_format(fmt), tablefmt=tablefmt)

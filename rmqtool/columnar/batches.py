@@ -2,7 +2,7 @@
 
 ``iter_record_batches(source)`` is the scan entry point (export, whole-store cat-commitlog, verify,
 rebuild, Spark). It yields the same records, field for field, as ``CommitLog.iter_entries`` with
-``rmqtool.ops.rows.entry_row`` (schema: ``rmqtool.columnar.schema.record_schema``), in batches of at
+``rmqtool.format.rows.entry_row`` (schema: ``rmqtool.columnar.schema.record_schema``), in batches of at
 most ``batch_rows`` rows, streaming: one mapped file at a time, one window of it at a time.
 
 - BLANK records come as one-row batches of ``type == "blank"`` (their other fields null).
@@ -32,7 +32,7 @@ from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, ledger_headers_ok
 from rmqtool.errors import FormatError
 from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
-from rmqtool.ops.rows import entry_row
+from rmqtool.format.rows import entry_row
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.dledger import DLedgerCommitLog
 from rmqtool.store.filequeue import FileQueue, QueueFile, release_pages

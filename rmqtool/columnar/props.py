@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.format.properties import parse_properties
-from rmqtool.ops.rows import real_queue_id
+from rmqtool.format.rows import real_queue_id
 
 MAP_TYPE = pa.map_(pa.string(), pa.string())
 _MASKS = np.array([(1 << 8 * i) - 1 for i in range(9)], np.uint64)     # the low i bytes

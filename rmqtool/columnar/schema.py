@@ -1,4 +1,4 @@
-"""The Arrow schema of decoded commit-log records: the record fields of ``rmqtool.ops.rows`` with
+"""The Arrow schema of decoded commit-log records: the record fields of ``rmqtool.format.rows`` with
 native types (timestamps as timestamp[ms], ``body`` as binary, ``properties`` as map<string,string>)
 plus ``properties_raw`` (the stored bytes) and, when CRCs are checked, ``crc_ok``.
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from rmqtool.ops.rows import RECORD_FIELDS
+from rmqtool.format.rows import RECORD_FIELDS
 
 _TYPES = {
     "type": pa.string(),

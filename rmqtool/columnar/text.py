@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqtool.ops.rows import RECORD_FIELDS, body_field
+from rmqtool.format.rows import RECORD_FIELDS, body_field
 
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _PLAIN = {"type", "magic_code", "born_host", "store_host", "msg_id", "body_encoding", "properties_raw"}
@@ -65,7 +65,7 @@ def json_array(lists: pa.ListArray, bare: bool = False) -> pa.Array | Bare:
 
 
 def encode_bodies(body: pa.BinaryArray, encoding: str) -> pa.Array:
-    """``rmqtool.ops.rows.encode_body`` for a whole column (string, null where the body is null); with
+    """``rmqtool.format.rows.encode_body`` for a whole column (string, null where the body is null); with
     "text", bodies that are not UTF-8 come in base64 (``text_fallbacks`` tells which)."""
     if encoding == "none":
         return pa.nulls(len(body), pa.string())

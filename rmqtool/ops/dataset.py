@@ -85,7 +85,7 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
                where=None, include_blank: bool = False, progress: Callable[[int], None] | None = None) -> PartResult:
     """Decode one commit-log file and write its part file(s) under ``out_dir``: the messages that pass
     ``where`` (a ``RecordFilter``), and BLANK padding too with ``include_blank`` (never when partitioned)."""
-    from rmqtool.ops.grep import keep_records
+    from rmqtool.ops.filters import keep_records
 
     import pyarrow as pa
     import pyarrow.compute as pc

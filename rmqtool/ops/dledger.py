@@ -138,7 +138,7 @@ def index_findings(store: Store, walk: LedgerWalk) -> list[Finding]:
         want = D.IndexUnit(le.header.magic, le.pos, le.header.size, le.header.index, le.header.term)
         found = by_slot.pop(le.header.index, None)
         if found is None:
-            out.append(Finding(ERROR, "dledger_index_missing", str(files.dir / "index"),
+            out.append(Finding(ERROR, "dledger_index_missing", str(files.index_dir),
                                le.header.index * D.INDEX_UNIT_SIZE, f"no index unit for entry {le.header.index}",
                                tuple(want), None))
         elif found[1] != want:
@@ -166,17 +166,17 @@ def _text_findings(store: Store, walk: LedgerWalk) -> list[Finding]:
         return [Finding(ERROR, "dledger_bad_text_file", exc.path, None, exc.message)]
     end = walk.entries[-1].header if walk.entries else None
     if end is not None and cp is None:
-        out.append(Finding(WARNING, "dledger_checkpoint_missing", str(files.dir / "checkpoint"), None,
+        out.append(Finding(WARNING, "dledger_checkpoint_missing", str(files.checkpoint_path), None,
                            "no DLedger checkpoint: DLedger did not shut down cleanly (it writes one at shutdown)",
                            f"endIndex={end.index}", None))
     elif end is not None and (cp.end_index != end.index or cp.committed_index > cp.end_index):
-        out.append(Finding(WARNING, "dledger_checkpoint_stale", str(files.dir / "checkpoint"), None,
+        out.append(Finding(WARNING, "dledger_checkpoint_stale", str(files.checkpoint_path), None,
                            "DLedger checkpoint does not describe the log's end", f"endIndex={end.index}",
                            f"endIndex={cp.end_index} committedIndex={cp.committed_index}"))
     if term is None and end is not None:
-        out.append(Finding(WARNING, "dledger_currterm_missing", str(files.dir / "currterm"), None, "no currterm file"))
+        out.append(Finding(WARNING, "dledger_currterm_missing", str(files.currterm_path), None, "no currterm file"))
     elif term is not None and end is not None and end.term > term.curr_term:
-        out.append(Finding(ERROR, "dledger_term_ahead", str(files.dir / "currterm"), None,
+        out.append(Finding(ERROR, "dledger_term_ahead", str(files.currterm_path), None,
                            "the last entry's term is above currTerm", end.term, term.curr_term))
     return out
 
@@ -211,8 +211,6 @@ def plan_dledger_recovery(store: Store, *, broker_5x: bool | None = None) -> DLe
     re-indexes the records from the first dropped file's begin offset; 4.9.x re-dispatches nothing when
     the consume queues already reach the end of the log, so those keys stay unindexed.
     """
-    from rmqtool.ops.repair import is_5x_store
-
     cl = store.commitlog
     if not isinstance(cl, DLedgerCommitLog) or store.dledger is None:
         raise FormatError("not a DLedger store", path=str(store.root))
@@ -246,6 +244,6 @@ def plan_dledger_recovery(store: Store, *, broker_5x: bool | None = None) -> DLe
     if store.abort_path.exists() and cp is not None:
         dropped = [ref for ref in store.index_files() if ref.header.end_timestamp > cp.index_msg_timestamp]
         plan.rocketmq_index_delete = [ref.path for ref in dropped]
-        if dropped and (is_5x_store(store) if broker_5x is None else broker_5x):
+        if dropped and (store.is_5x if broker_5x is None else broker_5x):
             plan.reindex_from = dropped[0].header.begin_phy_offset
     return plan

@@ -70,7 +70,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     then that store's records before it are exported and the error is listed in the result.
     """
     from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
-    from rmqtool.ops.grep import keep_records
+    from rmqtool.ops.filters import keep_records
     from rmqtool.ops.scan import BytesCounter
 
     to = Path(to)

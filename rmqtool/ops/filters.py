@@ -79,6 +79,35 @@ class RecordFilter:
         return pc.fill_null(mask, False)
 
 
+def _body_matches(batch, rx: re.Pattern, decompressed: bool):
+    import pyarrow as pa
+
+    from rmqtool.ops import scan
+
+    bodies = batch.column("body").to_pylist()
+    if not decompressed:
+        bodies = map(scan.body_of, bodies, batch.column("sys_flag").to_pylist(),
+                     batch.column("physical_offset").to_pylist())
+    return pa.array([rx.search(b) is not None for b in bodies], pa.bool_())
+
+
+def filter_batch(batch, where: RecordFilter, rx: re.Pattern | None, decompressed: bool):
+    """The rows of one batch that pass ``where`` (``rx``: its compiled body regex)."""
+    batch = batch.filter(where.mask(batch))
+    if rx is not None and batch.num_rows:
+        batch = batch.filter(_body_matches(batch, rx, decompressed))
+    return batch
+
+
+def keep_records(batch, where: RecordFilter | None, include_blank: bool = False, decompressed: bool = False):
+    """The records a bulk command keeps: the messages that pass ``where``; BLANKs only when asked for."""
+    import pyarrow.compute as pc
+
+    if where is None or where.is_empty:
+        return batch if include_blank else batch.filter(pc.equal(batch.column("type"), "message"))
+    return filter_batch(batch, where, where.compiled(), decompressed)
+
+
 def filtered_batches(cl: CommitLog, where: RecordFilter, *, start: int | None = None, count: int | None = None,
                      include_blank: bool = False, check_crc: bool = False, decompress: bool = False,
                      progress: Callable[[int], None] | None = None) -> Iterator:
@@ -86,7 +115,6 @@ def filtered_batches(cl: CommitLog, where: RecordFilter, *, start: int | None = 
     grep's per-file scan): Arrow batches of the records that pass ``where``, from ``start``, at most
     ``count``; ``progress(n)`` is told the bytes scanned."""
     from rmqtool.columnar import iter_record_batches
-    from rmqtool.ops.grep import keep_records
     from rmqtool.ops.scan import BytesCounter, decompress_bodies
 
     files = cl.queue.files

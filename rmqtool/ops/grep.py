@@ -9,42 +9,15 @@ documented record rows. Both engines run these same functions, file by file, in 
 from __future__ import annotations
 
 import base64
-import re
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmqtool.ops import scan
-from rmqtool.ops.filters import RecordFilter
-from rmqtool.ops.rows import RECORD_FIELDS, body_field
+from rmqtool.ops.filters import RecordFilter, filter_batch
+from rmqtool.format.rows import RECORD_FIELDS, body_field
 
 LOCATION_FIELDS = ["store", "commitlog_file"]
-
-
-def _body_matches(batch: pa.RecordBatch, rx: re.Pattern, decompressed: bool) -> pa.Array:
-    bodies = batch.column("body").to_pylist()
-    if not decompressed:
-        bodies = map(scan.body_of, bodies, batch.column("sys_flag").to_pylist(),
-                     batch.column("physical_offset").to_pylist())
-    return pa.array([rx.search(b) is not None for b in bodies], pa.bool_())
-
-
-def filter_batch(batch: pa.RecordBatch, where: RecordFilter, rx: re.Pattern | None,
-                 decompressed: bool) -> pa.RecordBatch:
-    """The rows of one batch that pass ``where`` (``rx``: its compiled body regex)."""
-    batch = batch.filter(where.mask(batch))
-    if rx is not None and batch.num_rows:
-        batch = batch.filter(_body_matches(batch, rx, decompressed))
-    return batch
-
-
-def keep_records(batch: pa.RecordBatch, where: RecordFilter | None, include_blank: bool = False,
-                 decompressed: bool = False) -> pa.RecordBatch:
-    """The records a bulk command keeps: the messages that pass ``where``; BLANKs only when asked for."""
-    if where is None or where.is_empty:
-        return batch if include_blank else batch.filter(pc.equal(batch.column("type"), "message"))
-    return filter_batch(batch, where, where.compiled(), decompressed)
 
 
 def file_hits(f: scan.StoreFile, where: RecordFilter, *, decompress: bool = False,
@@ -68,7 +41,7 @@ def file_hit_batches(f: scan.StoreFile, where: RecordFilter, *, decompress: bool
 
 
 def hit_rows(tables: Iterable[pa.Table | pa.RecordBatch | None], body_encoding: str = "base64") -> Iterator[dict]:
-    """Record rows (rmqtool.ops.rows names, timestamps in epoch ms), plus store and commitlog_file when
+    """Record rows (rmqtool.format.rows names, timestamps in epoch ms), plus store and commitlog_file when
     the tables carry them; BLANK rows as ``entry_row`` gives them."""
     for table in tables:
         if table is None:

@@ -247,11 +247,9 @@ def version_hints(store: Store, scan: dict[str, Any]) -> list[str]:
                          "with \\x02: broker <= 4.9.0 or >= 5.2, or an old client on <= 4.5")
         else:
             hints.append("no properties string ends with \\x02: typical of 4.9.1-4.9.8 and 5.0-5.1")
-    if (store.root / "abort.bak").exists() or (store.root / "compaction" / "position-checkpoint").exists():
-        hints.append("abort.bak or compaction/position-checkpoint present: RocketMQ 5.x")
-    elif (store.root / "config" / "delayOffset.json").exists():
+    if store.broker_version == "5.x":          # Store.broker_version: the one rule, with its evidence
+        hints.append("abort.bak, a PID in abort, compaction/ or checkpoint masterFlushedOffset/confirmPhyOffset: "
+                     "RocketMQ 5.x")
+    elif store.broker_version == "4.x":
         hints.append("config/delayOffset.json and no 5.x files: RocketMQ 4.x")
-    cp = store.checkpoint()
-    if cp and (cp.master_flushed_offset or cp.confirm_phy_offset):
-        hints.append("checkpoint masterFlushedOffset/confirmPhyOffset set: RocketMQ 5.x")
     return hints

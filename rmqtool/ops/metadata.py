@@ -10,6 +10,7 @@ from rmqtool import constants as C
 from rmqtool.format.fastjson import DataVersion
 from rmqtool.format.java import parse_delay_levels
 from rmqtool.format.timer import decode_timer_metrics
+from rmqtool.store import layout as L
 from rmqtool.store.config import Loaded, load_config
 from rmqtool.store.metadata import CONFIG_FILES, Table, cq_max_offset, load
 from rmqtool.store.store import Store
@@ -33,8 +34,8 @@ def topic_rows(loaded: Loaded[Table], store: Store) -> Iterator[dict]:
 
 
 def _queue_dirs(store: Store, topic: str) -> int:
-    return sum(1 for kind in ("consumequeue", "batchconsumequeue") if (store.root / kind / topic).is_dir()
-               for q in (store.root / kind / topic).iterdir() if q.is_dir() and q.name.isdigit())
+    return sum(1 for batch in (False, True) if store.path(L.queue_dir(topic, batch=batch)).is_dir()
+               for q in store.path(L.queue_dir(topic, batch=batch)).iterdir() if q.is_dir() and q.name.isdigit())
 
 
 def group_rows(loaded: Loaded[Table]) -> Iterator[dict]:
@@ -102,7 +103,7 @@ def config_rows(store: Store) -> Iterator[dict]:
         if loaded is not None:
             yield _config_row(name, loaded, len(loaded.value.entries), loaded.value.data_version)
     if store.is_store_root:
-        metrics = load_config(store.root / "config" / "timermetrics", decode_timer_metrics)
+        metrics = load_config(store.path(L.config_file("timermetrics")), decode_timer_metrics)
         if metrics is not None:
             yield _config_row("timermetrics", metrics, len(metrics.value.timing_count), metrics.value.data_version)
 

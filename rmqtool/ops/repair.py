@@ -25,9 +25,12 @@ from rmqtool.format.consumequeue import valid_prefix
 from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
-from rmqtool.ops.rebuild import CqWriter, IndexBuilder, safe_topic_dir, store_cq_file_size, valid_facts
+from rmqtool.ops.rebuild import valid_facts
+from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction
 from rmqtool.store.filequeue import QueueFile, data_extents, first_nonzero, map_private
+from rmqtool.store.index_builder import IndexBuilder
+from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
 
@@ -57,15 +60,6 @@ class RepairPlan:
         return not (self.writes or self.deletes or self.renames)
 
 
-def is_5x_store(store: Store) -> bool:
-    """abort.bak, a PID in abort, compaction/ or a confirmPhyOffset: written by 5.x brokers only."""
-    root = store.root
-    abort = store.abort_path
-    cp = store.checkpoint()
-    return ((root / "abort.bak").exists() or (root / "compaction").is_dir()
-            or (abort.is_file() and abort.stat().st_size > 0) or bool(cp and cp.confirm_phy_offset))
-
-
 def _first_record_matches(f: QueueFile, cp: Checkpoint) -> bool:
     """CommitLog.isMappedFileMatchedRecover (4.6+ / 5.x file mode): the first record is a valid
     message (CRC checked), its store time is set and not after the checkpoint's min timestamp."""
@@ -81,12 +75,11 @@ def _first_record_matches(f: QueueFile, cp: Checkpoint) -> bool:
 def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan:
     """The broker's recovery as a plan. Only the files recovery reads are read: from the start file
     (chosen from first records and the checkpoint, or the last three files) to the first invalid record."""
-    root = store.root
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
     abnormal = store.abort_path.exists()
     cp = store.checkpoint() or Checkpoint()
-    v5 = is_5x_store(store)
+    v5 = store.is_5x
     files = [f for f in queue if f.length > 0]
     if abnormal:
         start = next((i for i in range(len(files) - 1, -1, -1) if _first_record_matches(files[i], cp)), 0)
@@ -106,7 +99,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     if ledger is not None:
         _ledger_files(plan, store, ledger)
     for f in queue if ledger is None else ():
-        rel = str(f.path.relative_to(root))
+        rel = store.rel(f.path)
         if f.length == 0:
             plan.deletes.append(rel)
             plan.actions.append(Action("delete_file", rel, "empty commit-log file"))
@@ -122,7 +115,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 plan.actions.append(Action("delete_file", rel, f"commit-log file after offset {process}"))
 
     # -- consume queues: recover, re-dispatch (abnormal), truncate dirty units ----------------------
-    cq_size = store_cq_file_size(store) or C.DEFAULT_CQ_FILE_SIZE
+    cq_size = store.cq_file_size()
     writers: dict[tuple[str, int], CqWriter] = {}
     originals: dict[tuple[str, int], dict[int, bytes]] = {}
     reach = _record_reach(scanned, names) if abnormal else {}
@@ -142,9 +135,8 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     for (topic, qid), w in sorted(writers.items()):
         new = w.file_bytes()
         old = originals.get((topic, qid), {})
-        qrel = f"consumequeue/{topic}/{qid}"
         for start in sorted(set(old) | set(new)):
-            rel = f"{qrel}/{C.offset_to_file_name(start)}"
+            rel = L.queue_file(topic, qid, start)
             if start not in new:
                 plan.deletes.append(rel)
                 plan.actions.append(Action("delete_cq", rel, f"every unit points at or after {process}"))
@@ -158,7 +150,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
         refs = store.index_files()
         kept = []
         for ref in refs:
-            rel = str(ref.path.relative_to(root))
+            rel = store.rel(ref.path)
             if ref.header.end_timestamp > cp.index_msg_timestamp:
                 plan.deletes.append(rel)
                 plan.actions.append(Action("index_delete", rel, "end timestamp after the checkpoint's "
@@ -171,7 +163,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 builder.add_facts(facts)
             for name, w in builder.files:
                 if name in builder.changed:
-                    rel = f"index/{name}"
+                    rel = L.index_file(name)
                     plan.writes[rel] = w.buf          # a private map or a bytearray: not copied again
                     plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to "
                                                f"offset {w.header.end_phy_offset}"))
@@ -187,18 +179,18 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     if v5 and ledger is None:
         last_msg = next((int(f.columns["offset"][-1]) for f in reversed(scanned) if len(f)), process)
         new_cp = new_cp._replace(confirm_phy_offset=last_msg)
-    if store.is_store_root and new_cp != cp and (root / "checkpoint").exists():
-        plan.writes["checkpoint"] = encode_checkpoint(new_cp)
-        plan.actions.append(Action("checkpoint", "checkpoint", ", ".join(
+    if store.is_store_root and new_cp != cp and store.path(L.CHECKPOINT).exists():
+        plan.writes[L.CHECKPOINT] = encode_checkpoint(new_cp)
+        plan.actions.append(Action("checkpoint", L.CHECKPOINT, ", ".join(
             f"{k} {getattr(cp, k)} -> {getattr(new_cp, k)}" for k in Checkpoint._fields[:5]
             if getattr(cp, k) != getattr(new_cp, k))))
     if abnormal:
         if v5:
-            plan.writes["abort.bak"] = store.abort_path.read_bytes()
-            plan.actions.append(Action("abort", "abort", "remove (its content goes to abort.bak, as in 5.x)"))
+            plan.writes[L.ABORT_BAK] = store.abort_path.read_bytes()
+            plan.actions.append(Action("abort", L.ABORT, "remove (its content goes to abort.bak, as in 5.x)"))
         else:
-            plan.actions.append(Action("abort", "abort", "remove"))
-        plan.deletes.append("abort")
+            plan.actions.append(Action("abort", L.ABORT, "remove"))
+        plan.deletes.append(L.ABORT)
     return plan
 
 
@@ -208,34 +200,35 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
     gets the .bak DLedger's next persist leaves."""
     from rmqtool.format import dledger as D
 
-    root, files = store.root, store.dledger
+    files = store.dledger
     maps: dict[Path, mmap.mmap] = {}
     for path, keep in ledger.data_cut + ledger.index_cut:
         maps[path] = _cut(path, keep, path.stat().st_size)
     for path in ledger.data_delete + ledger.index_delete:
-        plan.deletes.append(str(path.relative_to(root)))
-        plan.actions.append(Action("delete_file", str(path.relative_to(root)), f"after the last entry {ledger.end_index}"))
+        plan.deletes.append(store.rel(path))
+        plan.actions.append(Action("delete_file", store.rel(path), f"after the last entry {ledger.end_index}"))
     index = files.index_queue()
     for slot, unit in ledger.index_rewrite:
         f, pos = index.locate(slot * D.INDEX_UNIT_SIZE)
         mm = maps.setdefault(f.path, map_private(f.path))
         mm[pos:pos + D.INDEX_UNIT_SIZE] = D.encode_index_unit(unit)
     for path, mm in maps.items():
-        rel = str(path.relative_to(root))
+        rel = store.rel(path)
         plan.writes[rel] = mm
         plan.actions.append(Action("truncate_dledger", rel, f"keep entries up to index {ledger.end_index} "
                                    f"(position {ledger.end_pos}), rewrite their index units, zero the rest"))
     if ledger.ledger_checkpoint is not None:
         text = D.encode_ledger_checkpoint(ledger.ledger_checkpoint).encode()
-        for name in ("checkpoint", "checkpoint.bak"):
-            rel = str((files.dir / name).relative_to(root))
-            if not (root / rel).is_file() or (root / rel).read_bytes() != text:
+        for path in (files.checkpoint_path, files.checkpoint_path.with_name(files.checkpoint_path.name + ".bak")):
+            rel = store.rel(path)
+            if not path.is_file() or path.read_bytes() != text:
                 plan.writes[rel] = text
                 plan.actions.append(Action("dledger_checkpoint", rel, f"committedIndex = endIndex = {ledger.end_index}"))
-    term = files.dir / "currterm"
-    if plan.abnormal and term.is_file() and not (files.dir / "currterm.bak").is_file():   # the restart's persist
-        plan.writes[str((files.dir / "currterm.bak").relative_to(root))] = term.read_bytes()
-        plan.actions.append(Action("dledger_currterm", str(term.relative_to(root)) + ".bak", "copy of currterm"))
+    term = files.currterm_path
+    bak = term.with_name(term.name + ".bak")
+    if plan.abnormal and term.is_file() and not bak.is_file():   # the restart's persist
+        plan.writes[store.rel(bak)] = term.read_bytes()
+        plan.actions.append(Action("dledger_currterm", store.rel(bak), "copy of currterm"))
 
 
 def _reindexed(scanned: list[FileFacts], ledger) -> list[FileFacts]:

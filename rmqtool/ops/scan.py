@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError, first_line
+from rmqtool.store import layout as L
 
 KINDS = ("commitlog", "consumequeue", "index")
 _GLOB_CHARS = "*?["
@@ -138,24 +139,24 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
             raise StoreError(f"a single file holds no {kind}", path=store)
         return [entry(info)]
     names = {posixpath.basename(i.path): i for i in _children(fsys, path)}
-    is_root = ("commitlog" in names or "consumequeue" in names or "index" in names or "checkpoint" in names
-               or any(n.startswith("dledger-") for n in names))
+    is_root = (L.COMMITLOG in names or L.CONSUMEQUEUE in names or L.INDEX in names or L.CHECKPOINT in names
+               or any(n.startswith(L.DLEDGER_PREFIX) for n in names))
     if kind == "commitlog":
         if not is_root and not any(_is_offset_name(n) for n in names):
             raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
                              path=store)
-        directory = posixpath.join(path, "commitlog") if is_root else path
-        ledgers = sorted(n for n, i in names.items() if n.startswith("dledger-") and i.type == fs.FileType.Directory)
-        if is_root and "commitlog" not in names and ledgers:
-            directory = posixpath.join(path, ledgers[0], "data")   # DLedger: records inside the data files
+        directory = posixpath.join(path, L.COMMITLOG) if is_root else path
+        ledgers = sorted(n for n, i in names.items() if n.startswith(L.DLEDGER_PREFIX) and i.type == fs.FileType.Directory)
+        if is_root and L.COMMITLOG not in names and ledgers:
+            directory = posixpath.join(path, ledgers[0], L.DLEDGER_DATA)   # DLedger: records inside the data files
         return [entry(i) for i in _children(fsys, directory)
                 if i.type == fs.FileType.File and _is_offset_name(posixpath.basename(i.path))]
     if not is_root:
         raise StoreError(f"{kind} needs a store root", path=store)
     if kind == "index":
-        return [entry(i) for i in _children(fsys, posixpath.join(path, "index")) if i.type == fs.FileType.File]
+        return [entry(i) for i in _children(fsys, posixpath.join(path, L.INDEX)) if i.type == fs.FileType.File]
     out = []
-    for tdir in _children(fsys, posixpath.join(path, "consumequeue")):
+    for tdir in _children(fsys, posixpath.join(path, L.CONSUMEQUEUE)):
         if tdir.type != fs.FileType.Directory:
             continue
         qdirs = [q for q in _children(fsys, tdir.path) if q.type == fs.FileType.Directory and q.base_name.isdigit()]

@@ -105,7 +105,7 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
                where=None, progress: Callable[[int], None] | None = None) -> pa.Table:
     """Partial sums of one commit-log file's messages that pass ``where`` (a ``RecordFilter``), grouped
     by ``by`` (None: one total row)."""
-    from rmqtool.ops.grep import keep_records
+    from rmqtool.ops.filters import keep_records
 
     keys = GROUPINGS[by] if by else []
     parts = [_batch_partial(keep_records(b, where), f, keys)

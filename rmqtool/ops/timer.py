@@ -15,7 +15,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Message
 from rmqtool.format.timer import SLOT_SIZE, TimerBlank, TimerSlot, TimerUnit, magic_flags
-from rmqtool.ops.rows import real_queue_id
+from rmqtool.format.rows import real_queue_id
 from rmqtool.store.store import Store
 from rmqtool.store.timer import TimerStore
 

@@ -29,8 +29,9 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
-from rmqtool.ops.queues import batch_cq_topics
+from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.ops.workers import default_jobs, process_map
+from rmqtool.store import layout as L
 from rmqtool.store.atomic import pending_journal
 from rmqtool.store.filequeue import QueueFile, first_nonzero, read_exact
 from rmqtool.store.lock import lock_is_held
@@ -559,7 +560,7 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
     index, index_findings = plan_index(store, min_offset)
     files = list(queue)
     items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)] \
-        or [(QueueFile(store.root / "commitlog", 0, 0), _NO_END)]    # no commit log: every unit points past its end
+        or [(QueueFile(store.path(L.COMMITLOG), 0, 0), _NO_END)]    # no commit log: every unit points past its end
     ledger = bool(store.commitlog.entry_header_size)
     batch = frozenset(batch_cq_topics(store))
     check = partial(_check_item, queues=queues, index=index, min_offset=min_offset, deep=deep, ledger=ledger,
@@ -652,28 +653,28 @@ def feature_queue_findings(store: Store, batch_topics: frozenset) -> Iterator[Fi
     """Batch queues (batchconsumequeue/) and LMQ queues compared, file by file, with what the broker's
     dispatch writes for the commit log (rebuilt into a temporary directory: a second walk of the commit
     log, for stores that use these features)."""
-    from rmqtool.ops.rebuild import dispatch_files, store_bcq_file_size, store_cq_file_size
+    from rmqtool.ops.rebuild import dispatch_files
 
-    sizes = (store_cq_file_size(store) or C.DEFAULT_CQ_FILE_SIZE, store_bcq_file_size(store))
+    sizes = (store.cq_file_size(), store.bcq_file_size())
     with tempfile.TemporaryDirectory(prefix="rmqtool-verify-") as tmp:
         def directory(topic: str, qid: int, is_batch: bool) -> Path | None:
             if is_batch or topic.startswith(C.LMQ_PREFIX):
-                return Path(tmp, "batchconsumequeue" if is_batch else "consumequeue", topic, str(qid))
+                return Path(tmp, L.queue_dir(topic, qid, batch=is_batch))
             return None
 
         dispatch_files(store, directory, sizes, set(batch_topics))
-        for kind in ("consumequeue", "batchconsumequeue"):
-            want_root, have_root = Path(tmp, kind), store.root / kind
+        for kind in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE):
+            want_root, have_root = Path(tmp, kind), store.path(kind)
             queues = {p.relative_to(want_root) for p in want_root.glob("*/*")} if want_root.is_dir() else set()
             if have_root.is_dir():
                 queues |= {p.relative_to(have_root) for p in have_root.glob("*/*") if p.is_dir()
-                           and (kind == "batchconsumequeue" or p.parent.name.startswith(C.LMQ_PREFIX))}
+                           and (kind == L.BATCHCONSUMEQUEUE or p.parent.name.startswith(C.LMQ_PREFIX))}
             for q in sorted(queues, key=str):
                 yield from _compare_queue(want_root / q, have_root / q, kind)
 
 
 def _compare_queue(want: Path, have: Path, kind: str) -> Iterator[Finding]:
-    unit = C.BCQ_STORE_UNIT_SIZE if kind == "batchconsumequeue" else C.CQ_STORE_UNIT_SIZE
+    unit = C.BCQ_STORE_UNIT_SIZE if kind == L.BATCHCONSUMEQUEUE else C.CQ_STORE_UNIT_SIZE
     if not have.is_dir():
         yield Finding(ERROR, "cq_missing_queue", str(have), None, "the commit log dispatches to this queue, "
                       "but it has no files")
@@ -714,7 +715,7 @@ def _verify_checkpoint(store: Store, latest: int, end: int) -> Iterator[Finding]
         return
     if cp is None or not store.is_store_root:
         return
-    path = str(store.root / "checkpoint")
+    path = str(store.path(L.CHECKPOINT))
     for pos, name in ((0, "physic_msg_timestamp"), (8, "logics_msg_timestamp"), (16, "index_msg_timestamp")):
         value = getattr(cp, name)
         if value > latest:

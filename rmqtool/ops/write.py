@@ -16,8 +16,6 @@ from typing import Any, Iterable, Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
-from rmqtool.format.batchcq import BatchCqUnit
-from rmqtool.format.batchcq import encode_unit as encode_bcq_unit
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Blank, Message, encode_blank, encode_message
 from rmqtool.format.dispatch import dispatch, is_lmq, multi_dispatch_targets
@@ -27,14 +25,15 @@ from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter
 from rmqtool.format.java import hashmap_order
 from rmqtool.format.properties import encode_properties
 from rmqtool.ops.facts import QueueNames, scan_file
-from rmqtool.ops.rebuild import CqWriter, IndexBuilder, RecordInfo, safe_topic_dir
-from rmqtool.ops.rows import decode_body
+from rmqtool.format.rows import decode_body
+from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, atomic_write
 from rmqtool.ops.findings import ERROR
-from rmqtool.ops.queues import batch_cq_topics
-from rmqtool.store.config import read_config
+from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
-from rmqtool.store.store import BatchConsumeQueue, Store
+from rmqtool.store.index_builder import IndexBuilder, RecordInfo
+from rmqtool.store.queue_writer import BcqWriter, CqWriter, safe_topic_dir
+from rmqtool.store.store import Store
 
 def _written_end(store: Store) -> int:
     """The commit log's written end, one file at a time; a damaged commit log is refused."""
@@ -52,7 +51,6 @@ def _written_end(store: Store) -> int:
     return end
 
 
-GEOMETRY_FILE = "config/rmqtool.json"     # sizes chosen at init (the broker keeps them in its own config)
 DEFAULT_HOST = Host(bytes([127, 0, 0, 1]), 10911)
 _NO_UNIT = (C.TransactionType.PREPARED, C.TransactionType.ROLLBACK)
 
@@ -74,22 +72,22 @@ def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FIL
     if dledger_self_id is not None and (dledger_index_file_size <= 0 or dledger_index_file_size % 32
                                         or not dledger_self_id.isidentifier()):
         raise StoreError("the DLedger index file size must be a multiple of 32 and the node id a plain name")
-    for sub in ("consumequeue", "index", "config"):
+    for sub in (L.CONSUMEQUEUE, L.INDEX, L.CONFIG):
         (root / sub).mkdir(parents=True, exist_ok=True)
     sizes = {"mappedFileSizeCommitLog": commitlog_file_size, "mappedFileSizeConsumeQueue": cq_file_size,
              "maxHashSlotNum": geometry.hash_slot_num, "maxIndexNum": geometry.index_num}
     if dledger_self_id is None:
-        (root / "commitlog").mkdir()
-        atomic_write(root / "commitlog" / C.offset_to_file_name(0), bytes(commitlog_file_size))
+        (root / L.COMMITLOG).mkdir()
+        atomic_write(root / L.commitlog_file(0), bytes(commitlog_file_size))
     else:
-        ledger = root / f"dledger-{dledger_self_id}"
-        for sub in ("data", "index"):
+        ledger = root / (L.DLEDGER_PREFIX + dledger_self_id)
+        for sub in (L.DLEDGER_DATA, L.DLEDGER_INDEX):
             (ledger / sub).mkdir(parents=True)
-        atomic_write(ledger / "currterm", encode_currterm(CurrentTerm(0, dledger_self_id)).encode())
+        atomic_write(ledger / L.DLEDGER_CURRTERM, encode_currterm(CurrentTerm(0, dledger_self_id)).encode())
         sizes["dledgerMappedFileSizeForEntryIndex"] = dledger_index_file_size
-    atomic_write(root / "checkpoint", encode_checkpoint(Checkpoint()))
-    atomic_write(root / "lock", b"lock")
-    atomic_write(root / GEOMETRY_FILE, json.dumps(sizes, indent=1).encode())
+    atomic_write(root / L.CHECKPOINT, encode_checkpoint(Checkpoint()))
+    atomic_write(root / L.LOCK, b"lock")
+    atomic_write(root / L.SIZES_FILE, json.dumps(sizes, indent=1).encode())
 
 
 class StoreWriter:
@@ -101,29 +99,21 @@ class StoreWriter:
             raise UnsafeWrite("abort file present: the store was not shut down cleanly; run repair first",
                               path=str(store.abort_path))
         self.store = store
-        root = store.root
-        saved = read_config(root / GEOMETRY_FILE) if (root / GEOMETRY_FILE).is_file() else {}
-        queue = store.commitlog.queue
-        self.file_size = queue.file_size or saved.get("mappedFileSizeCommitLog") or C.DEFAULT_COMMITLOG_FILE_SIZE
-        self.ledger = _ledger_appender(store, self.file_size, saved) if store.dledger is not None else None
+        self.file_size = store.commitlog_file_size
+        self.ledger = _ledger_appender(store, self.file_size) if store.dledger is not None else None
         self.end = self.ledger.end_pos if self.ledger is not None else _written_end(store)
         self.files: dict[int, bytearray] = {}
         self.touched: set[int] = set()
-        self.cq_file_size = (cq_file_size or next((cq.queue.file_size for cq in store.consume_queues()
-                                                   if cq.queue.file_size), None)
-                             or saved.get("mappedFileSizeConsumeQueue") or C.DEFAULT_CQ_FILE_SIZE)
+        self.cq_file_size = store.cq_file_size(cq_file_size)
         self.queues: dict[tuple[str, int], CqWriter] = {}
         self.queue_originals: set[tuple[str, int, int]] = set()
         # BatchCQ topics: the store's batchconsumequeue/ topics, queue.type=BatchCQ in config/topics.json, given
         self.batch_topics = batch_cq_topics(store) | set(batch_topics)
-        self.bcq_file_size = (bcq_file_size or next((q.queue.file_size for q in store.batch_consume_queues()
-                                                     if q.queue.file_size), None)
-                              or saved.get("mapperFileSizeBatchConsumeQueue") or C.DEFAULT_BCQ_FILE_SIZE)
+        self.bcq_file_size = store.bcq_file_size(bcq_file_size)
         self.batch_queues: dict[tuple[str, int], BcqWriter] = {}
         self.lmq_next: dict[str, int] = {}       # the broker's LMQ offset table during this session
         refs = store.index_files()
-        self.geometry = geometry or (refs[0].geometry if refs else None) or (
-            Geometry(saved["maxHashSlotNum"], saved["maxIndexNum"]) if "maxHashSlotNum" in saved else DEFAULT_GEOMETRY)
+        self.geometry = geometry or store.index_geometry()
         self.index = IndexBuilder(self.geometry, [(r.name, IndexWriter.from_bytes(r.read(), r.geometry))
                                                   for r in refs])
         self.checkpoint = store.checkpoint() or Checkpoint()
@@ -131,7 +121,7 @@ class StoreWriter:
 
     def _file(self, start: int) -> bytearray:
         if start not in self.files:
-            path = self.store.root / "commitlog" / C.offset_to_file_name(start)
+            path = self.store.path(L.commitlog_file(start))
             data = path.read_bytes() if path.exists() else b""
             self.files[start] = bytearray(data[:self.file_size] + bytes(max(self.file_size - len(data), 0)))
         return self.files[start]
@@ -140,8 +130,7 @@ class StoreWriter:
         key = (topic, queue_id)
         if key not in self.queues:
             safe_topic_dir(topic)
-            qdir = self.store.consumequeue_dir / topic / str(queue_id)
-            if qdir.is_dir():
+            if self.store.path(L.queue_dir(topic, queue_id)).is_dir():
                 self.queues[key] = CqWriter.load(self.store.consume_queue(topic, queue_id), self.cq_file_size)
             else:
                 self.queues[key] = CqWriter(self.cq_file_size)
@@ -151,9 +140,9 @@ class StoreWriter:
         key = (topic, queue_id)
         if key not in self.batch_queues:
             safe_topic_dir(topic)
-            qdir = self.store.batch_consumequeue_dir / topic / str(queue_id)
+            exists = self.store.path(L.queue_dir(topic, queue_id, batch=True)).is_dir()
             self.batch_queues[key] = BcqWriter.load(
-                self.store.batch_consume_queue(topic, queue_id) if qdir.is_dir() else None, self.bcq_file_size)
+                self.store.batch_consume_queue(topic, queue_id) if exists else None, self.bcq_file_size)
         return self.batch_queues[key]
 
     def _with_lmq_offsets(self, msg: Message) -> Message:
@@ -252,73 +241,32 @@ class StoreWriter:
         """The files to write for the messages appended so far (``commit`` applies them)."""
         txn = Transaction(self.store.root, backup, label="put")
         for start in sorted(self.touched):
-            txn.write(f"commitlog/{C.offset_to_file_name(start)}", bytes(self.files[start]))
+            txn.write(L.commitlog_file(start), bytes(self.files[start]))
         if self.ledger is not None:
             for rel, data in sorted(self.ledger.files().items()):
-                txn.write(f"{self.store.dledger.dir.name}/{rel}", data)
+                txn.write(L.join(self.store.dledger.dir.name, rel), data)
         for (topic, qid), w in self.queues.items():
             for start, data in w.file_bytes().items():
-                path = self.store.consumequeue_dir / topic / str(qid) / C.offset_to_file_name(start)
+                rel = L.queue_file(topic, qid, start)
+                path = self.store.path(rel)
                 if not path.exists() or path.read_bytes() != data:
-                    txn.write(str(path.relative_to(self.store.root)), data)
+                    txn.write(rel, data)
         for (topic, qid), bw in self.batch_queues.items():
             for start, data in bw.file_bytes().items():
-                rel = f"batchconsumequeue/{topic}/{qid}/{C.offset_to_file_name(start)}"
-                path = self.store.root / rel
+                rel = L.queue_file(topic, qid, start, batch=True)
+                path = self.store.path(rel)
                 if not path.exists() or path.read_bytes() != data:
                     txn.write(rel, data)
         for name, w in self.index.files:
             if name in self.index.changed:
-                txn.write(f"index/{name}", w.to_bytes())
+                txn.write(L.index_file(name), w.to_bytes())
         if self.index.full_end_timestamp is not None:
             self.checkpoint = self.checkpoint._replace(index_msg_timestamp=self.index.full_end_timestamp)
         if self.store.is_store_root:
-            txn.write("checkpoint", encode_checkpoint(self.checkpoint))
+            txn.write(L.CHECKPOINT, encode_checkpoint(self.checkpoint))
         return txn
 
 
-
-
-class BcqWriter:
-    """One batch consume queue in memory: full-size files by start offset; units are appended at the
-    end (BatchConsumeQueue.putBatchMessagePositionInfo has no expected-position check)."""
-
-    def __init__(self, file_size: int, units: list[BatchCqUnit] | None = None, first_slot: int = 0):
-        if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
-            raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
-        self.file_size = file_size
-        self.units = units or []
-        self.first_slot = first_slot            # the slot (byte offset / 46) of units[0]
-        self.first_new = len(self.units)
-
-    @classmethod
-    def load(cls, bcq: BatchConsumeQueue | None, file_size: int) -> "BcqWriter":
-        if bcq is None or not bcq.queue.files:
-            return cls(file_size)
-        return cls(file_size, bcq.units(), bcq.queue.files[0].start // C.BCQ_STORE_UNIT_SIZE)
-
-    @property
-    def next_offset(self) -> int:
-        """The queue offset the next message gets (the end of the last unit)."""
-        return self.units[-1].next_offset if self.units else 0
-
-    def put(self, unit: BatchCqUnit) -> None:
-        if self.units and unit.physical_offset <= self.units[-1].physical_offset:
-            return                                     # a repeat
-        self.units.append(unit)
-
-    def file_bytes(self) -> dict[int, bytes]:
-        """The files holding new units, full size (zero tail), by start offset."""
-        per_file = self.file_size // C.BCQ_STORE_UNIT_SIZE
-        out = {}
-        slot = (self.first_slot + self.first_new) // per_file * per_file
-        while slot < self.first_slot + len(self.units):
-            lo, hi = max(slot - self.first_slot, 0), slot + per_file - self.first_slot
-            data = bytes((self.first_slot - slot) * C.BCQ_STORE_UNIT_SIZE if slot < self.first_slot else 0)
-            data += b"".join(encode_bcq_unit(u) for u in self.units[lo:hi])
-            out[slot * C.BCQ_STORE_UNIT_SIZE] = data + bytes(self.file_size - len(data))
-            slot += per_file
-        return out
 
 
 def with_inner_base(msg: Message, queue_offset: int) -> Message:
@@ -336,7 +284,7 @@ def with_inner_base(msg: Message, queue_offset: int) -> Message:
     return dataclasses.replace(msg, properties_raw=raw)
 
 
-def _ledger_appender(store: Store, data_file_size: int, saved: dict) -> LedgerAppender:
+def _ledger_appender(store: Store, data_file_size: int) -> LedgerAppender:
     """The DLedger log opened for appending; refused when the log is damaged."""
     from rmqtool.ops.dledger import check_dledger, walk_ledger
 
@@ -347,7 +295,7 @@ def _ledger_appender(store: Store, data_file_size: int, saved: dict) -> LedgerAp
     cl = store.commitlog
     walk = walk_ledger(cl)
     term = store.dledger.currterm()
-    index_size = (store.dledger.index_queue().file_size or saved.get("dledgerMappedFileSizeForEntryIndex")
+    index_size = (store.dledger.index_queue().file_size or store.saved_sizes.get("dledgerMappedFileSizeForEntryIndex")
                   or DEFAULT_INDEX_FILE_SIZE)
     return LedgerAppender(cl, store.dledger, data_file_size=data_file_size, index_file_size=index_size,
                           end_pos=walk.end_pos, last=walk.entries[-1].header if walk.entries else None,
@@ -385,7 +333,7 @@ def build_message(topic: str, body: bytes, *, queue_id: int = 0, tags: str | Non
 
 
 def message_from_row(row: dict[str, Any]) -> Message | None:
-    """A jsonl row as written by cat-commitlog (see rmqtool.ops.rows); None for a BLANK row."""
+    """A jsonl row as written by cat-commitlog (see rmqtool.format.rows); None for a BLANK row."""
     if row.get("type") == "blank":
         return None
     try:

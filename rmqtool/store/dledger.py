@@ -15,6 +15,7 @@ from typing import Iterator
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, Message, decode_entry
+from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog, Located
 from rmqtool.store.filequeue import FileQueue, QueueFile
 
@@ -190,10 +191,22 @@ class DLedgerFiles:
 
     @property
     def data_dir(self) -> Path:
-        return self.dir / "data"
+        return self.dir / L.DLEDGER_DATA
+
+    @property
+    def index_dir(self) -> Path:
+        return self.dir / L.DLEDGER_INDEX
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.dir / L.DLEDGER_CHECKPOINT
+
+    @property
+    def currterm_path(self) -> Path:
+        return self.dir / L.DLEDGER_CURRTERM
 
     def index_queue(self) -> FileQueue:
-        d = self.dir / "index"
+        d = self.index_dir
         return FileQueue.from_dir(d) if d.is_dir() else FileQueue([])
 
     def iter_index_units(self) -> Iterator[tuple[int, QueueFile, D.IndexUnit]]:

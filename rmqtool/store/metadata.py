@@ -10,10 +10,11 @@ from typing import Any, NamedTuple
 
 from rmqtool import constants as C
 from rmqtool.format.batchcq import decode_unit as decode_bcq_unit
-from rmqtool.errors import FormatError
+from rmqtool.errors import FormatError, RmqError
 from rmqtool.format.consumequeue import UNIT
 from rmqtool.format.fastjson import DataVersion, as_int, data_version
 from rmqtool.store.config import Loaded, load_config
+from rmqtool.store import layout as L
 from rmqtool.store.filequeue import FileQueue
 from rmqtool.store.store import Store
 
@@ -104,13 +105,24 @@ def load(store: Store, name: str) -> Loaded[Table] | None:
     """One of CONFIG_FILES, as the broker loads it; None when the store has neither it nor its .bak."""
     if not store.is_store_root:
         return None
-    return load_config(store.root / "config" / name, CONFIG_FILES[name])
+    return load_config(store.path(L.config_file(name)), CONFIG_FILES[name])
 
 
 def topic_table(store: Store) -> dict[str, TopicConfig] | None:
     """Topic name -> TopicConfig from config/topics.json (or its .bak); None when there is none."""
     loaded = load(store, "topics.json")
     return loaded.value.entries if loaded is not None else None
+
+
+def batch_cq_topics(store: Store) -> set[str]:
+    """Which topics are BatchCQ topics (their queues live in ``batchconsumequeue/``): those with such
+    directories, and those the topic table gives ``queue.type=BatchCQ``; an unreadable table adds none."""
+    out = set(store.batch_topics())
+    try:
+        table = topic_table(store) or {}
+    except RmqError:
+        return out
+    return out | {name for name, conf in table.items() if conf.queue_type == "BatchCQ"}
 
 
 # -- consume-queue max offsets ----------------------------------------------------------------------

@@ -16,11 +16,12 @@ from rmqtool.format.batchcq import BatchCqUnit, find_unit
 from rmqtool.format.batchcq import decode_units as decode_batch_units
 from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, valid_prefix
-from rmqtool.format.indexfile import (Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
+from rmqtool.format.indexfile import (DEFAULT_GEOMETRY, Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.config import read_config
 from rmqtool.store.dledger import DLedgerCommitLog, DLedgerFiles, find_dledger_dir, is_dledger_queue
+from rmqtool.store import layout as L
 from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
 
 
@@ -123,8 +124,8 @@ class IndexFileRef:
 class Store:
     def __init__(self, root: Path, commitlog_path: Path | None = None):
         self.root = Path(root)
-        self._commitlog_path = commitlog_path or self.root / "commitlog"
-        self._root_given = commitlog_path is None or commitlog_path == self.root / "commitlog"
+        self._commitlog_path = commitlog_path or self.root / L.COMMITLOG
+        self._root_given = commitlog_path is None or commitlog_path == self.root / L.COMMITLOG
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":
@@ -134,11 +135,11 @@ class Store:
             raise StoreError("no such file or directory", path=str(path))
         if path.is_file():
             return cls(path.parent, commitlog_path=path)
-        if (path / "commitlog").is_dir() or find_dledger_dir(path) is not None:
+        if (path / L.COMMITLOG).is_dir() or find_dledger_dir(path) is not None:
             return cls(path)
-        if path.name == "commitlog" or any(_is_offset_file(p) for p in path.iterdir()):
+        if path.name == L.COMMITLOG or any(_is_offset_file(p) for p in path.iterdir()):
             return cls(path, commitlog_path=path)   # the commit log alone: no queues, index or checkpoint
-        if (path / "consumequeue").is_dir() or (path / "index").is_dir() or (path / "checkpoint").is_file():
+        if (path / L.CONSUMEQUEUE).is_dir() or (path / L.INDEX).is_dir() or (path / L.CHECKPOINT).is_file():
             return cls(path)
         raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
                          path=str(path))
@@ -146,6 +147,75 @@ class Store:
     @property
     def is_store_root(self) -> bool:
         return self._root_given
+
+    def path(self, rel: str) -> Path:
+        """A path below the store root (``rel`` from ``rmqtool.store.layout``)."""
+        return self.root / rel
+
+    def rel(self, path: Path) -> str:
+        """``path`` relative to the store root, as the layout spells it."""
+        return Path(path).relative_to(self.root).as_posix()
+
+    # -- sizes, geometry and version --------------------------------------------------------------
+    @cached_property
+    def saved_sizes(self) -> dict:
+        """The sizes chosen at ``init`` (``config/rmqtool.json``; empty when absent)."""
+        path = self.path(L.SIZES_FILE)
+        return (read_config(path) or {}) if self.is_store_root and path.is_file() else {}
+
+    @property
+    def commitlog_file_size(self) -> int:
+        """mappedFileSizeCommitLog: the files' size, else the size chosen at init, else the default."""
+        return (self.commitlog.queue.file_size or self.saved_sizes.get("mappedFileSizeCommitLog")
+                or C.DEFAULT_COMMITLOG_FILE_SIZE)
+
+    def cq_file_size(self, explicit: int | None = None) -> int:
+        """mappedFileSizeConsumeQueue: ``explicit``, else the size most consume-queue files share, else
+        the size chosen at init, else the default."""
+        sizes = [] if explicit else [cq.queue.file_size for cq in self.consume_queues() if cq.queue.file_size]
+        return (explicit or (max(set(sizes), key=sizes.count) if sizes else None)
+                or self.saved_sizes.get("mappedFileSizeConsumeQueue") or C.DEFAULT_CQ_FILE_SIZE)
+
+    def bcq_file_size(self, explicit: int | None = None) -> int:
+        """mapperFileSizeBatchConsumeQueue, found as ``cq_file_size`` is."""
+        sizes = [] if explicit else [q.queue.file_size for q in self.batch_consume_queues() if q.queue.file_size]
+        return (explicit or (max(set(sizes), key=sizes.count) if sizes else None)
+                or self.saved_sizes.get("mapperFileSizeBatchConsumeQueue") or C.DEFAULT_BCQ_FILE_SIZE)
+
+    def index_geometry(self, slots: int | None = None, max_entries: int | None = None) -> Geometry:
+        """maxHashSlotNum / maxIndexNum: both given, else the index files', else the sizes chosen at
+        init, else the broker default."""
+        if slots or max_entries:
+            if not (slots and max_entries):
+                raise StoreError("give both --slots and --max-entries")
+            return Geometry(slots, max_entries)
+        refs = self.index_files()
+        if refs:
+            return refs[0].geometry
+        saved = self.saved_sizes
+        if "maxHashSlotNum" in saved and "maxIndexNum" in saved:
+            return Geometry(saved["maxHashSlotNum"], saved["maxIndexNum"])
+        return DEFAULT_GEOMETRY
+
+    @cached_property
+    def broker_version(self) -> str | None:
+        """"5.x" or "4.x" as the store's files tell it, None when they do not (evidence, not proof).
+
+        5.x only: abort.bak (the 5.x restart renames abort), a PID in abort, compaction/, a checkpoint
+        with masterFlushedOffset or confirmPhyOffset (StoreCheckpoint's 4th and 5th longs, 5.x only).
+        4.x: config/delayOffset.json and none of those."""
+        if not self.is_store_root:
+            return None
+        abort, cp = self.abort_path, self.checkpoint()
+        if (self.path(L.ABORT_BAK).exists() or self.path(L.COMPACTION).is_dir()
+                or (abort.is_file() and abort.stat().st_size > 0)
+                or bool(cp and (cp.confirm_phy_offset or cp.master_flushed_offset))):
+            return "5.x"
+        return "4.x" if self.path(L.config_file("delayOffset.json")).is_file() else None
+
+    @property
+    def is_5x(self) -> bool:
+        return self.broker_version == "5.x"
 
     @cached_property
     def dledger(self) -> DLedgerFiles | None:
@@ -173,7 +243,7 @@ class Store:
     # -- consume queues ---------------------------------------------------------------------------
     @property
     def consumequeue_dir(self) -> Path:
-        return self.root / "consumequeue"
+        return self.root / L.CONSUMEQUEUE
 
     def topics(self) -> list[str]:
         return self._topic_dirs(self.consumequeue_dir)
@@ -188,13 +258,13 @@ class Store:
 
     def consume_queue_ext(self, topic: str, queue_id: int) -> FileQueue | None:
         """The ConsumeQueueExt files of a queue (only with enableConsumeQueueExt), or None."""
-        qdir = self.root / "consumequeue_ext" / topic / str(queue_id)
+        qdir = self.path(L.join(L.CONSUMEQUEUE_EXT, topic, queue_id))
         return FileQueue.from_dir(qdir) if self.is_store_root and qdir.is_dir() else None
 
     # -- batch consume queues (BatchCQ topics) -------------------------------------------------------
     @property
     def batch_consumequeue_dir(self) -> Path:
-        return self.root / "batchconsumequeue"
+        return self.root / L.BATCHCONSUMEQUEUE
 
     def batch_topics(self) -> list[str]:
         return self._topic_dirs(self.batch_consumequeue_dir)
@@ -233,7 +303,7 @@ class Store:
     # -- index ------------------------------------------------------------------------------------
     @property
     def index_dir(self) -> Path:
-        return self.root / "index"
+        return self.root / L.INDEX
 
     def index_files(self) -> list[IndexFileRef]:
         """Index files in name order (= creation order); geometry inferred once, from the fullest file."""
@@ -245,7 +315,7 @@ class Store:
 
     # -- single files -----------------------------------------------------------------------------
     def checkpoint(self) -> Checkpoint | None:
-        path = self.root / "checkpoint"
+        path = self.root / L.CHECKPOINT
         if not self.is_store_root or not path.is_file():
             return None
         try:
@@ -255,14 +325,14 @@ class Store:
 
     @property
     def abort_path(self) -> Path:
-        return self.root / "abort"
+        return self.root / L.ABORT
 
     @property
     def lock_path(self) -> Path:
-        return self.root / "lock"
+        return self.root / L.LOCK
 
     def config(self, name: str):
-        path = self.root / "config" / name
+        path = self.path(L.config_file(name))
         return read_config(path) if path.is_file() else None
 
 

@@ -68,7 +68,7 @@ def measure(name: str, path: Path, scratch: Path, naive_bytes: int) -> dict:
             records += batch.num_rows
             size += _covered(batch)
     elif name == "naive":
-        from rmqtool.ops.rows import entry_row
+        from rmqtool.format.rows import entry_row
         from rmqtool.store.commitlog import CommitLog
         end = 0
         for loc in CommitLog.open(path).iter_entries():

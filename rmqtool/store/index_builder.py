@@ -1,0 +1,139 @@
+"""The index-file builder: IndexService.buildIndex over ``IndexWriter`` (= IndexFile.putKey, one key or
+a column of keys), new files named by the one index-file clock (``index_file_name``).
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from rmqtool import constants as C
+from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry
+from rmqtool.store.filequeue import release_pages
+
+
+class RecordInfo(NamedTuple):
+    """What dispatch needs of one record (the writers' single-record path)."""
+
+    offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    tags_code: int
+    store_timestamp: int
+    index_keys: tuple[str, ...]      # UNIQ_KEY then each KEYS element (IndexService.buildIndex order)
+
+    @property
+    def gets_cq_unit(self) -> bool:
+        """CommitLogDispatcherBuildConsumeQueue: only NOT and COMMIT transaction types."""
+        return C.transaction_type(self.sys_flag) in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT)
+
+    @property
+    def indexed(self) -> bool:
+        return C.transaction_type(self.sys_flag) is not C.TransactionType.ROLLBACK
+
+
+def index_file_name(timestamp_ms: int, after: str | None = None) -> str:
+    """UtilAll.timeMillisToHumanString in local time (TZ), made later than ``after`` if needed."""
+    lt = time.localtime(timestamp_ms / 1000)
+    name = time.strftime("%Y%m%d%H%M%S", lt) + f"{timestamp_ms % 1000:03d}"
+    if after is not None and name <= after:
+        name = str(int(after) + 1).zfill(len(after))
+    return name
+
+
+class IndexBuilder:
+    """IndexService.buildIndex: keys into the last file, a new file (named after the record's store
+    time) when it is full. ``full_end_timestamp`` is what the broker puts in the checkpoint's
+    indexMsgTimestamp when a file fills up (None if none did). With ``directory``, new files are
+    sparse files there, written through a map (memory stays small whatever the geometry)."""
+
+    KEYS_PER_PUT = 1 << 19           # keys put as one set of columns (bounds the temporaries)
+
+    def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
+                 directory: Path | None = None):
+        check_geometry(geometry)
+        self.geometry = geometry
+        self.files = files or []
+        self.directory = directory
+        self.changed: set[str] = set()
+        self.full_end_timestamp: int | None = None
+        self.released = 0                # entry bytes of the last file already dropped from RSS
+
+    def _last(self, timestamp: int) -> IndexWriter:
+        if self.files and not self.files[-1][1].is_full():
+            return self.files[-1][1]
+        prev = self.files[-1][1] if self.files else None
+        name = index_file_name(timestamp, self.files[-1][0] if self.files else None)
+        w = IndexWriter(self.geometry, prev.header.end_phy_offset if prev else 0,
+                        prev.header.end_timestamp if prev else 0, buf=self._new_buffer(name))
+        if prev is not None:
+            self.full_end_timestamp = prev.header.end_timestamp
+            self._release(prev)
+        self.files.append((name, w))
+        self.changed.add(name)
+        self.released = 0
+        return w
+
+    def _new_buffer(self, name: str):
+        if self.directory is None:
+            return None
+        with open(self.directory / name, "w+b") as fh:
+            fh.truncate(self.geometry.file_size)
+            return mmap.mmap(fh.fileno(), 0)
+
+    def _release(self, w: IndexWriter) -> None:
+        if isinstance(w.buf, mmap.mmap):
+            w.buf.flush()
+            w.buf.close()
+
+    def close(self) -> None:
+        if self.files:
+            self._release(self.files[-1][1])
+
+    def add(self, r: RecordInfo) -> None:
+        w = self._last(r.store_timestamp)
+        if r.offset < w.header.end_phy_offset or not r.indexed:
+            return
+        for key in r.index_keys:
+            if not w.put_key(f"{r.topic}#{key}", r.offset, r.store_timestamp):
+                w = self._last(r.store_timestamp)
+                w.put_key(f"{r.topic}#{key}", r.offset, r.store_timestamp)
+            self.changed.add(self.files[-1][0])
+
+    def add_facts(self, facts) -> None:
+        """``add`` for every record of a file's facts (``rmqtool.ops.facts.FileFacts`` with key hashes), a file's
+        worth of keys at a time."""
+        cols, n = facts.columns, len(facts)
+        if not n:
+            return
+        offset, ts = cols["offset"], cols["store_timestamp"]
+        key_rec = np.repeat(np.arange(n), np.diff(facts.key_offsets))
+        indexed = facts.indexed()
+        rec = 0                  # the record that calls _last next
+        k = 0                    # the next key to put
+        while True:
+            w = self._last(int(ts[rec]))
+            keys = np.flatnonzero(indexed[key_rec[k:]] & (offset[key_rec[k:]] >= w.header.end_phy_offset)) + k
+            if not len(keys):
+                return
+            take = keys[:min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT)]
+            w.put_hashes(facts.key_hashes[take], offset[key_rec[take]], ts[key_rec[take]])
+            self.changed.add(self.files[-1][0])
+            if self.directory is not None:    # written entries leave RSS (a shared map keeps them in the page cache)
+                first = self.geometry.entry_pos(1) // mmap.PAGESIZE * mmap.PAGESIZE
+                self.released = release_pages(w.buf, self.geometry.entry_pos(w.index_count), max(self.released, first))
+            k = int(take[-1]) + 1
+            if k >= len(key_rec):
+                rec = int(key_rec[take[-1]]) + 1
+                if w.is_full() and rec < n:
+                    self._last(int(ts[rec]))        # the next record opens the next file, keys or not
+                return
+            # when full, the next file is opened by the record of the next key, or the record after the last one
+            rec = int(key_rec[k]) if key_rec[k] == key_rec[take[-1]] else int(key_rec[take[-1]]) + 1

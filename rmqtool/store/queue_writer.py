@@ -1,0 +1,312 @@
+"""The consume-queue and batch-consume-queue writers, as the broker's dispatch writes those files.
+
+``CqWriter`` is ConsumeQueue.putMessagePositionInfo (duplicate/repeat rules, fillPreBlank, full-size
+files) with recover / truncateDirtyLogicFiles, over files held in memory; ``CqFileWriter`` streams a
+queue's units to sparse files (``FileStream``); ``BcqFileWriter`` and ``BcqWriter`` are
+BatchConsumeQueue.putBatchMessagePositionInfo, streamed for a new queue and in memory for appends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rmqtool import constants as C
+from rmqtool.errors import EncodeError, StoreError
+from rmqtool.format.batchcq import BatchCqUnit
+from rmqtool.format.batchcq import encode_unit as encode_bcq_unit
+from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
+from rmqtool.store.store import BatchConsumeQueue, ConsumeQueue
+
+_FORBIDDEN = set('/\\\x00')
+
+
+def safe_topic_dir(topic: str, offset: int | None = None) -> str:
+    """A topic usable as a consume-queue directory name; anything that could leave the store is refused."""
+    if not topic or topic in (".", "..") or _FORBIDDEN & set(topic) or len(topic.encode("utf-8")) > 255:
+        raise EncodeError(f"topic {topic!r} cannot be a consume-queue directory name "
+                          "(empty, '.', '..', or contains '/', '\\\\' or NUL)", offset=offset)
+    return topic
+
+
+
+class CqWriter:
+    """One consume queue in memory: full-size files keyed by start offset, a write position and
+    maxPhysicOffset, changed as ConsumeQueue.putMessagePositionInfo / recover / truncate would."""
+
+    def __init__(self, file_size: int, files: dict[int, bytearray] | None = None):
+        if file_size <= 0 or file_size % C.CQ_STORE_UNIT_SIZE:
+            raise StoreError(f"consume-queue file size {file_size} is not a positive multiple of 20")
+        self.file_size = file_size
+        self.files: dict[int, bytearray] = files or {}
+        self.write_pos = min(self.files) if self.files else 0
+        self.max_phy = -1
+        self.first_created: int | None = None
+
+    @classmethod
+    def load(cls, cq: ConsumeQueue, file_size: int) -> "CqWriter":
+        """Existing files, then ConsumeQueue.recover: keep units up to the first invalid one
+        (scanning from the third-last file), drop later files and zero the rest."""
+        files = {}
+        for f in cq.queue:
+            data = bytes(f.read())
+            whole = min(len(data) - len(data) % C.CQ_STORE_UNIT_SIZE, file_size)
+            files[f.start] = bytearray(data[:whole] + bytes(file_size - whole))   # whole units, full size
+        w = cls(file_size, files)
+        starts = sorted(files)
+        if not starts:
+            return w
+        i = max(0, len(starts) - 3)
+        pos = 0
+        while True:
+            buf = files[starts[i]]
+            pos = 0
+            for phy, size, _ in UNIT.iter_unpack(buf):
+                if not (phy >= 0 and size > 0):
+                    break
+                pos += C.CQ_STORE_UNIT_SIZE
+                w.max_phy = phy + size
+            if pos == file_size and i + 1 < len(starts):
+                i += 1
+                continue
+            break
+        w._truncate_at(starts[i] + pos)
+        return w
+
+    def _truncate_at(self, logical: int) -> None:
+        """MappedFileQueue.truncateDirtyFiles, plus zeroing what it leaves behind."""
+        for start in sorted(self.files):
+            if start + self.file_size > logical:
+                if logical >= start:
+                    buf = self.files[start]
+                    buf[logical - start:] = bytes(self.file_size - (logical - start))
+                else:
+                    del self.files[start]
+        self.write_pos = logical
+
+    def put_many(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, queue_offset: np.ndarray) -> None:
+        """``put`` for each record in order; a run continuing the queue goes in as whole blocks."""
+        if len(phy) and not self.files:                 # the first unit opens the queue (fillPreBlank)
+            self.put(int(phy[0]), int(size[0]), int(tags[0]), int(queue_offset[0]))
+            phy, size, tags, queue_offset = phy[1:], size[1:], tags[1:], queue_offset[1:]
+        n = len(phy)
+        if n and phy[0] + size[0] > self.max_phy and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos \
+                and (np.diff(queue_offset) == 1).all() and (np.diff(phy + size) > 0).all():
+            units = np.empty(n, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+            units["phy"], units["size"], units["tags"] = phy, size, tags
+            data = units.tobytes()
+            while data:
+                last = max(self.files)
+                if self.write_pos >= last + self.file_size:
+                    last += self.file_size
+                    self._new_file(last)
+                room = last + self.file_size - self.write_pos
+                self._append(last, data[:room])
+                data = data[room:]
+            self.max_phy = int(phy[-1] + size[-1])
+            return
+        for i in range(n):
+            self.put(int(phy[i]), int(size[i]), int(tags[i]), int(queue_offset[i]))
+
+    def _new_file(self, start: int) -> None:
+        self.files[start] = bytearray(self.file_size)
+        self.write_pos = start
+
+    def put(self, phy: int, size: int, tags_code: int, queue_offset: int) -> None:
+        if phy + size <= self.max_phy:
+            return                                     # "build consume queue repeatedly"
+        expect = queue_offset * C.CQ_STORE_UNIT_SIZE
+        last = max(self.files) if self.files else None
+        if last is None:
+            last = expect - expect % self.file_size
+            self._new_file(last)
+            self.first_created = last
+        elif self.write_pos >= last + self.file_size:
+            last += self.file_size
+            self._new_file(last)
+        if last == self.first_created and queue_offset != 0 and self.write_pos == last:
+            filler = UNIT.pack(*FILLER_UNIT)
+            while self.write_pos < last + expect % self.file_size:   # fillPreBlank
+                self._append(last, filler)
+        if queue_offset != 0 and expect < self.write_pos:
+            return                                     # repeated
+        self.max_phy = phy + size
+        self._append(last, UNIT.pack(phy, size, tags_code))
+
+    def _append(self, start: int, units: bytes) -> None:
+        pos = self.write_pos - start
+        self.files[start][pos:pos + len(units)] = units
+        self.write_pos += len(units)
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """ConsumeQueue.truncateDirtyLogicFiles: drop units whose record starts at or after phy_offset."""
+        while self.files:
+            last = max(self.files)
+            buf = self.files[last]
+            first_phy = UNIT.unpack_from(buf, 0)[0]
+            if first_phy >= phy_offset:
+                del self.files[last]
+                self.write_pos = last
+                continue
+            pos = C.CQ_STORE_UNIT_SIZE
+            while pos < self.file_size:
+                phy, size, _ = UNIT.unpack_from(buf, pos)
+                if not (phy >= 0 and size > 0) or phy >= phy_offset:
+                    break
+                pos += C.CQ_STORE_UNIT_SIZE
+            buf[pos:] = bytes(self.file_size - pos)
+            self.write_pos = last + pos
+            return
+
+    def file_bytes(self) -> dict[int, bytes]:
+        return {start: bytes(buf) for start, buf in sorted(self.files.items())}
+
+
+class FileStream:
+    """Bytes appended to a queue's files under ``directory`` (None: only counted), one small buffer in
+    memory. Files are created sparse at full size, as the broker's pre-allocated files are."""
+
+    FLUSH_BYTES = 16 * 1024
+
+    def __init__(self, file_size: int, directory: Path | None):
+        self.file_size, self.directory = file_size, directory
+        self.start = self.pos = 0              # the current file and the write position (queue bytes)
+        self.pending = bytearray()
+        self.created = 0
+
+    def new_file(self, start: int) -> None:
+        self.flush()
+        self.start = self.pos = start
+        self.created += 1
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(self.directory / C.offset_to_file_name(start), "wb") as fh:
+                fh.truncate(self.file_size)
+
+    def write(self, data: bytes) -> None:
+        """Append at the write position, inside the current file."""
+        self.pending += data
+        if len(self.pending) >= self.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending and self.directory is not None and self.created:
+            with open(self.directory / C.offset_to_file_name(self.start), "r+b") as fh:
+                fh.seek(self.pos - self.start)
+                fh.write(self.pending)
+        self.pos += len(self.pending)
+        self.pending = bytearray()
+
+
+class CqFileWriter(CqWriter):
+    """A CqWriter for a new queue whose units stream into files (``FileStream``): memory is one small
+    buffer, whatever the queue's size."""
+
+    def __init__(self, file_size: int, directory: Path | None):
+        super().__init__(file_size)
+        self.stream = FileStream(file_size, directory)
+
+    @property
+    def created(self) -> int:
+        return self.stream.created
+
+    def _new_file(self, start: int) -> None:
+        self.stream.new_file(start)
+        self.files = {start: bytearray()}       # the current file's start only; bytes live on disk
+        self.write_pos = start
+
+    def _append(self, start: int, units: bytes) -> None:
+        self.stream.write(units)
+        self.write_pos += len(units)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+BCQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8"), ("store_time", ">i8"), ("base", ">i8"),
+                     ("batch_size", ">i2"), ("compacted", ">i4"), ("reserved", ">i4")])
+
+
+class BcqFileWriter:
+    """BatchConsumeQueue.putBatchMessagePositionInfo for a new queue, streamed: units from queue position
+    0, a unit starting at or before the last one's physical offset dropped as a repeat."""
+
+    def __init__(self, file_size: int, directory: Path | None):
+        if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
+            raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
+        self.stream = FileStream(file_size, directory)
+        self.last_phy = -1
+        self.units = 0
+
+    @property
+    def created(self) -> int:
+        return self.stream.created
+
+    @property
+    def write_pos(self) -> int:
+        return self.units * C.CQ_STORE_UNIT_SIZE      # counted like consume-queue units in results
+
+    def put_many(self, phy, size, tags, store_time, base, batch_size) -> None:
+        keep = phy > np.maximum.accumulate(np.concatenate([[self.last_phy], phy[:-1]]))
+        units = np.zeros(int(keep.sum()), BCQ_UNIT)
+        for name, col in (("phy", phy), ("size", size), ("tags", tags), ("store_time", store_time),
+                          ("base", base), ("batch_size", batch_size)):
+            units[name] = col[keep]
+        units["compacted"] = C.BCQ_INVALID_POS
+        data = units.tobytes()
+        fs = self.stream
+        while data:
+            if fs.pos + len(fs.pending) == fs.start + fs.file_size or not fs.created:
+                fs.new_file(self.units * C.BCQ_STORE_UNIT_SIZE)
+            room = fs.start + fs.file_size - fs.pos - len(fs.pending)
+            fs.write(data[:room])
+            self.units += len(data[:room]) // C.BCQ_STORE_UNIT_SIZE
+            data = data[room:]
+        if len(phy):
+            self.last_phy = max(self.last_phy, int(phy.max()))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class BcqWriter:
+    """One batch consume queue in memory: full-size files by start offset; units are appended at the
+    end (BatchConsumeQueue.putBatchMessagePositionInfo has no expected-position check)."""
+
+    def __init__(self, file_size: int, units: list[BatchCqUnit] | None = None, first_slot: int = 0):
+        if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
+            raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
+        self.file_size = file_size
+        self.units = units or []
+        self.first_slot = first_slot            # the slot (byte offset / 46) of units[0]
+        self.first_new = len(self.units)
+
+    @classmethod
+    def load(cls, bcq: BatchConsumeQueue | None, file_size: int) -> "BcqWriter":
+        if bcq is None or not bcq.queue.files:
+            return cls(file_size)
+        return cls(file_size, bcq.units(), bcq.queue.files[0].start // C.BCQ_STORE_UNIT_SIZE)
+
+    @property
+    def next_offset(self) -> int:
+        """The queue offset the next message gets (the end of the last unit)."""
+        return self.units[-1].next_offset if self.units else 0
+
+    def put(self, unit: BatchCqUnit) -> None:
+        if self.units and unit.physical_offset <= self.units[-1].physical_offset:
+            return                                     # a repeat
+        self.units.append(unit)
+
+    def file_bytes(self) -> dict[int, bytes]:
+        """The files holding new units, full size (zero tail), by start offset."""
+        per_file = self.file_size // C.BCQ_STORE_UNIT_SIZE
+        out = {}
+        slot = (self.first_slot + self.first_new) // per_file * per_file
+        while slot < self.first_slot + len(self.units):
+            lo, hi = max(slot - self.first_slot, 0), slot + per_file - self.first_slot
+            data = bytes((self.first_slot - slot) * C.BCQ_STORE_UNIT_SIZE if slot < self.first_slot else 0)
+            data += b"".join(encode_bcq_unit(u) for u in self.units[lo:hi])
+            out[slot * C.BCQ_STORE_UNIT_SIZE] = data + bytes(self.file_size - len(data))
+            slot += per_file
+        return out
