@@ -91,3 +91,8 @@ class UnsafeWrite(RmqError):
 
 class SparkUnavailable(RmqError):
     """PySpark or Java is missing."""
+
+
+class StoreWarning(UserWarning):
+    """Something about a store the operator must know, though the command goes on (the CLI prints it as
+    one ``rmqtool: warning: ...`` line)."""

@@ -91,10 +91,10 @@ def test_put_refuses_hostile_topics_and_damaged_stores(tmp_path, store_copy):
 def test_written_messages_decode_back(tmp_path_factory, messages):
     root = tmp_path_factory.mktemp("w") / "s"
     init_store(root, commitlog_file_size=2048, cq_file_size=100, geometry=Geometry(5, 12))
-    writer = StoreWriter(Store.open(root))
+    writer = StoreWriter(Store.open(root), backup=root.parent / "bk")
     for topic, qid, body, key in messages:
         writer.append(build_message(topic, body, queue_id=qid, keys=key, store_timestamp=1_700_000_000_000))
-    writer.commit(root.parent / "bk")
+    writer.commit()
     store = Store.open(root)
     got = [(m.topic, m.queue_id, m.body, m.keys) for m in store.commitlog.iter_messages()]
     assert got == [(t, q, b, [k]) for t, q, b, k in messages]

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
 from rmqtool import __version__
 from rmqtool.cli.exitcodes import EXIT_STATUS_HELP, ExitCode
-from rmqtool.errors import FormatError, EncodeError, RmqError
+from rmqtool.errors import EncodeError, FormatError, RmqError, StoreWarning
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -86,6 +87,18 @@ def _silence_stdout() -> None:
 def cli(ctx: click.Context, traceback: bool) -> None:
     """Read, verify, repair and rebuild Apache RocketMQ broker store directories offline."""
     ctx.ensure_object(dict)["traceback"] = traceback
+    warnings.showwarning = _show_warning             # a store's warnings: one line each, every time
+    warnings.simplefilter("always", StoreWarning)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, StoreWarning):
+        click.echo(f"rmqtool: warning: {message}", err=True)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
 
 
 def main(argv: list[str] | None = None) -> None:

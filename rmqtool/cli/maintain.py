@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -59,13 +60,17 @@ def say_undo(what: str, backup, store) -> None:
 
 def _open_for_write(path: str):
     """The store, with an interrupted earlier change completed (journal) or dropped (no journal)."""
+    from rmqtool.errors import StoreWarning
     from rmqtool.store.atomic import complete_pending
     from rmqtool.store.store import Store
 
-    store = Store.open(path)
-    if complete_pending(store.root):
-        click.echo("rmqtool: completed an interrupted earlier change", err=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoreWarning)     # the pending change is dealt with right here
         store = Store.open(path)
+        done = complete_pending(store.root)
+        if done:
+            click.echo(f"rmqtool: {done} an interrupted earlier change", err=True)
+            store = Store.open(path)
     return store
 
 
@@ -325,12 +330,12 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
     data = body.encode("utf-8") if body is not None else (body_file.read() if body_file else sys.stdin.buffer.read())
     st = _open_for_write(store) if not dry_run else _open_store(store)
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
-        writer = StoreWriter(st)
+        writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
                                           properties=properties))
         if dry_run:
             _end_write_dry_run(writer, fmt, tablefmt)
-        saved = writer.commit(backup)
+        saved = writer.commit()
     click.echo(f"{msg.msg_id} physical_offset={msg.physical_offset} queue_offset={msg.queue_offset}")
     say_undo("appended 1 message", saved, st.root)
 
@@ -341,8 +346,7 @@ def _open_store(path: str):
 
 
 def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
-    txn = writer.transaction()
-    rows = [{"action": "write_file", "path": rel, "detail": f"{len(data)} bytes"} for rel, data in txn.writes.items()]
+    rows = writer.plan()
     show_plan(rows, fmt, tablefmt)
     end_dry_run(rows)
 
@@ -369,17 +373,21 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 
     st = _open_for_write(store) if not dry_run else _open_store(store)
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
-        writer = StoreWriter(st)
-        for n, row in read_rows(file):
-            try:
-                msg = message_from_row(row)
-                if msg is not None:
-                    writer.append(msg)
-            except RmqError as exc:
-                raise exc.at(path=f"{file.name}: line {n}")
+        writer = StoreWriter(st, backup=backup, dry_run=dry_run)
+        try:
+            for n, row in read_rows(file):
+                try:
+                    msg = message_from_row(row)
+                    if msg is not None:
+                        writer.append(msg)
+                except RmqError as exc:
+                    raise exc.at(path=f"{file.name}: line {n}")
+        except BaseException:
+            writer.abort()                 # rows already written in place are taken back
+            raise
         if dry_run:
             _end_write_dry_run(writer, fmt, tablefmt)
-        saved = writer.commit(backup)
+        saved = writer.commit()
     click.echo(f"imported {writer.count}")
     if saved:
         say_undo(f"imported {writer.count} message(s)", saved, st.root)

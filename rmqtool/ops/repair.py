@@ -94,6 +94,9 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     if ledger is not None:             # DLedgerCommitLog recovers to DLedger's write position, not a CRC walk
         process = ledger.end_pos
     plan = RepairPlan(store, abnormal, process, recover_from)
+    if store.pending_change is not None:       # --apply finishes or undoes it before it plans anything
+        plan.actions.append(Action("finish_journal", store.rel(store.pending_change),
+                                   "an interrupted change: --apply first finishes or undoes it"))
 
     # -- commit log: delete empty or later files, zero after the cut --------------------------------
     if ledger is not None:

@@ -1,8 +1,9 @@
 """Append messages as the broker's put path does: next physical offset, BLANK and a new file when the
 record does not fit, next queue offset, consume-queue unit, index entries, checkpoint.
 
-``StoreWriter`` keeps the touched files in memory and ``commit()`` swaps them in as one transaction,
-so an interrupted put/import leaves the store as it was before the batch or after it.
+``StoreWriter`` plans; the store's writers (``rmqtool.store``) write each file kind in place through one
+``PatchTransaction``, so an interrupted put/import leaves the store as it was before the batch or after
+it, and the backup holds only the bytes the batch overwrote.
 """
 
 from __future__ import annotations
@@ -10,45 +11,43 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import mmap
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import numpy as np
+
 from rmqtool import constants as C
-from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
+from rmqtool.errors import EncodeError, FormatError, StoreError, UnsafeWrite
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
-from rmqtool.format.commitlog import Blank, Message, encode_blank, encode_message
+from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.dispatch import dispatch, is_lmq, multi_dispatch_targets
 from rmqtool.format.dledger import CurrentTerm, encode_currterm
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter
 from rmqtool.format.java import hashmap_order
 from rmqtool.format.properties import encode_properties
-from rmqtool.ops.facts import QueueNames, scan_file
 from rmqtool.format.rows import decode_body
 from rmqtool.store import layout as L
-from rmqtool.store.atomic import Transaction, atomic_write
+from rmqtool.store.appender import CommitLogAppender
+from rmqtool.store.atomic import PatchTransaction, atomic_write, preallocate
 from rmqtool.ops.findings import ERROR
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
 from rmqtool.store.index_builder import IndexBuilder, RecordInfo
-from rmqtool.store.queue_writer import BcqWriter, CqWriter, safe_topic_dir
+from rmqtool.store.filequeue import map_private, read_exact
+from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
 def _written_end(store: Store) -> int:
-    """The commit log's written end, one file at a time; a damaged commit log is refused."""
-    queue = store.commitlog.queue
-    end = queue.files[0].start if queue.files else 0
-    names = QueueNames()
-    for f in queue:
-        facts = scan_file(f, names)
-        if facts.findings:
-            bad = facts.findings[0]
-            raise UnsafeWrite(f"the commit log is damaged ({bad.kind} at offset {bad.offset}); run repair first",
-                              path=bad.path)
-        if facts.stop == "blank" or len(facts):
-            end = facts.end
-    return end
+    """The commit log's end, as the broker's recovery finds it; a damaged tail is refused."""
+    try:
+        return store.commitlog.append_end()
+    except FormatError as exc:
+        raise UnsafeWrite(f"the commit log is damaged ({exc.message} at offset {exc.offset}); run repair first",
+                          path=exc.path) from None
 
 
 DEFAULT_HOST = Host(bytes([127, 0, 0, 1]), 10911)
@@ -78,7 +77,7 @@ def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FIL
              "maxHashSlotNum": geometry.hash_slot_num, "maxIndexNum": geometry.index_num}
     if dledger_self_id is None:
         (root / L.COMMITLOG).mkdir()
-        atomic_write(root / L.commitlog_file(0), bytes(commitlog_file_size))
+        preallocate(root / L.commitlog_file(0), commitlog_file_size)
     else:
         ledger = root / (L.DLEDGER_PREFIX + dledger_self_id)
         for sub in (L.DLEDGER_DATA, L.DLEDGER_INDEX):
@@ -90,59 +89,101 @@ def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FIL
     atomic_write(root / L.SIZES_FILE, json.dumps(sizes, indent=1).encode())
 
 
+class _Queues:
+    """A transaction seen from one queue directory (the queue writers' ``Sink``)."""
+
+    def __init__(self, txn: PatchTransaction, rel_dir: str):
+        self.txn, self.rel_dir = txn, rel_dir
+
+    def create(self, name: str, size: int) -> None:
+        self.txn.create(L.join(self.rel_dir, name), size)
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None:
+        self.txn.write_at(L.join(self.rel_dir, name), offset, data)
+
+
 class StoreWriter:
-    """Open a store for appending; ``append`` messages, then ``commit``."""
+    """Open a store for appending; ``append`` messages, then ``commit``. Every byte is written where it
+    goes, through one ``PatchTransaction`` (its journal keeps only the pre-images of the ranges touched);
+    ``dry_run`` plans the same writes without touching the store."""
+
+    INDEX_FLUSH_RECORDS = 100_000        # the index's private map hands its changes over this often
 
     def __init__(self, store: Store, *, cq_file_size: int | None = None, geometry: Geometry | None = None,
-                 batch_topics: Iterable[str] = (), bcq_file_size: int | None = None):
+                 batch_topics: Iterable[str] = (), bcq_file_size: int | None = None, backup: Path | None = None,
+                 dry_run: bool = False):
         if store.abort_path.exists():
             raise UnsafeWrite("abort file present: the store was not shut down cleanly; run repair first",
                               path=str(store.abort_path))
         self.store = store
+        self.txn = PatchTransaction(store.root, backup, label="put", dry_run=dry_run)
         self.file_size = store.commitlog_file_size
-        self.ledger = _ledger_appender(store, self.file_size) if store.dledger is not None else None
-        self.end = self.ledger.end_pos if self.ledger is not None else _written_end(store)
-        self.files: dict[int, bytearray] = {}
-        self.touched: set[int] = set()
+        self.ledger = _ledger_appender(store, self.file_size, self._ledger_sink) if store.dledger is not None else None
+        self.commitlog = None if self.ledger is not None else \
+            CommitLogAppender(self.file_size, _written_end(store), self._commitlog_sink)
         self.cq_file_size = store.cq_file_size(cq_file_size)
-        self.queues: dict[tuple[str, int], CqWriter] = {}
-        self.queue_originals: set[tuple[str, int, int]] = set()
+        self.queues: dict[tuple[str, int], CqFileWriter] = {}
         # BatchCQ topics: the store's batchconsumequeue/ topics, queue.type=BatchCQ in config/topics.json, given
         self.batch_topics = batch_cq_topics(store) | set(batch_topics)
         self.bcq_file_size = store.bcq_file_size(bcq_file_size)
-        self.batch_queues: dict[tuple[str, int], BcqWriter] = {}
+        self.batch_queues: dict[tuple[str, int], BcqFileWriter] = {}
         self.lmq_next: dict[str, int] = {}       # the broker's LMQ offset table during this session
-        refs = store.index_files()
         self.geometry = geometry or store.index_geometry()
-        self.index = IndexBuilder(self.geometry, [(r.name, IndexWriter.from_bytes(r.read(), r.geometry))
-                                                  for r in refs])
+        self._scratch = tempfile.TemporaryDirectory(prefix="rmqtool-index-") if dry_run else None
+        self.index = self._index_builder()
         self.checkpoint = store.checkpoint() or Checkpoint()
         self.count = 0
 
-    def _file(self, start: int) -> bytearray:
-        if start not in self.files:
-            path = self.store.path(L.commitlog_file(start))
-            data = path.read_bytes() if path.exists() else b""
-            self.files[start] = bytearray(data[:self.file_size] + bytes(max(self.file_size - len(data), 0)))
-        return self.files[start]
+    # -- the files, opened as they are needed --------------------------------------------------------
+    def _commitlog_sink(self, start: int, pos: int, data: bytes) -> None:
+        rel = L.commitlog_file(start)
+        self._ensure(rel, self.file_size)
+        self.txn.write_at(rel, pos, data)
 
-    def _queue(self, topic: str, queue_id: int) -> CqWriter:
+    def _ledger_sink(self, path: Path, pos: int, data: bytes, size: int) -> None:
+        rel = self.store.rel(path)
+        self._ensure(rel, size)
+        self.txn.write_at(rel, pos, data)
+
+    def _ensure(self, rel: str, size: int) -> None:
+        """A file about to be written exists at its full size (pre-allocated sparse, as the broker does)."""
+        if rel not in self.txn.sizes and not self.txn.planned(rel):
+            path = self.store.path(rel)
+            if not path.exists():
+                self.txn.create(rel, size)
+            elif path.stat().st_size < size:
+                self.txn.resize(rel, size)
+
+    def _index_builder(self) -> IndexBuilder:
+        """IndexService.buildIndex from the last index file on: earlier files are full and stay as they are;
+        the last one is continued through a private map whose changes go through the transaction."""
+        refs = self.store.index_files()
+        directory = Path(self._scratch.name) if self._scratch is not None else self.store.index_dir
+        builder = _Builder(self.geometry, [(r.name, _IndexFileWriter.open(r)) for r in refs[-1:]], directory,
+                           create=None if self._scratch is not None else
+                           lambda name, size: self.txn.create(L.index_file(name), size))
+        builder.hand_over = self._hand_over_index
+        builder.changed.clear()
+        return builder
+
+    def _queue(self, topic: str, queue_id: int) -> CqFileWriter:
         key = (topic, queue_id)
         if key not in self.queues:
             safe_topic_dir(topic)
-            if self.store.path(L.queue_dir(topic, queue_id)).is_dir():
-                self.queues[key] = CqWriter.load(self.store.consume_queue(topic, queue_id), self.cq_file_size)
-            else:
-                self.queues[key] = CqWriter(self.cq_file_size)
+            exists = self.store.path(L.queue_dir(topic, queue_id)).is_dir()
+            self.queues[key] = CqFileWriter.append_to(self.store.consume_queue(topic, queue_id) if exists else None,
+                                                      self.cq_file_size, _Queues(self.txn, L.queue_dir(topic, queue_id)))
         return self.queues[key]
 
-    def _batch_queue(self, topic: str, queue_id: int) -> BcqWriter:
+    def _batch_queue(self, topic: str, queue_id: int) -> BcqFileWriter:
         key = (topic, queue_id)
         if key not in self.batch_queues:
             safe_topic_dir(topic)
-            exists = self.store.path(L.queue_dir(topic, queue_id, batch=True)).is_dir()
-            self.batch_queues[key] = BcqWriter.load(
-                self.store.batch_consume_queue(topic, queue_id) if exists else None, self.bcq_file_size)
+            rel = L.queue_dir(topic, queue_id, batch=True)
+            exists = self.store.path(rel).is_dir()
+            self.batch_queues[key] = BcqFileWriter.append_to(
+                self.store.batch_consume_queue(topic, queue_id) if exists else None, self.bcq_file_size,
+                _Queues(self.txn, rel))
         return self.batch_queues[key]
 
     def _with_lmq_offsets(self, msg: Message) -> Message:
@@ -188,12 +229,11 @@ class StoreWriter:
             offset = self.ledger.append(stored.total_size, lambda phys: encode_message(
                 dataclasses.replace(stored, physical_offset=phys)))
             stored = dataclasses.replace(stored, physical_offset=offset)
-            data_len = stored.total_size
-            self.end = self.ledger.end_pos
         else:
-            stored, data_len = self._append_record(stored)
+            stored = dataclasses.replace(stored, physical_offset=self.commitlog.reserve(stored.total_size))
+            self.commitlog.write(encode_message(stored))
         keys = ([stored.uniq_key] if stored.uniq_key is not None else []) + stored.keys
-        info = RecordInfo(stored.physical_offset, data_len, stored.topic, stored.queue_id, queue_offset,
+        info = RecordInfo(stored.physical_offset, stored.total_size, stored.topic, stored.queue_id, queue_offset,
                           stored.sys_flag, stored.tags_code(), stored.store_timestamp, tuple(keys))
         if info.gets_cq_unit and batch:
             self._batch_queue(msg.topic, msg.queue_id).put(dispatch(stored, batch_cq=True)[0].unit)
@@ -207,66 +247,116 @@ class StoreWriter:
         self.index.add(info)
         self.checkpoint = self.checkpoint._replace(physic_msg_timestamp=info.store_timestamp)
         self.count += 1
+        if self.count % self.INDEX_FLUSH_RECORDS == 0:
+            self._hand_over_index()
         return stored
 
-    def _append_record(self, stored: Message) -> tuple[Message, int]:
-        """Place a record in the commit log (a BLANK and the next file when it does not fit)."""
-        size = stored.total_size
-        if size + C.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise EncodeError(f"a record of {size} bytes does not fit a {self.file_size}-byte commit-log file")
-        start = self.end - self.end % self.file_size
-        pos = self.end - start
-        if pos + size + C.END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            buf = self._file(start)
-            buf[pos:] = encode_blank(Blank(self.file_size - pos))
-            self.touched.add(start)
-            start += self.file_size
-            pos = 0
-        stored = dataclasses.replace(stored, physical_offset=start + pos)
-        data = encode_message(stored)
-        buf = self._file(start)
-        buf[pos:pos + len(data)] = data
-        self.touched.add(start)
-        self.end = start + pos + len(data)
-        return stored, len(data)
-
-    def commit(self, backup: Path | None = None) -> Path | None:
-        """Swap every appended message in as one transaction; returns its backup directory."""
-        result = self.transaction(backup).commit()
-        self.touched.clear()
-        self.index.changed.clear()
-        return result
-
-    def transaction(self, backup: Path | None = None) -> Transaction:
-        """The files to write for the messages appended so far (``commit`` applies them)."""
-        txn = Transaction(self.store.root, backup, label="put")
-        for start in sorted(self.touched):
-            txn.write(L.commitlog_file(start), bytes(self.files[start]))
-        if self.ledger is not None:
-            for rel, data in sorted(self.ledger.files().items()):
-                txn.write(L.join(self.store.dledger.dir.name, rel), data)
-        for (topic, qid), w in self.queues.items():
-            for start, data in w.file_bytes().items():
-                rel = L.queue_file(topic, qid, start)
-                path = self.store.path(rel)
-                if not path.exists() or path.read_bytes() != data:
-                    txn.write(rel, data)
-        for (topic, qid), bw in self.batch_queues.items():
-            for start, data in bw.file_bytes().items():
-                rel = L.queue_file(topic, qid, start, batch=True)
-                path = self.store.path(rel)
-                if not path.exists() or path.read_bytes() != data:
-                    txn.write(rel, data)
+    def _hand_over_index(self) -> None:
+        """The continued index file's changes into the transaction (then out of this process's memory)."""
         for name, w in self.index.files:
-            if name in self.index.changed:
-                txn.write(L.index_file(name), w.to_bytes())
+            if isinstance(w, _IndexFileWriter) and not w.buf.closed:
+                for offset, data in w.changes():
+                    self.txn.write_at(L.index_file(name), offset, data)
+                if not self.txn.dry_run:
+                    self.txn.flush()
+                    w.forget()
+
+    def _finish(self) -> None:
+        """Everything appended so far handed to the transaction: queue buffers, index, checkpoints."""
+        for q in list(self.queues.values()) + list(self.batch_queues.values()):
+            q.flush()
+        self._hand_over_index()
+        self.index.close()
         if self.index.full_end_timestamp is not None:
             self.checkpoint = self.checkpoint._replace(index_msg_timestamp=self.index.full_end_timestamp)
-        if self.store.is_store_root:
-            txn.write(L.CHECKPOINT, encode_checkpoint(self.checkpoint))
-        return txn
+        if self.ledger is not None and (text := self.ledger.checkpoint_text()) is not None:
+            for path in (self.store.dledger.checkpoint_path,
+                         self.store.dledger.checkpoint_path.with_name(self.store.dledger.checkpoint_path.name + ".bak")):
+                self.txn.write_at(self.store.rel(path), 0, text)
+                self.txn.resize(self.store.rel(path), len(text))
+        if self.store.is_store_root and self.count:
+            self.txn.write_at(L.CHECKPOINT, 0, encode_checkpoint(self.checkpoint))
+
+    def plan(self) -> list[dict]:
+        """The dry run's rows: one per file the appends create or write."""
+        self._finish()
+        return self.txn.plan_rows()
+
+    def commit(self) -> Path | None:
+        """Make every appended message durable as one transaction; returns its backup directory (None:
+        nothing was appended). A failure undoes the whole batch."""
+        try:
+            self._finish()
+            return self.txn.commit() if self.count else None
+        except BaseException:
+            self.txn.rollback()
+            raise
+        finally:
+            self._close()
+
+    def abort(self) -> None:
+        """Undo whatever was written (an import that failed half-way)."""
+        self.txn.rollback()
+        self._close()
+
+    def _close(self) -> None:
+        for _, w in self.index.files:
+            if isinstance(w, _IndexFileWriter):
+                w.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
 
 
+class _Builder(IndexBuilder):
+    hand_over = None
+
+    def _release(self, w: IndexWriter) -> None:
+        if isinstance(w, _IndexFileWriter):      # the continued file filled up: its changes go first
+            self.hand_over()
+            w.close()
+        else:
+            super()._release(w)
+
+
+class _IndexFileWriter(IndexWriter):
+    """The last index file continued in place: keys go into a private map of it, and ``changes`` gives the
+    ranges that differ from the file (header, the hash slots set, the new entries) for the transaction."""
+
+    @classmethod
+    def open(cls, ref) -> "_IndexFileWriter":
+        w = cls.from_bytes(map_private(ref.path), ref.geometry)
+        w.path = ref.path
+        w.written = w.index_count                # entries up to here are on disk
+        return w
+
+    def changes(self) -> Iterator[tuple[int, bytes]]:
+        g = self.geometry
+        if self.index_count == self.written:
+            return
+        yield 0, bytes(self.buf[:C.INDEX_HEADER_SIZE])
+        slots_end = g.slot_pos(g.hash_slot_num)
+        with open(self.path, "rb") as fh:
+            on_disk = np.frombuffer(read_exact(fh, slots_end - C.INDEX_HEADER_SIZE, C.INDEX_HEADER_SIZE), np.uint32)
+        mine = np.frombuffer(self.buf, np.uint32, len(on_disk), C.INDEX_HEADER_SIZE)
+        changed = np.flatnonzero(mine != on_disk)
+        if len(changed):                              # runs of adjacent slots, one range each
+            breaks = np.flatnonzero(np.diff(changed) > 1) + 1
+            for run in np.split(changed, breaks):
+                lo, hi = C.INDEX_HEADER_SIZE + 4 * int(run[0]), C.INDEX_HEADER_SIZE + 4 * (int(run[-1]) + 1)
+                yield lo, bytes(self.buf[lo:hi])
+        lo, hi = g.entry_pos(self.written), g.entry_pos(self.index_count)
+        yield lo, bytes(self.buf[lo:hi])
+        self.written = self.index_count
+
+    def forget(self) -> None:
+        """Drop the private copies of pages now written to the file (they read back from it)."""
+        if hasattr(self.buf, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self.buf.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
+            self.buf.close()
 
 
 def with_inner_base(msg: Message, queue_offset: int) -> Message:
@@ -284,7 +374,7 @@ def with_inner_base(msg: Message, queue_offset: int) -> Message:
     return dataclasses.replace(msg, properties_raw=raw)
 
 
-def _ledger_appender(store: Store, data_file_size: int) -> LedgerAppender:
+def _ledger_appender(store: Store, data_file_size: int, sink) -> LedgerAppender:
     """The DLedger log opened for appending; refused when the log is damaged."""
     from rmqtool.ops.dledger import check_dledger, walk_ledger
 
@@ -299,7 +389,7 @@ def _ledger_appender(store: Store, data_file_size: int) -> LedgerAppender:
                   or DEFAULT_INDEX_FILE_SIZE)
     return LedgerAppender(cl, store.dledger, data_file_size=data_file_size, index_file_size=index_size,
                           end_pos=walk.end_pos, last=walk.entries[-1].header if walk.entries else None,
-                          term=term.curr_term if term else 0)
+                          term=term.curr_term if term else 0, sink=sink)
 
 
 def build_message(topic: str, body: bytes, *, queue_id: int = 0, tags: str | None = None,

@@ -12,6 +12,7 @@ removes); killed after it, ``complete_pending`` finishes the same steps: never a
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -21,7 +22,7 @@ import signal
 from pathlib import Path
 
 from rmqtool.errors import UnsafeWrite
-from rmqtool.store.filequeue import data_extents
+from rmqtool.store.filequeue import data_extents, read_exact
 
 JOURNAL = ".rmqtool-journal.json"
 STAGED = ".rmqtool-new"
@@ -63,6 +64,15 @@ def atomic_write(path: Path, data: bytes) -> None:
     _write_synced(tmp, data)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def preallocate(path: Path, size: int) -> None:
+    """A new file of ``size`` zero bytes, sparse (as the broker's MappedFile pre-allocates: no data block
+    until written), made durable."""
+    with open(path, "xb") as fh:
+        fh.truncate(size)
+        os.fsync(fh.fileno())
+    fsync_dir(Path(path).parent)
 
 
 def _sha256(path: Path) -> str:
@@ -116,21 +126,14 @@ class Transaction:
         backup = self.backup_dir or default_backup_dir(self.root)
         self._backup(backup)
         ops: list[list[str]] = []
-        for rel, data in self.writes.items():
-            target = self.root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write_synced(target.with_name(target.name + STAGED), data)
-            fault_point()
-            ops.append(["replace", rel + STAGED, rel])
-        for rel, built in self.dirs.items():
-            staged = self.root / (rel + STAGED)
-            if staged.exists():
-                shutil.rmtree(staged)
-            staged.parent.mkdir(parents=True, exist_ok=True)
-            _fsync_tree(built)
-            os.rename(built, staged)
-            fault_point()
-            ops.append(["swapdir", rel + STAGED, rel])
+        try:
+            self._stage(ops)
+        except BaseException:                  # before the commit point: no staged file stays behind
+            for op in ops:
+                _remove(self.root / op[1])
+            for rel in self.dirs:
+                _remove(self.root / (rel + STAGED))
+            raise
         ops += [["delete", rel] for rel in self.deletes]
         for parent in {(self.root / op[-1]).parent for op in ops}:
             if parent.exists():
@@ -142,6 +145,24 @@ class Transaction:
         fault_point()
         _roll_forward(self.root, ops)
         return backup
+
+    def _stage(self, ops: list[list[str]]) -> None:
+        """Each new file and directory beside its target (``ops`` gets what is staged, as it goes)."""
+        for rel, data in self.writes.items():
+            target = self.root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            ops.append(["replace", rel + STAGED, rel])
+            _write_synced(target.with_name(target.name + STAGED), data)
+            fault_point()
+        for rel, built in self.dirs.items():
+            staged = self.root / (rel + STAGED)
+            if staged.exists():
+                shutil.rmtree(staged)
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            _fsync_tree(built)
+            os.rename(built, staged)
+            fault_point()
+            ops.append(["swapdir", rel + STAGED, rel])
 
     def _backup(self, backup: Path) -> None:
         backup.mkdir(parents=True, exist_ok=True)
@@ -200,10 +221,18 @@ def _fsync_tree(path: Path) -> None:
 
 
 def _remove(path: Path) -> None:
+    """Remove a file or a tree; an error names the path that could not go."""
+    def named(_func, failed, exc_info) -> None:
+        exc = exc_info[1]
+        raise UnsafeWrite(f"cannot remove: {exc.strerror or exc}", path=str(failed)) from None
+
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        shutil.rmtree(path, onerror=named)
     elif path.exists() or path.is_symlink():
-        path.unlink()
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise UnsafeWrite(f"cannot remove: {exc.strerror or exc}", path=str(path)) from None
 
 
 def _roll_forward(root: Path, ops: list[list[str]]) -> None:
@@ -220,13 +249,13 @@ def _roll_forward(root: Path, ops: list[list[str]]) -> None:
             if src.exists():
                 if dst.exists():
                     if old.exists():
-                        shutil.rmtree(old)
+                        _remove(old)
                     os.rename(dst, old)
                     fault_point()
                 os.rename(src, dst)
                 fsync_dir(dst.parent)
             if old.exists():
-                shutil.rmtree(old)
+                _remove(old)
         elif op[0] == "delete":
             path = root / op[1]
             if path.exists():
@@ -242,22 +271,31 @@ def pending_journal(root: Path) -> Path | None:
     return path if path.exists() else None
 
 
-def complete_pending(root: Path) -> bool:
-    """Finish an interrupted commit (journal present) or drop staged leftovers of one that never
-    reached its commit point. Returns True when anything was done."""
+def complete_pending(root: Path) -> str:
+    """Finish an interrupted commit (journal present), undo an interrupted in-place change, or drop staged
+    leftovers of one that never reached its commit point. Says what it did ("" when nothing)."""
     root = Path(root)
     journal = root / JOURNAL
     if journal.exists():
+        lines = journal.read_text("utf-8").splitlines()
         try:
-            ops = json.loads(journal.read_text("utf-8"))["ops"]
-        except (ValueError, KeyError) as exc:
+            head = json.loads(lines[0]) if lines else {"mode": "undo"}
+            if head.get("mode") == "undo":
+                _undo(root, _steps(lines[1:]), Path(head["backup"]) if "backup" in head else root)
+                if "backup" in head and not (Path(head["backup"]) / "manifest.json").exists():
+                    shutil.rmtree(head["backup"], ignore_errors=True)   # the pre-images of a change undone
+                journal.unlink()
+                fsync_dir(root)
+                return "undid"
+            ops = head["ops"]
+        except (ValueError, KeyError, TypeError) as exc:
             raise UnsafeWrite(f"unreadable journal of an interrupted change: {exc}", path=str(journal)) from None
         _roll_forward(root, ops)
-        return True
+        return "completed"
     leftovers = [p for p in _walk(root) if p.name.endswith((STAGED, OLD, BUILD))]
     for p in leftovers:
         _remove(p)
-    return bool(leftovers)
+    return "removed the staged files of" if leftovers else ""
 
 
 def _walk(root: Path):
@@ -277,6 +315,10 @@ def read_backup(backup: Path) -> dict:
         raise UnsafeWrite("not an rmqtool backup (no manifest.json)", path=str(backup)) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise UnsafeWrite(f"unreadable backup manifest: {exc}", path=str(backup / "manifest.json")) from None
+    if "preimages" in manifest:
+        blob = backup / manifest["preimages"]
+        if not blob.is_file() or _sha256(blob) != manifest.get("preimages_sha256"):
+            raise UnsafeWrite("backup file missing or changed since the backup was made", path=str(blob))
     for entry in entries:
         path = backup / entry["path"]
         if entry["kind"] == "file" and (not path.is_file() or _sha256(path) != entry["sha256"]):
@@ -299,9 +341,41 @@ def restore_plan(backup: Path, root: Path) -> list[dict]:
         elif kind == "dir":
             if not target.is_dir() or _tree_digest(target) != _tree_digest(Path(backup) / rel):
                 rows.append({"action": "restore_dir", "path": rel, "detail": "put back the backed-up directory"})
+        elif kind == "ranges":
+            if entry["size"] is None:
+                if target.exists():
+                    rows.append({"action": "delete", "path": rel, "detail": "absent before the change"})
+            elif not target.is_file() or not _ranges_match(target, entry, Path(backup)):
+                rows.append({"action": "restore_ranges", "path": rel, "detail":
+                             f"put back {len(entry['ranges'])} byte range(s) and the size {entry['size']}"})
+        elif kind == "created_dir":
+            continue
+        elif kind == "removed":
+            if not target.exists():
+                rows.append({"action": "restore_file", "path": rel, "detail": "put back the file the change removed"})
         elif target.exists():
             rows.append({"action": "delete", "path": rel, "detail": "absent before the change"})
     return rows
+
+
+def _preimage(entry_range: list, backup: Path) -> bytes:
+    offset, length, at = entry_range
+    if at is None:
+        return bytes(length)
+    with open(backup / PREIMAGES, "rb") as fh:
+        return read_exact(fh, length, at)
+
+
+def _ranges_match(target: Path, entry: dict, backup: Path) -> bool:
+    """Whether ``target`` holds the pre-change bytes of every range and the pre-change size (the last
+    pre-image of a range wins: it is the oldest)."""
+    if target.stat().st_size != entry["size"]:
+        return False
+    want: dict[int, bytes] = {}
+    for r in entry["ranges"]:
+        want[r[0]] = _preimage(r, backup)          # later steps of one range hold older bytes
+    with open(target, "rb") as fh:
+        return all(read_exact(fh, len(data), offset) == data for offset, data in want.items())
 
 
 def _tree_digest(path: Path) -> list[tuple[str, str]]:
@@ -321,6 +395,8 @@ def restore_backup(backup: Path, root: Path, undo: Path | None = None) -> Path |
     Returns that backup (None when the store already matched)."""
     backup = Path(backup)
     manifest = read_backup(backup)
+    if "preimages" in manifest:
+        return _restore_ranges(manifest, backup, Path(root), undo or undo_dir(backup))
     txn = Transaction(Path(root), undo or undo_dir(backup), label="restore")
     for entry in manifest["entries"]:
         rel = entry["path"]
@@ -334,3 +410,313 @@ def restore_backup(backup: Path, root: Path, undo: Path | None = None) -> Path |
         else:
             txn.delete(rel)
     return txn.commit()
+
+
+# -- changes in place: an undo journal of the byte ranges touched ------------------------------------
+PREIMAGES = "preimages.bin"
+
+
+class PatchTransaction:
+    """Bytes written where they go (appends, a few units, a header), with an undo journal.
+
+    Before any byte of a file changes, the journal (``.rmqtool-journal.json``: a header line, then one
+    JSON line per step, fsynced) holds what is needed to undo it: the file's old size (or that it was
+    absent), and each range's old bytes (in ``preimages.bin`` of the backup, or just "zeros"). Writes are
+    buffered and applied ``FLUSH_BYTES`` at a time, so any amount of data streams through one transaction.
+    ``commit`` fsyncs the files, writes the backup's manifest and removes the journal: the commit point. A
+    process killed before that leaves the journal, and the next command rolls the store back
+    (``complete_pending``); the backup is proportional to the change.
+    """
+
+    FLUSH_BYTES = 16 << 20
+
+    def __init__(self, root: Path, backup_dir: Path | None = None, *, label: str = "change",
+                 dry_run: bool = False):
+        self.root = Path(root)
+        self.dry_run = dry_run
+        self.plan: dict[str, dict] = {}                   # a dry run's files: rel -> created size, bytes written
+        if not dry_run and pending_journal(self.root):
+            raise UnsafeWrite("an interrupted change is pending; run repair to finish or undo it",
+                              path=str(self.root / JOURNAL))
+        self.backup = Path(backup_dir) if backup_dir is not None else default_backup_dir(self.root)
+        self.label = label
+        self.pending: dict[str, dict[int, bytes]] = {}     # rel -> offset -> bytes, not yet journalled
+        self.pending_bytes = 0
+        self.sizes: dict[str, int] = {}                    # rel -> size before the change (-1: absent)
+        self.ranges: dict[str, list[list]] = {}            # rel -> [offset, length, preimage at | None]
+        self.dirs: list[str] = []                           # directories created (removed on undo)
+        self.removed: list[str] = []                        # files moved into the backup
+        self._journal = None
+        self._blob = None
+
+    # -- what the writers call -----------------------------------------------------------------------
+    def write_at(self, rel: str, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of ``rel`` (created when absent) at the next flush."""
+        if self.dry_run:
+            self._planned(rel)["bytes"] += len(data)
+        elif data:
+            self.pending.setdefault(rel, {})[offset] = bytes(data)
+            self.pending_bytes += len(data)
+            if self.pending_bytes >= self.FLUSH_BYTES:
+                self.flush()
+
+    def create(self, rel: str, size: int) -> None:
+        """A new file of ``size`` bytes, sparse (pre-allocated as the broker's mapped files are)."""
+        path = self.root / rel
+        if rel not in self.sizes and path.exists():
+            raise UnsafeWrite("file to create exists already", path=str(path))
+        self.resize(rel, size, created=True)
+
+    def resize(self, rel: str, size: int, *, created: bool = False) -> None:
+        """Make ``rel`` ``size`` bytes long (a longer file is sparse at its end)."""
+        if self.dry_run:
+            self._planned(rel)["created" if created else "resized"] = size
+            return
+        self._begin_file(rel)
+        self._truncate(self.root / rel, size)
+
+    def remove(self, rel: str) -> None:
+        """Remove a file (or an empty directory): it is moved into the backup, whence an undo brings it back."""
+        path, kept = self.root / rel, self.backup / "removed" / rel
+        self._log({"moved": rel, "to": str(kept)})
+        self._sync_journal()
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(path, kept)
+        except OSError:                          # another file system: copy, then remove
+            if path.is_dir():
+                kept.mkdir(exist_ok=True)
+                path.rmdir()
+            else:
+                copy_sparse(path, kept)
+                path.unlink()
+        fsync_dir(path.parent)
+        self.removed.append(rel)
+
+    def planned(self, rel: str) -> bool:
+        return rel in self.plan
+
+    def _planned(self, rel: str) -> dict:
+        return self.plan.setdefault(rel, {"bytes": 0})
+
+    def plan_rows(self) -> list[dict]:
+        """A dry run's plan: one {action, path, detail} row per file created or written."""
+        return [{"action": "create_file" if "created" in p else "write_file", "path": rel,
+                 "detail": (f"new file of {p['created']} bytes (sparse), " if "created" in p else "")
+                 + f"{p['bytes']} bytes written in place"} for rel, p in sorted(self.plan.items())]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.pending or self.sizes or self.removed)
+
+    # -- journal ---------------------------------------------------------------------------------------
+    def _log(self, step: dict) -> None:
+        if self._journal is None:
+            if (self.backup / "manifest.json").exists():
+                raise UnsafeWrite("the backup directory holds a backup already", path=str(self.backup))
+            self.backup.mkdir(parents=True, exist_ok=True)
+            self._blob = open(self.backup / PREIMAGES, "w+b")
+            fsync_dir(self.backup.parent)
+            self._journal = open(self.root / JOURNAL, "w", encoding="utf-8")
+            self._journal.write(json.dumps({"label": self.label, "backup": str(self.backup), "mode": "undo"}) + "\n")
+            fsync_dir(self.root)
+        self._journal.write(json.dumps(step) + "\n")
+
+    def _sync_journal(self) -> None:
+        if self._journal is not None:
+            self._blob.flush()
+            os.fsync(self._blob.fileno())
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+
+    def _begin_file(self, rel: str) -> None:
+        if rel in self.sizes:
+            return
+        path = self.root / rel
+        missing = []
+        parent = path.parent
+        while not parent.exists():
+            missing.append(parent)
+            parent = parent.parent
+        for d in reversed(missing):
+            self._log({"mkdir": str(d.relative_to(self.root).as_posix())})
+            self.dirs.append(str(d.relative_to(self.root).as_posix()))
+        size = path.stat().st_size if path.exists() else -1
+        self.sizes[rel] = size
+        self._log({"file": rel, "size": size})
+        self._sync_journal()                       # the undo record is durable before the file changes
+        for d in reversed(missing):
+            d.mkdir()
+            fsync_dir(d.parent)
+
+    def flush(self) -> None:
+        """Journal the pre-images of the pending writes, then apply them."""
+        if self.dry_run or not self.pending:
+            return
+        for rel in self.pending:
+            self._begin_file(rel)
+        for rel, writes in self.pending.items():
+            path = self.root / rel
+            size = path.stat().st_size
+            with open(path, "rb") as fh:
+                for offset, data in sorted(writes.items()):
+                    old = read_exact(fh, max(0, min(len(data), size - offset)), offset) if offset < size else b""
+                    at = None
+                    if any(old):
+                        at = self._blob.seek(0, os.SEEK_END)
+                        self._blob.write(old)
+                    self.ranges.setdefault(rel, []).append([offset, len(old), at])
+                    self._log({"range": rel, "offset": offset, "length": len(old), "at": at})
+        self._sync_journal()
+        fault_point()
+        for rel, writes in self.pending.items():
+            with open(self.root / rel, "r+b") as fh:
+                for offset, data in sorted(writes.items()):
+                    fh.seek(offset)
+                    fh.write(data)
+                    fault_point()
+        self.pending, self.pending_bytes = {}, 0
+
+    @staticmethod
+    def _truncate(path: Path, size: int) -> None:
+        with open(path, "ab") as fh:
+            fh.truncate(size)
+
+    # -- the end ----------------------------------------------------------------------------------------
+    def commit(self) -> Path | None:
+        """Apply what is pending, make it durable, record the backup; returns the backup directory."""
+        if self.empty:
+            return None
+        try:
+            self.flush()
+            for rel in self.sizes:
+                with open(self.root / rel, "rb") as fh:
+                    os.fsync(fh.fileno())
+            for parent in {(self.root / rel).parent for rel in self.sizes}:
+                fsync_dir(parent)
+            fault_point()
+            self._write_manifest()
+        except BaseException:
+            self.rollback()
+            raise
+        self._close()
+        (self.root / JOURNAL).unlink()
+        fsync_dir(self.root)
+        fault_point()
+        return self.backup
+
+    def rollback(self) -> None:
+        """Undo everything written so far (after an error in the middle of the change)."""
+        self.pending, self.pending_bytes = {}, 0
+        if self._journal is None:
+            return
+        self._sync_journal()
+        self._close()
+        complete_pending(self.root)
+
+    def _close(self) -> None:
+        for fh in (self._journal, self._blob):
+            if fh is not None:
+                fh.close()
+        self._journal = self._blob = None
+
+    def _write_manifest(self) -> None:
+        entries = [{"path": rel, "kind": "ranges", "size": None if size < 0 else size,
+                    "ranges": self.ranges.get(rel, [])} for rel, size in sorted(self.sizes.items())]
+        entries += [{"path": d, "kind": "created_dir"} for d in self.dirs]
+        entries += [{"path": rel, "kind": "removed", "kept": str(Path("removed") / rel)} for rel in self.removed]
+        self._blob.flush()
+        manifest = {"store": str(self.root.resolve()), "label": self.label,
+                    "created": dt.datetime.now(dt.timezone.utc).isoformat(), "preimages": PREIMAGES,
+                    "preimages_sha256": _sha256(self.backup / PREIMAGES), "entries": entries}
+        _write_synced(self.backup / "manifest.json", json.dumps(manifest, indent=1).encode())
+        fsync_dir(self.backup)
+
+
+def _steps(lines: list[str]) -> list[dict]:
+    """The journal's steps; a torn last line is dropped (nothing it describes was written yet)."""
+    steps = []
+    for i, line in enumerate(lines):
+        try:
+            steps.append(json.loads(line))
+        except ValueError:
+            if i + 1 < len(lines):
+                raise
+    return steps
+
+
+def _undo(root: Path, steps: list[dict], backup: Path) -> None:
+    """Roll a journalled in-place change back: each range gets its old bytes, each file its old size
+    (or goes), each directory created goes; repeatable, so a crash during the undo is undone again."""
+    blob = backup / PREIMAGES
+    with open(blob, "rb") if blob.exists() else contextlib.nullcontext() as pre:
+        for step in reversed(steps):
+            if "range" in step:
+                path = root / step["range"]
+                if not path.exists() or not step["length"]:
+                    continue
+                old = bytes(step["length"]) if step["at"] is None else read_exact(pre, step["length"], step["at"])
+                with open(path, "r+b") as fh:
+                    fh.seek(step["offset"])
+                    fh.write(old)
+                    os.fsync(fh.fileno())
+            elif "file" in step:
+                path = root / step["file"]
+                if step["size"] < 0:
+                    path.unlink(missing_ok=True)
+                elif path.exists():
+                    with open(path, "r+b") as fh:
+                        fh.truncate(step["size"])
+                        os.fsync(fh.fileno())
+                if path.parent.exists():
+                    fsync_dir(path.parent)
+            elif "moved" in step:
+                path, kept = root / step["moved"], Path(step["to"])
+                if kept.exists() and not path.exists():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.rename(kept, path)
+                    fsync_dir(path.parent)
+            elif "mkdir" in step:
+                path = root / step["mkdir"]
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+                    fsync_dir(path.parent)
+
+
+def _restore_ranges(manifest: dict, backup: Path, root: Path, undo: Path) -> Path | None:
+    """Restore an in-place change: every range gets its pre-image back (in reverse order, so the oldest
+    bytes win), every file its old size; files the change created go; as one PatchTransaction."""
+    txn = PatchTransaction(root, undo, label="restore")
+    try:
+        for entry in manifest["entries"]:
+            rel, target = entry["path"], root / entry["path"]
+            if entry["kind"] == "removed" and not target.exists() and (backup / entry["kept"]).is_file():
+                _put_back(txn, rel, backup / entry["kept"])
+            if entry["kind"] != "ranges" or not target.exists():
+                continue
+            if entry["size"] is None:
+                txn.remove(rel)
+                continue
+            for r in reversed(entry["ranges"]):
+                txn.write_at(rel, r[0], _preimage(r, backup))
+                txn.flush()                          # one range at a time: the last write wins
+            if target.stat().st_size != entry["size"]:
+                txn.resize(rel, entry["size"])
+        for entry in reversed(manifest["entries"]):
+            path = root / entry["path"]
+            if entry["kind"] == "created_dir" and path.is_dir() and not any(path.iterdir()):
+                txn.remove(entry["path"])
+        return txn.commit()
+    except BaseException:
+        txn.rollback()
+        raise
+
+
+def _put_back(txn: PatchTransaction, rel: str, kept: Path) -> None:
+    """A removed file created again from its backup copy, its data regions only (holes stay holes)."""
+    with open(kept, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        txn.create(rel, size)
+        for lo, hi in data_extents(fh.fileno(), 0, size):
+            for pos in range(lo, hi, 1 << 20):
+                txn.write_at(rel, pos, read_exact(fh, min(1 << 20, hi - pos), pos))

@@ -108,3 +108,34 @@ class CommitLog:
         for loc in self.iter_entries():
             end = loc.offset + loc.entry.total_size
         return end
+
+    def append_end(self) -> int:
+        """Where the next record goes, found as CommitLog.recoverNormally does, from the last three files
+        with data: a walk of record headers (TOTALSIZE, MAGICCODE) to the zero header that ends the data,
+        a BLANK going on at the next file. A header recovery would refuse, or data after the end, raises
+        FormatError (the store needs repair first). Reads a few bytes a record."""
+        files = [f for f in self.queue.files if f.length]
+        if not files:
+            return self.queue.files[0].start if self.queue.files else 0
+        tail = files[max(0, len(files) - 3):]
+        end = tail[0].start
+        for i, f in enumerate(tail):
+            buf, pos = f.read(), 0
+            while True:
+                if len(buf) - pos < 8:
+                    return f.start + pos if pos < len(buf) or i + 1 == len(tail) else end
+                size, magic = peek_header(buf, pos)
+                if magic == C.BLANK_MAGIC_CODE:
+                    end = f.start + len(buf)
+                    break
+                if size == 0 and magic == 0:
+                    if i + 1 < len(tail):
+                        raise FormatError(f"the data ends at offset {f.start + pos} but later files hold more",
+                                          path=str(tail[i + 1].path), offset=tail[i + 1].start)
+                    return f.start + pos
+                if magic not in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2) \
+                        or size < C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1 or size > len(buf) - pos:
+                    raise FormatError(f"no valid record header (size {size}, magic {magic:#x})", path=str(f.path),
+                                      offset=f.start + pos)
+                pos += size
+        return end

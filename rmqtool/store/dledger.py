@@ -251,10 +251,11 @@ DEFAULT_INDEX_FILE_SIZE = D.INDEX_UNIT_SIZE * 5 * 1024 * 1024     # DLedgerConfi
 class LedgerAppender:
     """Entries appended as DLedgerMmapFileStore.appendAsLeader does: the next index in the current term,
     a BLANK and a new data file when ``size + 8`` bytes do not fit, the index unit at ``index * 32``.
-    Touched files are kept in memory, full size, until ``files()`` hands them out."""
+    Bytes go to ``sink(path, position, data, file_size)``, which writes them in place (creating the file
+    at ``file_size`` when it is new)."""
 
     def __init__(self, cl: DLedgerCommitLog, files: DLedgerFiles, *, data_file_size: int,
-                 index_file_size: int, end_pos: int, last: D.EntryHeader | None, term: int):
+                 index_file_size: int, end_pos: int, last: D.EntryHeader | None, term: int, sink):
         if data_file_size < 2 * D.HEADER_SIZE or index_file_size <= 0 or index_file_size % D.INDEX_UNIT_SIZE:
             raise StoreError(f"DLedger file sizes {data_file_size} / {index_file_size} are not usable "
                              "(the index file size must be a multiple of 32)", path=str(files.dir))
@@ -263,15 +264,12 @@ class LedgerAppender:
         self.end_pos = end_pos
         self.next_index = last.index + 1 if last else 0
         self.term = max(term, last.term) if last else term
-        self.data: dict[int, bytearray] = {}
-        self.index: dict[int, bytearray] = {}
+        self.sink = sink
+        self.appended = 0
 
-    def _file(self, cache: dict[int, bytearray], directory: Path, start: int, size: int) -> bytearray:
-        if start not in cache:
-            path = directory / f"{start:020d}"
-            old = path.read_bytes() if path.exists() else b""
-            cache[start] = bytearray(old[:size] + bytes(max(size - len(old), 0)))
-        return cache[start]
+    def _write(self, directory: Path, at: int, data: bytes, size: int) -> None:
+        start = at - at % size
+        self.sink(directory / f"{start:020d}", at - start, data, size)
 
     def append(self, record_size: int, encode_at) -> int:
         """Append one entry whose body is the record ``encode_at(physical_offset)`` (``record_size``
@@ -279,34 +277,27 @@ class LedgerAppender:
         size = D.HEADER_SIZE + record_size
         if size + D.MIN_BLANK_LEN > self.data_file_size:
             raise StoreError(f"an entry of {size} bytes does not fit a {self.data_file_size}-byte DLedger data file")
-        start = self.end_pos - self.end_pos % self.data_file_size
-        pos = self.end_pos - start
+        data_dir = self.ledger_files.data_dir
+        pos = self.end_pos % self.data_file_size
         if size + D.MIN_BLANK_LEN > self.data_file_size - pos:       # MmapFileList.preAppend with a BLANK
-            buf = self._file(self.data, self.ledger_files.data_dir, start, self.data_file_size)
-            buf[pos:] = D.encode_blank(D.DLedgerBlank(self.data_file_size - pos))
-            start, pos = start + self.data_file_size, 0
-        entry_pos = start + pos
+            self._write(data_dir, self.end_pos, D.encode_blank(D.DLedgerBlank(self.data_file_size - pos)),
+                        self.data_file_size)
+            self.end_pos += self.data_file_size - pos
+        entry_pos = self.end_pos
         body = encode_at(entry_pos + D.HEADER_SIZE)
         if len(body) != record_size:
             raise StoreError(f"record of {len(body)} bytes, {record_size} announced")
         entry = D.DLedgerEntry(self.next_index, self.term, entry_pos, body)
-        buf = self._file(self.data, self.ledger_files.data_dir, start, self.data_file_size)
-        buf[pos:pos + size] = D.encode_entry(entry)
-        at = entry.index * D.INDEX_UNIT_SIZE
-        ibuf = self._file(self.index, self.ledger_files.dir / "index", at - at % self.index_file_size,
-                          self.index_file_size)
-        ibuf[at % self.index_file_size:at % self.index_file_size + D.INDEX_UNIT_SIZE] = \
-            D.encode_index_unit(D.index_unit_of(entry))
+        self._write(data_dir, entry_pos, D.encode_entry(entry), self.data_file_size)
+        self._write(self.ledger_files.index_dir, entry.index * D.INDEX_UNIT_SIZE,
+                    D.encode_index_unit(D.index_unit_of(entry)), self.index_file_size)
         self.next_index += 1
+        self.appended += 1
         self.end_pos = entry_pos + size
         return entry_pos + D.HEADER_SIZE
 
-    def files(self) -> dict[str, bytes]:
-        """Touched files by path relative to the DLedger directory, plus the checkpoint (and its .bak, as
-        a clean shutdown leaves them) when entries were appended."""
-        out = {f"data/{s:020d}": bytes(b) for s, b in self.data.items()}
-        out.update({f"index/{s:020d}": bytes(b) for s, b in self.index.items()})
-        if self.next_index > 0 and (self.data or self.index):
-            text = D.encode_ledger_checkpoint(D.LedgerCheckpoint(self.next_index - 1, self.next_index - 1)).encode()
-            out["checkpoint"] = out["checkpoint.bak"] = text
-        return out
+    def checkpoint_text(self) -> bytes | None:
+        """The checkpoint (and its .bak) a clean shutdown leaves after the appends (None: none)."""
+        if not self.appended:
+            return None
+        return D.encode_ledger_checkpoint(D.LedgerCheckpoint(self.next_index - 1, self.next_index - 1)).encode()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import mmap
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -57,11 +57,12 @@ class IndexBuilder:
     KEYS_PER_PUT = 1 << 19           # keys put as one set of columns (bounds the temporaries)
 
     def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
-                 directory: Path | None = None):
+                 directory: Path | None = None, create: Callable[[str, int], None] | None = None):
         check_geometry(geometry)
         self.geometry = geometry
         self.files = files or []
         self.directory = directory
+        self.create = create             # creates a new file (name, size) in ``directory`` (a transaction's)
         self.changed: set[str] = set()
         self.full_end_timestamp: int | None = None
         self.released = 0                # entry bytes of the last file already dropped from RSS
@@ -84,7 +85,9 @@ class IndexBuilder:
     def _new_buffer(self, name: str):
         if self.directory is None:
             return None
-        with open(self.directory / name, "w+b") as fh:
+        if self.create is not None:
+            self.create(name, self.geometry.file_size)
+        with open(self.directory / name, "r+b" if self.create is not None else "w+b") as fh:
             fh.truncate(self.geometry.file_size)
             return mmap.mmap(fh.fileno(), 0)
 

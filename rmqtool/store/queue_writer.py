@@ -1,23 +1,33 @@
 """The consume-queue and batch-consume-queue writers, as the broker's dispatch writes those files.
 
 ``CqWriter`` is ConsumeQueue.putMessagePositionInfo (duplicate/repeat rules, fillPreBlank, full-size
-files) with recover / truncateDirtyLogicFiles, over files held in memory; ``CqFileWriter`` streams a
-queue's units to sparse files (``FileStream``); ``BcqFileWriter`` and ``BcqWriter`` are
-BatchConsumeQueue.putBatchMessagePositionInfo, streamed for a new queue and in memory for appends.
+files) with recover / truncateDirtyLogicFiles, over files held in memory (repair); ``CqFileWriter``
+streams a queue's units to sparse files or appends them in place (``FileStream``); ``BcqFileWriter`` is
+BatchConsumeQueue.putBatchMessagePositionInfo, streamed the same ways. In place, bytes go through a
+``Sink`` (put/import's transaction): ``create(name, size)`` and ``write_at(name, offset, data)``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.errors import EncodeError, StoreError
+from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
 from rmqtool.format.batchcq import BatchCqUnit
-from rmqtool.format.batchcq import encode_unit as encode_bcq_unit
-from rmqtool.format.consumequeue import FILLER_UNIT, UNIT
+from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
+from rmqtool.store.filequeue import first_nonzero
 from rmqtool.store.store import BatchConsumeQueue, ConsumeQueue
+
+
+class Sink(Protocol):
+    """Where a queue's bytes go when they are written in place (names are the queue's file names)."""
+
+    def create(self, name: str, size: int) -> None: ...
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None: ...
 
 _FORBIDDEN = set('/\\\x00')
 
@@ -169,17 +179,24 @@ class FileStream:
 
     FLUSH_BYTES = 16 * 1024
 
-    def __init__(self, file_size: int, directory: Path | None):
-        self.file_size, self.directory = file_size, directory
+    def __init__(self, file_size: int, directory: Path | None, sink: Sink | None = None):
+        self.file_size, self.directory, self.sink = file_size, directory, sink
         self.start = self.pos = 0              # the current file and the write position (queue bytes)
         self.pending = bytearray()
         self.created = 0
+        self.opened = False                    # an existing file continued (``at``)
+
+    def at(self, start: int, pos: int) -> None:
+        """Continue an existing queue: the current file starts at ``start``, writing goes on at ``pos``."""
+        self.start, self.pos, self.opened = start, pos, True
 
     def new_file(self, start: int) -> None:
         self.flush()
         self.start = self.pos = start
         self.created += 1
-        if self.directory is not None:
+        if self.sink is not None:
+            self.sink.create(C.offset_to_file_name(start), self.file_size)
+        elif self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             with open(self.directory / C.offset_to_file_name(start), "wb") as fh:
                 fh.truncate(self.file_size)
@@ -191,7 +208,9 @@ class FileStream:
             self.flush()
 
     def flush(self) -> None:
-        if self.pending and self.directory is not None and self.created:
+        if self.pending and self.sink is not None:
+            self.sink.write_at(C.offset_to_file_name(self.start), self.pos - self.start, bytes(self.pending))
+        elif self.pending and self.directory is not None and (self.created or self.opened):
             with open(self.directory / C.offset_to_file_name(self.start), "r+b") as fh:
                 fh.seek(self.pos - self.start)
                 fh.write(self.pending)
@@ -203,9 +222,38 @@ class CqFileWriter(CqWriter):
     """A CqWriter for a new queue whose units stream into files (``FileStream``): memory is one small
     buffer, whatever the queue's size."""
 
-    def __init__(self, file_size: int, directory: Path | None):
+    def __init__(self, file_size: int, directory: Path | None, sink: Sink | None = None):
         super().__init__(file_size)
-        self.stream = FileStream(file_size, directory)
+        self.stream = FileStream(file_size, directory, sink)
+
+    @classmethod
+    def append_to(cls, cq: ConsumeQueue | None, file_size: int, sink: Sink) -> "CqFileWriter":
+        """Appends to an existing queue in place, from where ConsumeQueue.recover puts its end: the
+        first unit that is not valid (phy >= 0, size > 0), scanning from the third-last file. A queue
+        with data after that end is refused (repair truncates it first)."""
+        w = cls(file_size, None, sink)
+        files = [f for f in cq.queue] if cq is not None else []
+        if not files:
+            return w
+        i = max(0, len(files) - 3)
+        while True:
+            f = files[i]
+            buf = f.read()
+            valid, end = valid_prefix(buf)
+            if valid:
+                w.max_phy = end
+            pos = valid * C.CQ_STORE_UNIT_SIZE
+            if pos == file_size and i + 1 < len(files):
+                i += 1
+                continue
+            break
+        if i + 1 < len(files) or first_nonzero(f.path, pos) is not None:
+            raise UnsafeWrite("the consume queue has data after its last valid unit; run repair first",
+                              path=str(f.path))
+        w.files = {f.start: bytearray()}
+        w.write_pos = f.start + pos
+        w.stream.at(f.start, w.write_pos)
+        return w
 
     @property
     def created(self) -> int:
@@ -232,12 +280,39 @@ class BcqFileWriter:
     """BatchConsumeQueue.putBatchMessagePositionInfo for a new queue, streamed: units from queue position
     0, a unit starting at or before the last one's physical offset dropped as a repeat."""
 
-    def __init__(self, file_size: int, directory: Path | None):
+    def __init__(self, file_size: int, directory: Path | None, sink: Sink | None = None):
         if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
             raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
-        self.stream = FileStream(file_size, directory)
+        self.stream = FileStream(file_size, directory, sink)
         self.last_phy = -1
-        self.units = 0
+        self.units = 0                    # the slot (byte position / 46) the next unit goes to
+        self.next_offset = 0              # the queue offset of the next message (the end of the last unit)
+
+    @classmethod
+    def append_to(cls, bcq: BatchConsumeQueue | None, file_size: int, sink: Sink) -> "BcqFileWriter":
+        """Appends to an existing batch queue in place, after its last valid unit."""
+        w = cls(file_size, None, sink)
+        last = None
+        for last in (bcq.iter_units() if bcq is not None else ()):
+            pass
+        if last is None:
+            if bcq is not None and bcq.queue.files:        # files without a valid unit: continue the first
+                f = bcq.queue.files[0]
+                w.units = f.start // C.BCQ_STORE_UNIT_SIZE
+                w.stream.at(f.start, f.start)
+            return w
+        f, pos, unit = last
+        w.units = (f.start + pos) // C.BCQ_STORE_UNIT_SIZE + 1
+        w.last_phy, w.next_offset = unit.physical_offset, unit.next_offset
+        w.stream.at(f.start, w.units * C.BCQ_STORE_UNIT_SIZE)
+        return w
+
+    def put(self, unit: BatchCqUnit) -> None:
+        """One unit (a message or batch of ``unit.batch_size``): dropped as a repeat unless it starts after
+        the last one's physical offset."""
+        one = lambda v: np.array([v], np.int64)   # noqa: E731
+        self.put_many(one(unit.physical_offset), one(unit.size), one(unit.tags_code), one(unit.store_time),
+                      one(unit.msg_base_offset), one(unit.batch_size))
 
     @property
     def created(self) -> int:
@@ -254,10 +329,13 @@ class BcqFileWriter:
                           ("base", base), ("batch_size", batch_size)):
             units[name] = col[keep]
         units["compacted"] = C.BCQ_INVALID_POS
+        if len(units):
+            last = units[-1]
+            self.next_offset = max(self.next_offset, int(last["base"]) + int(last["batch_size"]))
         data = units.tobytes()
         fs = self.stream
         while data:
-            if fs.pos + len(fs.pending) == fs.start + fs.file_size or not fs.created:
+            if fs.pos + len(fs.pending) == fs.start + fs.file_size or not (fs.created or fs.opened):
                 fs.new_file(self.units * C.BCQ_STORE_UNIT_SIZE)
             room = fs.start + fs.file_size - fs.pos - len(fs.pending)
             fs.write(data[:room])
@@ -268,45 +346,3 @@ class BcqFileWriter:
 
     def flush(self) -> None:
         self.stream.flush()
-
-
-class BcqWriter:
-    """One batch consume queue in memory: full-size files by start offset; units are appended at the
-    end (BatchConsumeQueue.putBatchMessagePositionInfo has no expected-position check)."""
-
-    def __init__(self, file_size: int, units: list[BatchCqUnit] | None = None, first_slot: int = 0):
-        if file_size <= 0 or file_size % C.BCQ_STORE_UNIT_SIZE:
-            raise StoreError(f"batch consume-queue file size {file_size} is not a positive multiple of 46")
-        self.file_size = file_size
-        self.units = units or []
-        self.first_slot = first_slot            # the slot (byte offset / 46) of units[0]
-        self.first_new = len(self.units)
-
-    @classmethod
-    def load(cls, bcq: BatchConsumeQueue | None, file_size: int) -> "BcqWriter":
-        if bcq is None or not bcq.queue.files:
-            return cls(file_size)
-        return cls(file_size, bcq.units(), bcq.queue.files[0].start // C.BCQ_STORE_UNIT_SIZE)
-
-    @property
-    def next_offset(self) -> int:
-        """The queue offset the next message gets (the end of the last unit)."""
-        return self.units[-1].next_offset if self.units else 0
-
-    def put(self, unit: BatchCqUnit) -> None:
-        if self.units and unit.physical_offset <= self.units[-1].physical_offset:
-            return                                     # a repeat
-        self.units.append(unit)
-
-    def file_bytes(self) -> dict[int, bytes]:
-        """The files holding new units, full size (zero tail), by start offset."""
-        per_file = self.file_size // C.BCQ_STORE_UNIT_SIZE
-        out = {}
-        slot = (self.first_slot + self.first_new) // per_file * per_file
-        while slot < self.first_slot + len(self.units):
-            lo, hi = max(slot - self.first_slot, 0), slot + per_file - self.first_slot
-            data = bytes((self.first_slot - slot) * C.BCQ_STORE_UNIT_SIZE if slot < self.first_slot else 0)
-            data += b"".join(encode_bcq_unit(u) for u in self.units[lo:hi])
-            out[slot * C.BCQ_STORE_UNIT_SIZE] = data + bytes(self.file_size - len(data))
-            slot += per_file
-        return out

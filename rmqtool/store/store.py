@@ -5,13 +5,14 @@ checkpoint, abort, lock, config/. Also accepts a bare commit-log directory or fi
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
 from rmqtool import constants as C
-from rmqtool.errors import FormatError, StoreError
+from rmqtool.errors import FormatError, StoreError, StoreWarning
 from rmqtool.format.batchcq import BatchCqUnit, find_unit
 from rmqtool.format.batchcq import decode_units as decode_batch_units
 from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
@@ -22,6 +23,7 @@ from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.config import read_config
 from rmqtool.store.dledger import DLedgerCommitLog, DLedgerFiles, find_dledger_dir, is_dledger_queue
 from rmqtool.store import layout as L
+from rmqtool.store.atomic import JOURNAL
 from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
 
 
@@ -129,8 +131,24 @@ class Store:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":
-        """A store root, or just a commit log: its directory or one of its files."""
-        path = Path(path)
+        """A store root, or just a commit log: its directory or one of its files. A store with the journal
+        of an unfinished change is opened with a StoreWarning."""
+        store = cls._open(Path(path))
+        journal = store.pending_change
+        if journal is not None:
+            warnings.warn(StoreWarning(f"{journal}: an earlier change was interrupted; `rmqtool repair` (or any "
+                                       "write command) finishes or undoes it, `rmqtool restore` puts its backup "
+                                       "back"), stacklevel=2)
+        return store
+
+    @property
+    def pending_change(self) -> Path | None:
+        """The journal of an interrupted change (None: none)."""
+        journal = self.path(JOURNAL)
+        return journal if self.is_store_root and journal.exists() else None
+
+    @classmethod
+    def _open(cls, path: Path) -> "Store":
         if not path.exists():
             raise StoreError("no such file or directory", path=str(path))
         if path.is_file():

@@ -1,0 +1,92 @@
+"""Benchmark of put and import on a store with the broker's default sizes (not a pytest test).
+
+    python tests/bench/bench_write.py [--dir DIR] [--messages 100000]
+
+``init`` makes a store with 1 GiB commit-log files, 6,000,000-byte consume-queue files and the default
+5,000,000 / 20,000,000 index geometry; ``import`` appends ``--messages`` rows (16 topics x 8 queues,
+200-500-byte bodies, one or two keys each) in one transaction; ``put`` then appends one message to the
+store that holds them, three times. Each command runs in its own process; the table gives wall time, the
+process's peak RSS and the size of the backup the command left (the bytes of its files). ``--version``
+is the start-up every command pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rmqtool(*args) -> tuple[float, int, int, str]:
+    """(seconds, peak RSS in bytes, exit status, stdout) of one rmqtool process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "rmqtool", *map(str, args)], stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if code not in (0, 1):
+            raise SystemExit(f"rmqtool {' '.join(map(str, args))} failed: {err.read().decode()}")
+        return seconds, usage.ru_maxrss * 1024, code, out.read().decode()
+
+
+def rows(n: int, seed: int = 0):
+    rnd = random.Random(seed)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789 "
+    for i in range(n):
+        keys = " ".join(f"order-{rnd.randrange(10**9)}" for _ in range(rnd.randint(1, 2)))
+        body = "".join(rnd.choices(alphabet, k=rnd.randint(200, 500)))
+        yield {"topic": f"Topic-{i % 16:02d}", "queue_id": rnd.randrange(8), "body": body, "body_encoding": "text",
+               "properties": {"KEYS": keys, "TAGS": f"Tag{i % 5}"}}
+
+
+def backup_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--messages", type=int, default=100_000)
+    args = ap.parse_args()
+    work = Path(args.dir or tempfile.mkdtemp(prefix="rmqtool-bench-write-"))
+    store, src = work / "store", work / "rows.jsonl"
+    shutil.rmtree(store, ignore_errors=True)
+    with open(src, "w") as fh:
+        for row in rows(args.messages):
+            fh.write(json.dumps(row) + "\n")
+    table = []
+    seconds, rss, _, _ = rmqtool("--version")
+    table.append(("start-up (--version)", seconds, rss, 0))
+    seconds, rss, _, _ = rmqtool("init", store)
+    table.append(("init (1 GiB files)", seconds, rss, 0))
+    seconds, rss, _, _ = rmqtool("import", store, src, "--backup", work / "import.bk")
+    table.append((f"import {args.messages:,} messages", seconds, rss, backup_bytes(work / "import.bk")))
+    for i in range(3):
+        seconds, rss, _, _ = rmqtool("put", store, "--topic", "Topic-00", "--key", f"k{i}", "--body", "hello",
+                                  "--backup", work / f"put{i}.bk")
+        table.append((f"put 1 message (#{i + 1})", seconds, rss, backup_bytes(work / f"put{i}.bk")))
+    _, _, code, out = rmqtool("verify", store)
+    assert code == 0, out
+    blocks = sum(p.stat().st_blocks * 512 for p in store.rglob("*") if p.is_file())
+    print(f"store: {store} ({blocks / 2**20:.1f} MB on disk)")
+    print(f"{'command':32} {'wall s':>8} {'peak RSS MB':>12} {'backup KB':>10}")
+    for name, seconds, rss, backup in table:
+        print(f"{name:32} {seconds:8.2f} {rss / 2**20:12.0f} {backup / 1024:10.1f}")
+    if args.dir is None:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
