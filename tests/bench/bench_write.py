@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="rmqtool-bench-write-"))
+    work.mkdir(parents=True, exist_ok=True)
     store, src = work / "store", work / "rows.jsonl"
     shutil.rmtree(store, ignore_errors=True)
     with open(src, "w") as fh:
