@@ -555,6 +555,7 @@ class PatchTransaction:
             return
         for rel in self.pending:
             self._begin_file(rel)
+        self.pending = {rel: _coalesced(writes) for rel, writes in self.pending.items()}
         for rel, writes in self.pending.items():
             path = self.root / rel
             size = path.stat().st_size
@@ -643,6 +644,21 @@ def _steps(lines: list[str]) -> list[dict]:
             if i + 1 < len(lines):
                 raise
     return steps
+
+
+def _coalesced(writes: dict[int, bytes]) -> dict[int, bytes]:
+    """Writes that continue one another joined into one (a later write over an earlier one wins)."""
+    out: dict[int, bytearray] = {}
+    start = end = None
+    for offset, data in sorted(writes.items()):
+        if start is not None and offset <= end:
+            chunk = out[start]
+            chunk[offset - start:offset - start + len(data)] = data
+            end = max(end, offset + len(data))
+        else:
+            start, end = offset, offset + len(data)
+            out[start] = bytearray(data)
+    return {k: bytes(v) for k, v in out.items()}
 
 
 def _undo(root: Path, steps: list[dict], backup: Path) -> None:

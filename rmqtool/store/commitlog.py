@@ -4,6 +4,7 @@ entries across files, and finds the end of written data (a zero header or a pre-
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -119,23 +120,30 @@ class CommitLog:
             return self.queue.files[0].start if self.queue.files else 0
         tail = files[max(0, len(files) - 3):]
         end = tail[0].start
+        head = _HEADER.unpack_from
+        smallest = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
         for i, f in enumerate(tail):
             buf, pos = f.read(), 0
+            n = len(buf)
             while True:
-                if len(buf) - pos < 8:
-                    return f.start + pos if pos < len(buf) or i + 1 == len(tail) else end
-                size, magic = peek_header(buf, pos)
-                if magic == C.BLANK_MAGIC_CODE:
-                    end = f.start + len(buf)
+                if n - pos < 8:
+                    return f.start + pos if pos < n or i + 1 == len(tail) else end
+                size, magic = head(buf, pos)
+                if magic == C.MESSAGE_MAGIC_CODE or magic == C.MESSAGE_MAGIC_CODE_V2:
+                    if smallest <= size <= n - pos:
+                        pos += size
+                        continue
+                elif magic == C.BLANK_MAGIC_CODE:
+                    end = f.start + n
                     break
-                if size == 0 and magic == 0:
+                elif size == 0 and magic == 0:
                     if i + 1 < len(tail):
                         raise FormatError(f"the data ends at offset {f.start + pos} but later files hold more",
                                           path=str(tail[i + 1].path), offset=tail[i + 1].start)
                     return f.start + pos
-                if magic not in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2) \
-                        or size < C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1 or size > len(buf) - pos:
-                    raise FormatError(f"no valid record header (size {size}, magic {magic:#x})", path=str(f.path),
-                                      offset=f.start + pos)
-                pos += size
+                raise FormatError(f"no valid record header (size {size}, magic {magic:#x})", path=str(f.path),
+                                  offset=f.start + pos)
         return end
+
+
+_HEADER = struct.Struct(">iI")          # TOTALSIZE, MAGICCODE
