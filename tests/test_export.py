@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -43,7 +44,7 @@ def test_parquet_columns_and_values(name, tmp_path):
     out = tmp_path / "records.parquet"
     assert run("export", store_path(name), "--to", out, "--include-blank").exit_code == 0
     table = pq.read_table(out)
-    assert table.schema.field("born_timestamp").type == pa.timestamp("ms")
+    assert table.schema.field("born_timestamp").type == pa.timestamp("ms", "UTC")
     assert table.schema.field("properties").type == pa.map_(pa.string(), pa.string())
     assert table.schema.field("body").type == pa.binary()
     expected, _ = reference(store_path(name))
@@ -55,6 +56,8 @@ def test_parquet_columns_and_values(name, tmp_path):
         want = {k: v for k, v in want.items() if k != "crc_ok"}
         if have["properties"] is not None:
             have["properties"] = dict(have["properties"])
+        assert have.pop("store") == str(store_path(name))
+        assert int(os.path.basename(have.pop("commitlog_file"))) <= have["physical_offset"]
         assert have == want
 
 

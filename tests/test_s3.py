@@ -62,7 +62,7 @@ def shape(files: list[scan.StoreFile]) -> list[tuple]:
     return [(f.name, f.start, f.size, f.kind, f.topic, f.queue_id) for f in files]
 
 
-@pytest.mark.parametrize("kind", scan.KINDS)
+@pytest.mark.parametrize("kind", ["commitlog", "consumequeue", "index"])   # the fixtures have no batch queues
 def test_listing_matches_local(s3, kind):
     for broker, name in STORES.items():
         remote = scan.list_files([uri(broker)], kind)
@@ -157,7 +157,8 @@ def test_spark_reads_and_writes_s3(s3):
     got = json.loads(done.stdout.splitlines()[-1])
     local_stores = [str(store_path(n)) for n in STORES.values()]
     for kind, count in got["counts"].items():
-        assert count == sum(b.num_rows for f in scan.list_files(local_stores, kind) for b in file_batches(f, kind))
+        assert count == sum(b.num_rows if kind != "commitlog" else b.column("type").to_pylist().count("message")
+                            for f in scan.list_files(local_stores, kind) for b in file_batches(f, kind))
     want = stats_rows(merge([file_stats(f, "topic") for f in scan.list_files(local_stores)], "topic"), "topic")
     assert got["stats"] == json.loads(json.dumps(want, default=str))
     assert len(read_s3_dataset(s3, "out/spark")) == got["records"] > 100

@@ -60,8 +60,41 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     With --engine spark, Spark tasks write the parts: on a cluster, give a shared target such as
     s3://bucket/dir or hdfs://namenode/dir.
 
-    Columns are the record fields of cat-commitlog; Parquet keeps native types (timestamps as
-    timestamp[ms], properties as map<string,string>, body and properties_raw as binary).
+    jsonl and csv hold the record fields of cat-commitlog. Parquet has one schema for a file and a
+    dataset, with either engine (partition keys move into the directory names):
+
+    \b
+    Parquet fields:
+      type                         string     message, or blank (padding; with --include-blank)
+      physical_offset              int64      commit-log offset of the record
+      total_size                   int32      record size in bytes
+      magic_code                   string     magic code in hex (0xdaa320a7 v1, 0xdaa320ab v2)
+      body_crc                     int32      stored CRC32 of the body
+      queue_id                     int32      queue the record was dispatched to
+      flag                         int32      producer flag
+      queue_offset                 int64      position in that consume queue
+      sys_flag                     int32      MessageSysFlag bits
+      born_timestamp               timestamp[ms, tz=UTC]  producer time
+      born_host                    string     producer ip:port
+      store_timestamp              timestamp[ms, tz=UTC]  broker store time
+      store_host                   string     broker ip:port
+      reconsume_times              int32      redeliveries so far
+      prepared_transaction_offset  int64      transaction prepare offset
+      topic                        string     stored topic
+      properties                   map<string,string>  decoded properties
+      tags                         string     TAGS property
+      keys                         list<string>  KEYS property, split
+      uniq_key                     string     client message ID (UNIQ_KEY)
+      real_topic                   string     REAL_TOPIC (retries, schedules, transactions)
+      real_queue_id                int32      REAL_QID
+      msg_id                       string     offset message ID (store host + offset)
+      tags_code                    int64      tags hash code as the consume queue holds it
+      body_length                  int32      body size in bytes
+      body                         binary     body as stored
+      properties_raw               binary     properties as stored
+      crc_ok                       bool       body CRC verdict (with --check-crc)
+      store                        string     the store as named on the command line
+      commitlog_file               string     the commit-log file the record was read from
 
     \b
     Examples:

@@ -2,11 +2,11 @@
 
 Each commit-log file is decoded and written by ``write_part`` on its own (a task on Spark, or in turn
 in one process), so both engines write the same rows. Parquet parts hold the record schema
-(``rmqtool.columnar.schema``) plus ``store`` and ``commitlog_file``; JSON-lines parts hold exactly the
-rows of ``cat-commitlog``. ``--partition-by topic,date`` writes ``topic=<t>/date=<YYYY-MM-DD>/``
-directories (values URI-escaped, as pyarrow and Spark read them; partition columns live in the path
-only; BLANK padding records, which have neither, are left out). The directory appears atomically: parts
-go to a hidden sibling renamed at the end. ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
+(``rmqtool.ops.export.export_schema``, the schema of a one-file export); JSON-lines parts hold exactly the
+rows of ``cat-commitlog``. ``--partition-by topic,date`` writes Parquet ``topic=<t>/date=<YYYY-MM-DD>/``
+directories through ``pyarrow.dataset.write_dataset`` (values URI-escaped, as pyarrow and Spark read
+them; partition columns live in the path only; BLANK padding records, which have neither, are left
+out). The directory appears atomically: parts go to a hidden sibling renamed at the end. ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
 written through ``pyarrow.fs``, which a cluster's executors need (a local path is local to each of
 them). On object stores, which cannot rename a directory, the last step copies the parts into place
 and is not atomic.
@@ -18,7 +18,6 @@ import contextlib
 import os
 import posixpath
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -27,7 +26,6 @@ from rmqtool.ops import scan
 
 DATASET_FORMATS = ("parquet", "jsonl")
 PARTITION_KEYS = ("topic", "date")
-NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _SUFFIX = {"parquet": "parquet", "jsonl": "jsonl"}
 
 
@@ -63,84 +61,80 @@ def parse_partition_by(text: str | None) -> tuple[str, ...]:
     return keys
 
 
-def _partition_values(batch, keys: tuple[str, ...]):
-    import pyarrow.compute as pc
-
-    cols = []
-    for key in keys:
-        if key == "date":
-            cols.append(pc.strftime(batch.column("store_timestamp"), format="%Y-%m-%d"))
-        else:
-            cols.append(batch.column(key))
-    return cols
-
-
-def _part_dir(keys: tuple[str, ...], values: tuple) -> str:
-    return "/".join(f"{k}={NULL_PARTITION if v is None else urllib.parse.quote(v, safe='')}"
-                    for k, v in zip(keys, values))
-
-
 def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_by: tuple[str, ...] = (), *,
                check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False,
                where=None, include_blank: bool = False, progress: Callable[[int], None] | None = None) -> PartResult:
     """Decode one commit-log file and write its part file(s) under ``out_dir``: the messages that pass
     ``where`` (a ``RecordFilter``), and BLANK padding too with ``include_blank`` (never when partitioned)."""
-    from rmqtool.ops.filters import keep_records
-
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from rmqtool.columnar import record_schema
+    from rmqtool.ops.export import export_batch, export_schema
+    from rmqtool.ops.filters import keep_records
 
     result = PartResult()
-    base = record_schema(check_crc)
-    if fmt == "parquet":
-        base = base.append(pa.field("store", pa.string())).append(pa.field("commitlog_file", pa.string()))
-    schema = pa.schema([fld for fld in base if fld.name not in partition_by])
-    writers: dict[str, Callable] = {}
-
-    fsys, root = scan.filesystem(out_dir)
-
-    def writer(directory: str) -> Callable:
-        if directory not in writers:
-            path = posixpath.join(root, directory, f"part-{index:05d}-{f.name}.{_SUFFIX[fmt]}")
-            fsys.create_dir(posixpath.dirname(path), recursive=True)
-            writers[directory] = _open(fsys.open_output_stream(path), fmt, schema, body_encoding)
-            result.files.append(path)
-        return writers[directory]
-
+    schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
     damaged = (lambda exc: result.damaged.append(str(exc))) if stop_at_damage else None
-    try:
+
+    def batches():
         for batch in scan.record_batches(f, check_crc=check_crc, on_damage=damaged, progress=progress):
             result.input_bytes += pc.sum(batch.column("total_size")).as_py() or 0
             # BLANK padding has no topic or date: left out of partitioned datasets
             batch = keep_records(batch, where, include_blank and not partition_by)
-            is_message = pc.equal(batch.column("type"), "message")
-            n = batch.num_rows
-            if not n:
+            if not batch.num_rows:
                 continue
-            result.records += n
-            result.messages += pc.sum(is_message.cast(pa.int64())).as_py() or 0
-            if fmt == "parquet":
-                batch = pa.RecordBatch.from_arrays(batch.columns + [pa.repeat(f.store, n), pa.repeat(f.uri, n)],
-                                                   schema=base)
-            if not partition_by:
-                writer("")(batch)
-                continue
-            values = _partition_values(batch, partition_by)
-            groups = pa.table(dict(zip(partition_by, values))).append_column("_row", pa.array(range(n)))
-            for group in groups.group_by(list(partition_by), use_threads=False).aggregate([("_row", "list")]) \
-                               .to_pylist():
-                rows = pa.array(group["_row_list"], pa.int64())
-                part = batch.take(rows)
-                keep = [i for i, name in enumerate(part.schema.names) if name not in partition_by]
-                part = pa.RecordBatch.from_arrays([part.column(i) for i in keep], schema=schema) \
-                    if fmt == "parquet" else part
-                writer(_part_dir(partition_by, tuple(group[k] for k in partition_by)))(part)
+            result.records += batch.num_rows
+            result.messages += pc.sum(pc.equal(batch.column("type"), "message").cast(pa.int64())).as_py() or 0
+            yield export_batch(batch, schema, f.store, f.uri) if fmt == "parquet" else batch
+
+    fsys, root = scan.filesystem(out_dir)
+    name = f"part-{index:05d}-{f.name}"
+    if partition_by:
+        _write_partitioned(batches(), schema, fsys, root, name, partition_by, result.files)
+        return result
+    out = None
+    try:
+        for batch in batches():
+            if out is None:
+                path = posixpath.join(root, f"{name}.{_SUFFIX[fmt]}")
+                out = _open(fsys.open_output_stream(path), fmt, schema, body_encoding)
+                result.files.append(path)
+            out(batch)
     finally:
-        for close in writers.values():
-            close(None)
+        if out is not None:
+            out(None)
     return result
+
+
+def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, keys: tuple[str, ...],
+                       files: list[str]) -> None:
+    """Hive partitions through ``pyarrow.dataset.write_dataset``: ``key=value`` directories (values
+    URI-escaped, nulls as ``__HIVE_DEFAULT_PARTITION__``), the keys kept in the path only."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    from rmqtool.ops.export import PARQUET_DICTIONARY_COLUMNS
+
+    key_fields = [pa.field(k, pa.string()) for k in keys]
+    full = schema.append(pa.field("date", pa.string())) if "date" in keys else schema
+
+    def with_date(batch):
+        if "date" not in keys:
+            return batch
+        date = pc.strftime(batch.column("store_timestamp"), format="%Y-%m-%d")
+        return pa.RecordBatch.from_arrays(batch.columns + [date], schema=full)
+
+    data = pa.RecordBatchReader.from_batches(full, (with_date(b) for b in batches))
+    kept = [n for n in schema.names if n not in keys]
+    options = ds.ParquetFileFormat().make_write_options(
+        compression="snappy", use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in kept])
+    ds.write_dataset(data, root, format="parquet", filesystem=fsys, file_options=options,
+                     partitioning=ds.partitioning(pa.schema(key_fields), flavor="hive"),
+                     basename_template=f"{name}-{{i}}.parquet", existing_data_behavior="overwrite_or_ignore",
+                     preserve_order=True, max_partitions=1 << 20,
+                     file_visitor=lambda written: files.append(written.path))
 
 
 def _open(out, fmt: str, schema, body_encoding: str) -> Callable:
@@ -150,8 +144,7 @@ def _open(out, fmt: str, schema, body_encoding: str) -> Callable:
 
         from rmqtool.ops.export import PARQUET_DICTIONARY_COLUMNS
         pw = pq.ParquetWriter(out, schema, compression="snappy",
-                              use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in schema.names],
-                              coerce_timestamps="us", allow_truncated_timestamps=False)
+                              use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in schema.names])
 
         def write_parquet(batch) -> None:
             if batch is None:
@@ -224,6 +217,8 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
+    if partition_by and fmt != "parquet":
+        raise StoreError(f"--partition-by writes Parquet (Hive partitions), not {fmt}")
     from pyarrow import fs
 
     to = os.fspath(to)

@@ -2,8 +2,10 @@
 
 ``export_local`` is the single-process engine: the columnar decoder streams record batches into a
 pyarrow writer. The output appears atomically (a temporary file renamed at the end); an existing file
-is replaced only when asked. Parquet keeps native types (see ``rmqtool.columnar.schema``); JSON lines
-and CSV carry exactly the fields and values of ``cat-commitlog``'s rows.
+is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
+and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
+``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
+fields and values of ``cat-commitlog``'s rows.
 """
 
 from __future__ import annotations
@@ -36,6 +38,37 @@ class ExportResult:
     input_bytes: int = 0          # commit-log bytes covered (record sizes summed)
     seconds: float = 0.0
     damaged: list[FormatError] = field(default_factory=list)
+
+
+def export_schema(check_crc: bool = False):
+    """The Parquet schema of every export: the record schema with its timestamps in UTC, then the store
+    (as named on the command line) and the commit-log file each record was read from."""
+    import pyarrow as pa
+
+    from rmqtool.columnar import record_schema
+
+    fields = [f.with_type(pa.timestamp("ms", "UTC")) if pa.types.is_timestamp(f.type) else f
+              for f in record_schema(check_crc)]
+    return pa.schema(fields + [pa.field("store", pa.string()), pa.field("commitlog_file", pa.string())])
+
+
+def export_batch(batch, schema, store: str, commitlog_file):
+    """``batch`` in the export ``schema``: ``commitlog_file`` is one path for every row, or an array."""
+    import pyarrow as pa
+
+    n = batch.num_rows
+    cols = [col if col.type == fld.type else col.cast(fld.type) for col, fld in zip(batch.columns, schema)]
+    files = pa.repeat(commitlog_file, n) if isinstance(commitlog_file, str) else commitlog_file
+    return pa.RecordBatch.from_arrays(cols + [pa.repeat(store, n), files], schema=schema)
+
+
+def _file_column(batch, starts, uris):
+    """The commit-log file of each record, from its physical offset."""
+    import numpy as np
+    import pyarrow as pa
+
+    which = np.searchsorted(starts, batch.column("physical_offset").to_numpy(zero_copy_only=False), "right") - 1
+    return pa.DictionaryArray.from_arrays(pa.array(which, pa.int32()), pa.array(uris)).cast(pa.string())
 
 
 def format_for(path: str | os.PathLike, fmt: str | None) -> str:
@@ -71,7 +104,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     """
     from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
     from rmqtool.ops.filters import keep_records
-    from rmqtool.ops.scan import BytesCounter
+    from rmqtool.ops.scan import BytesCounter, list_files
 
     to = Path(to)
     if fmt not in FORMATS:
@@ -83,10 +116,14 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     result = ExportResult(to, fmt)
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
-    writer = _writer(fmt, tmp, record_schema(check_crc), body_encoding)
+    schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
+    writer = _writer(fmt, tmp, schema, body_encoding)
     try:
         for store in store_paths:
             cl = open_commitlog(store)
+            files = list_files([store])
+            starts, uris = [f.start for f in files], [f.uri for f in files]
+            named = files[0].store if files else str(store)
             counted = BytesCounter(cl.queue.files[0].start if cl.queue.files else 0, progress)
             for batch in iter_record_batches(cl, check_crc=check_crc, batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
                                              on_damage=result.damaged.append if stop_at_damage else None):
@@ -95,9 +132,11 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
                 batch = keep_records(batch, where, include_blank)
                 if not batch.num_rows:
                     continue
-                writer(batch)
                 result.records += batch.num_rows
                 result.messages += _message_count(batch)
+                if fmt == "parquet":
+                    batch = export_batch(batch, schema, named, _file_column(batch, starts, uris))
+                writer(batch)
             counted.finish(sum(f.length for f in cl.queue.files))
         writer(None)
         os.replace(tmp, to)

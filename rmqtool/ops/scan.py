@@ -17,14 +17,15 @@ import posixpath
 import shutil
 import tempfile
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError, first_line
 from rmqtool.store import layout as L
 
-KINDS = ("commitlog", "consumequeue", "index")
+KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index")
+QUEUE_DIRS = {"consumequeue": (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE), "batchconsumequeue": (L.BATCHCONSUMEQUEUE,)}
 _GLOB_CHARS = "*?["
 _COPY_CHUNK = 8 << 20
 
@@ -38,8 +39,8 @@ class StoreFile:
     start: int            # the offset in the file's name (0 when the name is not an offset)
     size: int
     kind: str = "commitlog"
-    topic: str | None = None      # consume queues only
-    queue_id: int | None = None   # consume queues only
+    topic: str | None = None      # (batch) consume queues only
+    queue_id: int | None = None   # (batch) consume queues only
 
     @property
     def name(self) -> str:
@@ -110,7 +111,8 @@ def _remote_glob(pattern: str) -> list[str]:
 
 
 def list_files(paths: list[str] | tuple[str, ...], kind: str = "commitlog") -> list[StoreFile]:
-    """The files of ``kind`` in every named store, in (argument, store, offset) order."""
+    """The files of ``kind`` in every named store, in (argument, store, offset) order. ``consumequeue``
+    lists the batch consume queues too (``batchconsumequeue/``, 5.x BatchCQ topics), after the others."""
     if kind not in KINDS:
         raise StoreError(f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
     out: list[StoreFile] = []
@@ -139,8 +141,8 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
             raise StoreError(f"a single file holds no {kind}", path=store)
         return [entry(info)]
     names = {posixpath.basename(i.path): i for i in _children(fsys, path)}
-    is_root = (L.COMMITLOG in names or L.CONSUMEQUEUE in names or L.INDEX in names or L.CHECKPOINT in names
-               or any(n.startswith(L.DLEDGER_PREFIX) for n in names))
+    is_root = (L.COMMITLOG in names or L.CONSUMEQUEUE in names or L.BATCHCONSUMEQUEUE in names or L.INDEX in names
+               or L.CHECKPOINT in names or any(n.startswith(L.DLEDGER_PREFIX) for n in names))
     if kind == "commitlog":
         if not is_root and not any(_is_offset_name(n) for n in names):
             raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
@@ -156,13 +158,15 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
     if kind == "index":
         return [entry(i) for i in _children(fsys, posixpath.join(path, L.INDEX)) if i.type == fs.FileType.File]
     out = []
-    for tdir in _children(fsys, posixpath.join(path, L.CONSUMEQUEUE)):
-        if tdir.type != fs.FileType.Directory:
-            continue
-        qdirs = [q for q in _children(fsys, tdir.path) if q.type == fs.FileType.Directory and q.base_name.isdigit()]
-        for qdir in sorted(qdirs, key=lambda q: int(q.base_name)):
-            out += [entry(i, topic=tdir.base_name, queue_id=int(qdir.base_name)) for i in _children(fsys, qdir.path)
-                    if i.type == fs.FileType.File and _is_offset_name(i.base_name)]
+    for directory in QUEUE_DIRS[kind]:
+        queue_kind = "batchconsumequeue" if directory == L.BATCHCONSUMEQUEUE else "consumequeue"
+        for tdir in _children(fsys, posixpath.join(path, directory)):
+            if tdir.type != fs.FileType.Directory:
+                continue
+            qdirs = [q for q in _children(fsys, tdir.path) if q.type == fs.FileType.Directory and q.base_name.isdigit()]
+            for qdir in sorted(qdirs, key=lambda q: int(q.base_name)):
+                out += [replace(entry(i, topic=tdir.base_name, queue_id=int(qdir.base_name)), kind=queue_kind)
+                        for i in _children(fsys, qdir.path) if i.type == fs.FileType.File and _is_offset_name(i.base_name)]
     return out
 
 
@@ -178,6 +182,25 @@ def read_bytes(f: StoreFile):
             return fh.read_buffer()
     except OSError as exc:
         raise StoreError(f"cannot read: {exc}", path=f.uri) from None
+
+
+def first_store_timestamp(f: StoreFile) -> int | None:
+    """The store time (ms) of the first record of a commit-log file (inside the first entry of a DLedger
+    data file); None when the file does not begin with a message."""
+    from rmqtool.format import commitlog, dledger
+
+    fsys, path = filesystem(f.uri)
+    try:
+        with fsys.open_input_file(path) as fh:
+            head = fh.read_at(min(f.size, 4096), 0)
+            skip = dledger.HEADER_SIZE if len(head) >= 4 and dledger.peek_magic(head) in dledger.VALID_MAGICS else 0
+            size, _ = commitlog.peek_header(head, skip)
+            if 0 < size <= f.size - skip and size > len(head) - skip:
+                head = fh.read_at(skip + size, 0)
+        entry = commitlog.decode_entry(head, skip)
+    except (OSError, FormatError):
+        return None
+    return getattr(entry, "store_timestamp", None)
 
 
 @contextlib.contextmanager

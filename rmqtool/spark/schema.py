@@ -17,11 +17,18 @@ from rmqtool.format.indexfile import decode_header, infer_geometry
 from rmqtool.ops import scan
 
 CQ_DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+BCQ_DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"), ("store_time", ">i8"),
+                      ("msg_base_offset", ">i8"), ("batch_size", ">i2"), ("compacted_offset", ">i4"),
+                      ("reserved", ">i4")])
+assert BCQ_DTYPE.itemsize == C.BCQ_STORE_UNIT_SIZE
 INDEX_DTYPE = np.dtype([("key_hash", ">i4"), ("physical_offset", ">i8"), ("time_diff", ">i4"),
                         ("prev_index", ">i4")])
 
+# Consume-queue units of both layouts: a batch unit (batchconsumequeue/) adds its store time and batch
+# size and its queue_offset is its msgBaseOffset; a 20-byte unit has neither (null).
 CQ_SCHEMA = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                        ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()),
+                       ("store_timestamp", pa.timestamp("us", "UTC")), ("batch_size", pa.int32()),
                        ("store", pa.string()), ("cq_file", pa.string())])
 INDEX_SCHEMA = pa.schema([("entry", pa.int32()), ("key_hash", pa.int32()), ("physical_offset", pa.int64()),
                           ("time_diff", pa.int32()), ("prev_index", pa.int32()),
@@ -57,7 +64,7 @@ def record_schema(check_crc: bool) -> pa.Schema:
 
 
 def arrow_schema(kind: str, check_crc: bool = False) -> pa.Schema:
-    if kind == "consumequeue":
+    if kind in ("consumequeue", "batchconsumequeue"):
         return CQ_SCHEMA
     if kind == "index":
         return INDEX_SCHEMA
@@ -82,7 +89,9 @@ def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decom
                  on_damage=None) -> Iterator[pa.RecordBatch]:
     """Batches of one store file in the data source's schema of ``kind``."""
     schema = arrow_schema(kind, check_crc)
-    if kind == "consumequeue":
+    if f.kind == "batchconsumequeue":
+        batch = bcq_batch(f)
+    elif f.kind == "consumequeue":
         batch = cq_batch(f)
     elif kind == "index":
         batch = index_batch(f)
@@ -106,8 +115,27 @@ def cq_batch(f: scan.StoreFile) -> pa.RecordBatch:
         [pa.repeat(f.topic, n), pa.repeat(pa.scalar(f.queue_id, pa.int32()), n),
          pa.array(np.arange(first, first + n, dtype=np.int64)),
          pa.array(units["physical_offset"].astype(np.int64)), pa.array(units["size"].astype(np.int32)),
-         pa.array(units["tags_code"].astype(np.int64))],
-        names=CQ_SCHEMA.names[:6])
+         pa.array(units["tags_code"].astype(np.int64)),
+         pa.nulls(n, CQ_SCHEMA.field("store_timestamp").type), pa.nulls(n, pa.int32())],
+        names=CQ_SCHEMA.names[:8])
+
+
+def bcq_batch(f: scan.StoreFile) -> pa.RecordBatch:
+    """The units of one batch consume-queue file up to the first one failing recovery's test
+    (BatchConsumeQueue.recover, as ``BatchCqUnit.is_valid``)."""
+    buf = scan.read_bytes(f)
+    units = np.frombuffer(buf, BCQ_DTYPE, count=len(buf) // BCQ_DTYPE.itemsize)
+    bad = np.flatnonzero((units["physical_offset"] < 0) | (units["size"] <= 0) | (units["msg_base_offset"] < 0)
+                         | (units["batch_size"] <= 0))
+    units = units[:bad[0]] if len(bad) else units
+    n = len(units)
+    return pa.RecordBatch.from_arrays(
+        [pa.repeat(f.topic, n), pa.repeat(pa.scalar(f.queue_id, pa.int32()), n),
+         pa.array(units["msg_base_offset"].astype(np.int64)), pa.array(units["physical_offset"].astype(np.int64)),
+         pa.array(units["size"].astype(np.int32)), pa.array(units["tags_code"].astype(np.int64)),
+         pa.array(units["store_time"].astype(np.int64) * 1000, CQ_SCHEMA.field("store_timestamp").type),
+         pa.array(units["batch_size"].astype(np.int32))],
+        names=CQ_SCHEMA.names[:8])
 
 
 def index_batch(f: scan.StoreFile) -> pa.RecordBatch:

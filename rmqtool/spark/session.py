@@ -2,7 +2,8 @@
 
 The session has the UI off, quiet logs, UTC as session time zone, Python workers pinned to the running
 interpreter (PySpark otherwise starts whatever ``python3`` is on PATH), the ``rmqtool`` package shipped
-to the executors as a zip, and the ``rocketmq`` data source registered. One session per process.
+to the executors as a zip, filter pushdown to Python data sources on, and the ``rocketmq`` data source
+registered (other sessions find it by name: ``pyspark_rocketmq``). One session per process.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def session_conf(master: str | None, progress: bool) -> dict[str, str]:
         "spark.ui.showConsoleProgress": str(progress).lower(),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.python.filterPushdown.enabled": "true",     # the rocketmq source's pushFilters (4.1+)
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
     }

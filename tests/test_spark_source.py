@@ -1,0 +1,178 @@
+"""The rocketmq data source as a PySpark user meets it: found by name in a plain SparkSession, BLANK
+padding left out, filters pushed down (fewer files read, the same rows), the batch-queue kind.
+
+The reader tests run the data source's planner and reader without a JVM; the tests marked spark run a
+plain `SparkSession` in a child process (no rmqtool call in it), so no session of this process's other
+Spark tests is involved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, readback, store_path
+from helpers_maintain import run
+
+pytest.importorskip("pyspark.sql.datasource")
+from pyspark.sql.datasource import DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, Not  # noqa: E402
+
+from rmqtool.ops import scan  # noqa: E402
+from rmqtool.spark.datasource import PushdownReader, RocketMQDataSource  # noqa: E402
+
+
+def rows(reader) -> list[dict]:
+    return [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+
+
+def info_messages(store) -> int:
+    return json.loads(run("info", str(store), "-f", "json").output)["messages"]
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x", "dev-dledger-5x"])
+def test_blank_padding_left_out_unless_kept(name):
+    path = str(store_path(name))
+    got = rows(RocketMQDataSource({"path": path}).reader(None))
+    assert len(got) == info_messages(path) and {r["type"] for r in got} == {"message"}
+    kept = rows(RocketMQDataSource({"path": path, "includeBlank": "true"}).reader(None))
+    assert len(kept) > len(got) and {r["type"] for r in kept} == {"message", "blank"}
+
+
+def _at(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def test_pushed_filters_read_fewer_files_and_keep_the_rows(generated):
+    files = scan.list_files([generated])
+    firsts = [scan.first_store_timestamp(f) for f in files]
+    assert len(files) == 6 and firsts == sorted(firsts)
+    everything = rows(RocketMQDataSource({"path": generated}).reader(None))
+    cut = firsts[3] + 1                                   # inside the fourth file
+    filters = [EqualTo(("topic",), "Topic-01"), GreaterThan(("store_timestamp",), _at(cut)),
+               In(("queue_id",), (0, 2)), Not(EqualTo(("flag",), 1)), LessThan(("physical_offset",), 5 * 65536)]
+    reader = PushdownReader([generated], "commitlog", False, False, False)
+    left = list(reader.pushFilters(filters))
+    assert left == [filters[3]]                           # Not(...) and other columns stay with Spark
+    parts = reader.partitions()
+    assert [p.value.name for p in parts] == [f.name for f in files[3:5]]    # 4 of 6 files never opened
+    want = [r for r in everything if r["topic"] == "Topic-01" and r["queue_id"] in (0, 2)
+            and r["store_timestamp"] > _at(cut) and r["physical_offset"] < 5 * 65536]
+    assert rows(reader) == want and want
+
+
+def test_time_options_prune_without_pushdown(generated):
+    files = scan.list_files([generated])
+    first = scan.first_store_timestamp(files[2])
+    reader = RocketMQDataSource({"path": generated, "since": str(first), "until": _at(first + 5).isoformat()}) \
+        .reader(None)
+    assert type(reader).pushFilters is DataSourceReader.pushFilters   # safe in a session without pushdown
+    assert len(reader.partitions()) <= 2
+    everything = rows(RocketMQDataSource({"path": generated}).reader(None))
+    assert rows(reader) == [r for r in everything if _at(first) <= r["store_timestamp"] <= _at(first + 5)]
+    with pytest.raises(ValueError, match="option since takes milliseconds"):
+        RocketMQDataSource({"path": generated, "since": "yesterday"}).reader(None)
+
+
+def test_time_pruning_never_drops_a_matching_row():
+    """Every record of the torn and crash sets, cut at each record's own store time."""
+    for name in ("dev-sample", "dev-sample-5x-crash"):
+        path = str(store_path(name))
+        everything = rows(RocketMQDataSource({"path": path, "mode": "permissive"}).reader(None))
+        for ms in sorted({int(r["store_timestamp"].timestamp() * 1000) for r in everything})[::7]:
+            reader = PushdownReader([path], "commitlog", False, False, True)
+            list(reader.pushFilters([GreaterThanOrEqual(("store_timestamp",), _at(ms)),
+                                     LessThan(("store_timestamp",), _at(ms + 3))]))
+            assert rows(reader) == [r for r in everything if _at(ms) <= r["store_timestamp"] < _at(ms + 3)]
+
+
+def test_batch_consume_queue_kind_matches_readback():
+    path = str(store_path("dev-batchcq-5x"))
+    got = rows(RocketMQDataSource({"path": path, "kind": "batchconsumequeue"}).reader(None))
+    want = [(q["topic"], q["queueId"], u["msgBaseOffset"], u["physOffset"], u["size"], u["tagsCode"],
+             u["storeTime"], u["batchSize"]) for q in readback("dev-batchcq-5x")["batchConsumeQueues"]
+            for u in q["units"]]
+    assert sorted((r["topic"], r["queue_id"], r["queue_offset"], r["physical_offset"], r["size"], r["tags_code"],
+                   int(r["store_timestamp"].timestamp() * 1000), r["batch_size"]) for r in got) == sorted(want)
+    # kind=consumequeue leaves no queue out: the 20-byte units and the batch units
+    every = rows(RocketMQDataSource({"path": path, "kind": "consumequeue"}).reader(None))
+    plain = sum(len(q["units[queueOffset,commitLogOffset,size,tagsCode]"])
+                for q in readback("dev-batchcq-5x")["consumeQueues"])
+    assert len(every) == plain + len(want)
+    assert sum(r["batch_size"] is not None for r in every) == len(want)
+
+
+def export_shapes(tmp_path) -> dict[str, str]:
+    from rmqtool.ops import dataset
+    from rmqtool.ops.export import export
+
+    stores = [str(store_path("dev-sample")), str(store_path("dev-sample-5x"))]
+    export(stores, tmp_path / "one.parquet")
+    dataset.export_dataset(stores, tmp_path / "flat")
+    dataset.export_dataset(stores, tmp_path / "hive", partition_by=("topic", "date"))
+    return {"one": str(tmp_path / "one.parquet"), "flat": str(tmp_path / "flat"), "hive": str(tmp_path / "hive")}
+
+
+# -- a plain SparkSession ----------------------------------------------------------------------------
+PLAIN_SESSION = r"""
+import datetime as dt, json, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+path, cut = sys.argv[1], int(sys.argv[2])
+df = spark.read.format("rocketmq").load(path)
+out = {"count": df.count(), "partitions": df.rdd.getNumPartitions()}
+where = f"topic = 'Topic-01' AND store_timestamp > timestamp_millis({cut})"
+plain = df.where(where)
+out["unpushed"] = [plain.rdd.getNumPartitions(), sorted(r.physical_offset for r in plain.collect())]
+spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+pushed = spark.read.format("rocketmq").load(path).where(where)
+out["pushed"] = [pushed.rdd.getNumPartitions(), sorted(r.physical_offset for r in pushed.collect())]
+out["after"] = sorted(r.physical_offset for r in df.collect() if r.topic == "Topic-01"
+                      and r.store_timestamp.replace(tzinfo=dt.timezone.utc) > dt.datetime.fromtimestamp(cut / 1000, dt.timezone.utc))
+for shape in sys.argv[3:]:        # the export shapes of tests/test_export_schema.py, read back by Spark
+    back = spark.read.parquet(shape)
+    out[shape] = [{f.name: f.dataType.simpleString() for f in back.schema.fields},
+                  sorted([r.store, r.physical_offset, r.topic, int(r.store_timestamp.replace(tzinfo=dt.timezone.utc)
+                          .timestamp() * 1000)] for r in back.select("store", "physical_offset", "topic",
+                                                                     "store_timestamp").collect())]
+print("RESULT " + json.dumps(out))
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_plain_session_finds_the_source_and_pushes_filters_down(generated, tmp_path):
+    files = scan.list_files([generated])
+    cut = scan.first_store_timestamp(files[4]) + 1
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN_SESSION)
+    # the user's environment: this interpreter (with rmqtool and pyspark installed) is Spark's Python
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": str(ROOT), "TZ": "UTC"}
+    shapes = export_shapes(tmp_path)
+    done = subprocess.run([sys.executable, str(script), generated, str(cut), *shapes.values()], capture_output=True, text=True,
+                          env=env, timeout=600, cwd=tmp_path)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and result, done.stderr[-3000:]
+    out = json.loads(result[0][len("RESULT "):])
+    assert out["count"] == info_messages(generated) and out["partitions"] == len(files)
+    assert out["unpushed"] == [len(files), out["after"]]          # pushdown off (Spark's default): all files
+    assert out["pushed"] == [2, out["after"]] and out["after"]    # on: the last 2 of 6 files, the same rows
+    # Spark reads every export shape with one schema (timestamp, not timestamp_ntz) and the same rows
+    one = pq.read_table(shapes["one"])
+    millis = one.column("store_timestamp").cast(pa.int64()).to_pylist()
+    want = sorted([r["store"], r["physical_offset"], r["topic"], ms]
+                  for r, ms in zip(one.select(["store", "physical_offset", "topic"]).to_pylist(), millis))
+    for name, path in shapes.items():
+        types, got = out[path]
+        assert types["store_timestamp"] == types["born_timestamp"] == "timestamp", name
+        assert types["store"] == types["commitlog_file"] == "string", name
+        assert got == want, name
