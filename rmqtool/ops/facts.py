@@ -243,7 +243,16 @@ def _map(f: QueueFile) -> mmap.mmap | None:
 def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, path: str) -> None:
     """The walk stops at ``pos`` (a BLANK or damage): decode that entry one at a time to say why."""
     f = facts.file
-    size = peek_header(buf, pos)[0]
+    size, magic = peek_header(buf, pos)
+    if magic == C.BLANK_MAGIC_CODE:
+        # The broker ends the file at a BLANK whatever its TOTALSIZE says: CommitLog.checkMessageAndReturnSize
+        # (4.9.7) and checkMagicCode (5.x) return DispatchRequest(0, true) before reading it, and recovery goes
+        # on in the next file. An oversized or undersized size field costs no data.
+        facts.stop = "blank"
+        if size != remaining:
+            facts.findings.append(Finding(ERROR, "blank_size_mismatch", path, f.start + pos,
+                                          "BLANK total size is not the rest of the file", remaining, size))
+        return
     try:
         entry = decode_entry(buf, pos, check_crc=deep)
         if not isinstance(entry, Blank):
@@ -263,12 +272,6 @@ def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, pat
             expected, actual = remaining, size
         facts.findings.append(Finding(ERROR, kind, path, f.start + pos,
                                       f"{msg}; recovery truncates the commit log here", expected, actual))
-        return
-    if isinstance(entry, Blank):
-        facts.stop = "blank"
-        if size != remaining:
-            facts.findings.append(Finding(ERROR, "blank_size_mismatch", path, f.start + pos,
-                                          "BLANK total size is not the rest of the file", remaining, size))
         return
     raise FormatError("record decodes one at a time but not in a batch (internal error)", path=path,
                       offset=f.start + pos)

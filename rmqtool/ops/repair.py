@@ -30,6 +30,7 @@ from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction
 from rmqtool.store.filequeue import QueueFile, data_extents, first_nonzero, map_private
 from rmqtool.store.index_builder import IndexBuilder
+from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
@@ -204,17 +205,24 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
     from rmqtool.format import dledger as D
 
     files = store.dledger
+    index = files.index_queue()
+    index_size = index.file_size or store.saved_sizes.get("dledgerMappedFileSizeForEntryIndex") \
+        or DEFAULT_INDEX_FILE_SIZE
     maps: dict[Path, mmap.mmap] = {}
-    for path, keep in ledger.data_cut + ledger.index_cut:
+    for path, keep in ledger.data_cut:
         maps[path] = _cut(path, keep, path.stat().st_size)
+    for path, keep in ledger.index_cut:                  # a short index file comes back at full size
+        maps[path] = _cut(path, keep, index_size)
     for path in ledger.data_delete + ledger.index_delete:
         plan.deletes.append(store.rel(path))
         plan.actions.append(Action("delete_file", store.rel(path), f"after the last entry {ledger.end_index}"))
-    index = files.index_queue()
-    for slot, unit in ledger.index_rewrite:
-        f, pos = index.locate(slot * D.INDEX_UNIT_SIZE)
-        mm = maps.setdefault(f.path, map_private(f.path))
-        mm[pos:pos + D.INDEX_UNIT_SIZE] = D.encode_index_unit(unit)
+    for slot, unit in ledger.index_rewrite:             # DLedgerMmapFileStore.recover rebuilds them from the data
+        at = slot * D.INDEX_UNIT_SIZE
+        path = files.index_dir / C.offset_to_file_name(at - at % index_size)
+        if path not in maps:
+            maps[path] = _cut(path, index_size, index_size) if path.exists() else bytearray(index_size)
+        pos = at % index_size
+        maps[path][pos:pos + D.INDEX_UNIT_SIZE] = D.encode_index_unit(unit)
     for path, mm in maps.items():
         rel = store.rel(path)
         plan.writes[rel] = mm
@@ -250,10 +258,11 @@ def _reindexed(scanned: list[FileFacts], ledger) -> list[FileFacts]:
 
 
 def _cut(path: Path, cut: int, size: int):
-    """The file's first ``cut`` bytes, zeros up to ``size``: a private map, zeroed only where it holds data."""
+    """The file's first ``cut`` bytes, zeros up to ``size``: a private map, zeroed only where it holds data
+    (a file of another size: a buffer of ``size`` bytes)."""
     if os.path.getsize(path) != size:
         data = Path(path).read_bytes()[:cut]
-        return data + bytes(size - len(data))
+        return bytearray(data + bytes(size - len(data)))
     mm = map_private(path)
     with open(path, "rb") as fh:
         for lo, hi in data_extents(fh.fileno(), cut, size):

@@ -210,8 +210,12 @@ class DLedgerFiles:
         return FileQueue.from_dir(d) if d.is_dir() else FileQueue([])
 
     def iter_index_units(self) -> Iterator[tuple[int, QueueFile, D.IndexUnit]]:
-        """(slot = entry index, file, unit) for every unit up to the first all-zero one."""
-        for f in self.index_queue():
+        """(slot = entry index, file, unit) for every unit up to the first all-zero one. A file shorter than
+        its siblings (or empty) holds no units: DLedger's recovery rebuilds them from the data."""
+        queue = self.index_queue()
+        for f in queue:
+            if queue.file_size and f.length != queue.file_size:
+                continue
             buf = f.read()
             try:
                 units = D.decode_index_units(buf)

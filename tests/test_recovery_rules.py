@@ -1,0 +1,81 @@
+"""Recovery rules as the broker has them: an end-of-file BLANK ends its file whatever its TOTALSIZE says;
+DLedger index files that are short, empty or missing are rebuilt from the data; a change that cannot
+finish names the path that stopped it and is finished by the next repair."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+
+import pytest
+
+from conftest import store_path
+from helpers_maintain import run, snapshot
+
+DLEDGER_SETS = ["dev-dledger", "dev-dledger-crash", "dev-dledger-5x", "dev-dledger-5x-crash"]
+
+
+def _rows(root) -> list[dict]:
+    return [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl", "--include-blank")
+            .stdout.splitlines()]
+
+
+def test_an_oversized_end_of_file_blank_costs_no_data(store_copy):
+    root = store_copy("dev-sample")                    # a 4.9.7 store of three commit-log files
+    before = _rows(root)
+    blank = next(r for r in before if r["type"] == "blank")
+    path = root / "commitlog" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    struct.pack_into(">i", data, blank["physical_offset"], blank["total_size"] + 5000)
+    path.write_bytes(bytes(data))
+    kept = {k: v for k, v in snapshot(root).items() if k.startswith(("commitlog/", "consumequeue/"))}
+    plan = run("repair", root, "-f", "jsonl")
+    actions = [json.loads(line)["action"] for line in plan.stdout.splitlines()]
+    assert not {"truncate_commitlog", "delete_file", "delete_cq", "rewrite_cq"} & set(actions), actions
+    assert run("repair", root, "--apply", "--backup", f"{root}.bk").exit_code in (0, 1)
+    after = {k: v for k, v in snapshot(root).items() if k.startswith(("commitlog/", "consumequeue/"))}
+    assert after == kept and len(list((root / "commitlog").iterdir())) == 3     # all 161 messages stay
+
+
+@pytest.mark.parametrize("damage", ["short", "empty", "missing"])
+@pytest.mark.parametrize("name", DLEDGER_SETS)
+def test_dledger_index_files_are_rebuilt_from_the_data(name, damage, store_copy, tmp_path):
+    reference = store_copy(name)
+    assert run("repair", reference, "--apply", "--backup", tmp_path / "ref.bk").exit_code in (0, 1)
+    root = tmp_path / "damaged"
+    shutil.copytree(store_path(name), root)
+    first = sorted(next(root.glob("dledger-*")).joinpath("index").iterdir())[0]     # not the last file
+    if damage == "missing":
+        first.unlink()
+    else:
+        os.truncate(first, 1000 if damage == "short" else 0)
+    plan = run("repair", root)
+    assert plan.exit_code == 1 and "error" not in plan.stderr, plan.stderr
+    applied = run("repair", root, "--apply", "--backup", tmp_path / "bk")
+    assert applied.exit_code in (0, 1) and "error" not in applied.stderr, applied.stderr
+    got, want = snapshot(root), snapshot(reference)
+    index = [k for k in want if "/index/" in k and k.startswith("dledger-")]
+    assert index and {k: got.get(k) for k in index} == {k: want[k] for k in index}
+
+
+def test_a_directory_that_cannot_be_removed_is_named_and_the_next_repair_finishes(store_copy, monkeypatch):
+    root = store_copy("dev-sample")
+    real_rmdir = os.rmdir
+
+    def refuse(path, *args, **kwargs):
+        if ".rmqtool-old" in str(path) or kwargs.get("dir_fd") is not None and str(path) == "index.rmqtool-old":
+            raise PermissionError(13, "Permission denied")
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", refuse)
+    result = run("rebuild-index", root, "--backup", f"{root}.bk")
+    assert result.exit_code == 4
+    assert "index.rmqtool-old" in result.stderr and "Permission denied" in result.stderr
+    assert "error: 0:" not in result.stderr
+    monkeypatch.setattr(os, "rmdir", real_rmdir)
+    dry = run("repair", root, "-f", "jsonl")
+    assert dry.exit_code == 1 and "finish_journal" in dry.stdout
+    assert run("repair", root, "--apply", "--backup", f"{root}.bk2").exit_code == 0
+    assert not (root / "index.rmqtool-old").exists() and not (root / ".rmqtool-journal.json").exists()
