@@ -231,7 +231,7 @@ def plan_dledger_recovery(store: Store, *, broker_5x: bool | None = None) -> DLe
             plan.index_cut.append((f.path, index_end - f.start))
     units = {}
     try:
-        units = {slot: unit for slot, _, unit in store.dledger.iter_index_units()}
+        units = {slot: unit for slot, _, unit in store.dledger.iter_index_units(skip_short=True)}
     except FormatError as exc:
         plan.findings.append(Finding(ERROR, "dledger_index_bad_file", exc.path, exc.offset, exc.message))
     for le in walk.entries:

@@ -209,12 +209,13 @@ class DLedgerFiles:
         d = self.index_dir
         return FileQueue.from_dir(d) if d.is_dir() else FileQueue([])
 
-    def iter_index_units(self) -> Iterator[tuple[int, QueueFile, D.IndexUnit]]:
-        """(slot = entry index, file, unit) for every unit up to the first all-zero one. A file shorter than
-        its siblings (or empty) holds no units: DLedger's recovery rebuilds them from the data."""
+    def iter_index_units(self, *, skip_short: bool = False) -> Iterator[tuple[int, QueueFile, D.IndexUnit]]:
+        """(slot = entry index, file, unit) for every unit up to the first all-zero one. ``skip_short``: a
+        file shorter than its siblings (or empty) is passed over, as holding no unit (DLedger's recovery
+        rebuilds its units from the data); otherwise it raises FormatError."""
         queue = self.index_queue()
         for f in queue:
-            if queue.file_size and f.length != queue.file_size:
+            if skip_short and queue.file_size and f.length != queue.file_size:
                 continue
             buf = f.read()
             try:
