@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
 from rmqtool.ops.rebuild import valid_facts
 from rmqtool.store import layout as L
-from rmqtool.store.atomic import Transaction
+from rmqtool.store.atomic import Transaction, copy_sparse
 from rmqtool.store.filequeue import QueueFile, data_extents, first_nonzero, map_private
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
@@ -52,7 +53,9 @@ class RepairPlan:
     process_offset: int
     recover_from: int
     actions: list[Action] = field(default_factory=list)
-    writes: dict[str, bytes | bytearray | mmap.mmap] = field(default_factory=dict)   # bytes-like
+    writes: dict[str, bytes | bytearray | mmap.mmap | Path] = field(default_factory=dict)   # bytes-like, or a
+    #                                                                       file built in ``scratch``
+    scratch: tempfile.TemporaryDirectory | None = None
     deletes: list[str] = field(default_factory=list)
     renames: list[tuple[str, str]] = field(default_factory=list)
 
@@ -160,15 +163,18 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 plan.actions.append(Action("index_delete", rel, "end timestamp after the checkpoint's "
                                            f"indexMsgTimestamp {cp.index_msg_timestamp}"))
             else:
-                kept.append((ref.name, IndexWriter.from_bytes(map_private(ref.path), ref.geometry)))
+                kept.append(ref)
         if refs and (ledger is None or ledger.reindex_from is not None):
-            builder = IndexBuilder(refs[0].geometry, kept)
+            plan.scratch = tempfile.TemporaryDirectory(prefix="rmqtool-repair-index-")
+            builder = IndexBuilder(refs[0].geometry, _continued(kept[-1:], Path(plan.scratch.name)),
+                                   directory=Path(plan.scratch.name))
             for facts in _reindexed(scanned, ledger):
                 builder.add_facts(facts)
+            builder.close()
             for name, w in builder.files:
-                if name in builder.changed:
+                if name in builder.changed:      # built as a sparse file in the scratch directory (streamed)
                     rel = L.index_file(name)
-                    plan.writes[rel] = w.buf          # a private map or a bytearray: not copied again
+                    plan.writes[rel] = Path(plan.scratch.name) / name
                     plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to "
                                                f"offset {w.header.end_phy_offset}"))
             if builder.full_end_timestamp is not None:
@@ -240,6 +246,21 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
     if plan.abnormal and term.is_file() and not bak.is_file():   # the restart's persist
         plan.writes[store.rel(bak)] = term.read_bytes()
         plan.actions.append(Action("dledger_currterm", store.rel(bak), "copy of currterm"))
+
+
+def _continued(refs: list, scratch: Path) -> list[tuple[str, IndexWriter]]:
+    """The last kept index file, continued in a sparse copy in ``scratch`` (through a shared map, so the
+    keys added leave this process's memory as they are written); a full one is only read."""
+    out = []
+    for ref in refs:
+        if ref.header.index_count >= ref.geometry.index_num:
+            out.append((ref.name, IndexWriter.from_bytes(map_private(ref.path), ref.geometry)))
+            continue
+        copy = scratch / ref.name
+        copy_sparse(ref.path, copy)
+        with open(copy, "r+b") as fh:
+            out.append((ref.name, IndexWriter.from_bytes(mmap.mmap(fh.fileno(), 0), ref.geometry)))
+    return out
 
 
 def _reindexed(scanned: list[FileFacts], ledger) -> list[FileFacts]:

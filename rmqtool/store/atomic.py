@@ -99,7 +99,8 @@ class Transaction:
         self.deletes: list[str] = []
         self.dirs: dict[str, Path] = {}          # target dir -> a directory built elsewhere (moved in)
 
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes | Path) -> None:
+        """``rel`` gets ``data`` (bytes-like, or the content of a file built elsewhere)."""
         self.writes[rel] = data
 
     def delete(self, rel: str) -> None:
@@ -152,7 +153,13 @@ class Transaction:
             target = self.root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             ops.append(["replace", rel + STAGED, rel])
-            _write_synced(target.with_name(target.name + STAGED), data)
+            staged = target.with_name(target.name + STAGED)
+            if isinstance(data, Path):               # a file built elsewhere: its data regions copied
+                copy_sparse(data, staged)
+                with open(staged, "rb") as fh:
+                    os.fsync(fh.fileno())
+            else:
+                _write_synced(staged, data)
             fault_point()
         for rel, built in self.dirs.items():
             staged = self.root / (rel + STAGED)
