@@ -1,4 +1,4 @@
-"""Shared test helpers: the bundled real-broker fixture stores and their ground truth."""
+"""Shared test helpers: the CLI runner, the bundled real-broker fixture stores and their ground truth."""
 
 from __future__ import annotations
 
@@ -31,6 +31,15 @@ settings.register_profile("default", max_examples=100, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def run(*args, input: bytes | str | None = None, env: dict | None = None):
+    """The one way tests run the CLI: in-process, stdout and stderr kept apart, an exception the CLI lets
+    escape fails the test (``--traceback`` re-raises, so ``pytest.raises`` sees it)."""
+    from click.testing import CliRunner
+
+    from rmqtool.cli import cli
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env, catch_exceptions=False)
 
 
 def store_path(name: str) -> Path:

@@ -1,4 +1,4 @@
-"""Helpers for the verify/repair/rebuild/write tests: run the CLI, snapshot a store."""
+"""Helpers for the verify/repair/rebuild/write tests: the CLI in a child process, snapshot a store."""
 
 from __future__ import annotations
 
@@ -7,16 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from rmqtool.cli import cli
-
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run(*args: str, input: bytes | None = None):
-    """The CLI in-process (stdout and stderr kept apart)."""
-    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
 
 
 def run_process(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

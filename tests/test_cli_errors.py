@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
-
-from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from tests.conftest import FIXTURES
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from tests.conftest import FIXTURES, run
 
 
 def assert_error(result, code: ExitCode, *parts: str, stdout: str = "") -> None:
@@ -144,9 +137,9 @@ def test_usage_errors_exit_2(tmp_path):
 def test_traceback_option_shows_the_trace(tmp_path):
     junk = tmp_path / "junk"
     junk.write_bytes(b"\x01" * 64)
-    result = CliRunner().invoke(cli, ["--traceback", "cat-commitlog", str(junk)])
-    assert result.exit_code != 0
-    assert type(result.exception).__name__ == "BadMagic"
+    with pytest.raises(Exception) as raised:
+        run("--traceback", "cat-commitlog", junk)
+    assert type(raised.value).__name__ == "BadMagic"
 
 
 @pytest.mark.parametrize("args", [["stats", "foo://bucket/store"],

@@ -15,25 +15,17 @@ import sys
 import time
 
 import pytest
-from click.testing import CliRunner
 
-from rmqtool.cli import cli
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, ENTRY, IndexHeader, encode_header
 from rmqtool.format.java import index_key_hash
 from rmqtool.ops.query import lookup_key
 from rmqtool.format.rows import RECORD_FIELDS
 from rmqtool.store.store import Store
-from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, ROOT, index_queries, manifest, readback
+from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, ROOT, index_queries, manifest, readback, run
 
 # The readback of a clean set describes store/; of a crash set, recovered-store/.
 READ_SETS = [(name, "store" if name in CLEAN_SETS else "recovered-store") for name in ALL_SETS]
 READ_IDS = [f"{n}/{w}" for n, w in READ_SETS]
-
-
-def run(*args: str):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert "Traceback" not in result.stderr
-    return result
 
 
 def jsonl(result) -> list[dict]:

@@ -15,19 +15,11 @@ import time
 
 import click
 import pytest
-from click.testing import CliRunner
 
-from rmqtool.cli import cli
-from tests.conftest import ROOT, readback, store_path
+from tests.conftest import ROOT, readback, run, store_path
 
 SAMPLE = store_path("dev-sample")
 NASTY = "\x1b[31mred\x1b]0;x\x07\r\nline2\x9b"
-
-
-def run(*args: str):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def messages(name: str = "dev-sample") -> list[dict]:
@@ -121,8 +113,7 @@ def test_record_view_prints_one_field_per_line():
 
 def test_ids_offsets_and_timestamps_never_fold_on_a_narrow_terminal():
     r = messages()[0]
-    result = CliRunner().invoke(cli, ["query-id", str(SAMPLE), r["msgId"], "-f", "table"],
-                                env={"COLUMNS": "80"})
+    result = run("query-id", SAMPLE, r["msgId"], "-f", "table", env={"COLUMNS": "80"})
     assert r["msgId"] in result.stdout
     stamp = dt.datetime.fromtimestamp(r["storeTimestamp"] / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     assert stamp in result.stdout

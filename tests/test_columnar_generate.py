@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from click.testing import CliRunner
-
-from rmqtool.cli import cli
 from rmqtool.format.commitlog import Blank
 from rmqtool.store.store import Store, query_index
+from tests.conftest import run
 
 
 def test_generated_store_is_consistent(tmp_path):
     root = tmp_path / "gen"
-    result = CliRunner().invoke(cli, ["generate", str(root), "--size", "300K", "--file-size", "64K",
-                                      "--cq-file-size", "2000", "--index-geometry", "50:200", "--topics", "3",
-                                      "--queues", "2", "--seed", "3"])
+    result = run("generate", root, "--size", "300K", "--file-size", "64K", "--cq-file-size", "2000",
+                 "--index-geometry", "50:200", "--topics", "3", "--queues", "2", "--seed", "3")
     assert result.exit_code == 0, result.output
     st = Store.open(root)
     entries = list(st.commitlog.iter_entries(check_crc=True))
@@ -44,6 +41,6 @@ def test_generated_store_is_consistent(tmp_path):
 
 def test_generate_refuses_an_existing_store(tmp_path):
     args = ["generate", str(tmp_path / "g"), "--size", "10K", "--file-size", "64K", "--no-index"]
-    assert CliRunner().invoke(cli, args).exit_code == 0
-    result = CliRunner().invoke(cli, args)
+    assert run(*args).exit_code == 0
+    result = run(*args)
     assert result.exit_code == 4 and "already holds a commit log" in result.output

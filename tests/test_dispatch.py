@@ -7,15 +7,13 @@ import base64
 import json
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import (BATCHCQ_SETS, CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, LMQ_SETS, manifest, readback,
-                      store_path)
+                      run, store_path)
 from helpers_dispatch import QueueLayout, layout_store, queue_file_bytes
 from rmqtool import constants as C
-from rmqtool.cli import cli
 from rmqtool.errors import FormatError
 from rmqtool.format import batchcq as B
 from rmqtool.format.batch import BatchItem, decode_batch, encode_batch, inner_messages, is_inner_batch
@@ -119,7 +117,7 @@ def test_inner_batches_unwrap_to_the_client_messages(name):
 def test_cat_commitlog_unwrap():
     root = store_path("dev-batchcq-5x")
     rb = readback("dev-batchcq-5x")
-    out = CliRunner().invoke(cli, ["cat-commitlog", str(root), "--topic", "BatchTopic", "--unwrap", "-f", "jsonl"])
+    out = run("cat-commitlog", root, "--topic", "BatchTopic", "--unwrap", "-f", "jsonl")
     assert out.exit_code == 0, out.output
     rows = [json.loads(line) for line in out.output.splitlines()]
     want = []
@@ -142,16 +140,15 @@ def test_cat_commitlog_unwrap():
 @pytest.mark.parametrize("name", BATCHCQ_SETS)
 def test_cat_cq_reads_batch_queues(name):
     q = max(readback(name)["batchConsumeQueues"], key=lambda q: len(q["units"]))
-    out = CliRunner().invoke(cli, ["cat-cq", str(store_path(name)), q["topic"], str(q["queueId"]), "--resolve",
-                                   "-f", "json"])
+    out = run("cat-cq", store_path(name), q["topic"], q["queueId"], "--resolve", "-f", "json")
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
     assert [[r["physical_offset"], r["size"], r["tags_code"], r["store_timestamp"], r["queue_offset"],
              r["batch_size"], r["compacted_offset"]] for r in rows] == [_bcq_row(u)[:7] for u in q["units"]]
     assert {r["status"] for r in rows} == {"ok"}
     mid = q["units"][-1]
-    out = CliRunner().invoke(cli, ["cat-cq", str(store_path(name)), q["topic"], str(q["queueId"]),
-                                   "--from", str(mid["msgBaseOffset"] + mid["batchSize"] - 1), "-n", "1", "-f", "json"])
+    out = run("cat-cq", store_path(name), q["topic"], q["queueId"],
+              "--from", mid["msgBaseOffset"] + mid["batchSize"] - 1, "-n", "1", "-f", "json")
     assert json.loads(out.output)[0]["physical_offset"] == mid["physOffset"]
 
 
@@ -161,7 +158,7 @@ def test_batch_unit_mismatch_is_reported(store_copy):
     data = bytearray(path.read_bytes())
     data[36:38] = (3).to_bytes(2, "big")           # first unit: batchSize 5 -> 3
     path.write_bytes(bytes(data))
-    out = CliRunner().invoke(cli, ["cat-cq", str(root), "BatchTopic", "0", "--resolve", "-n", "1", "-f", "json"])
+    out = run("cat-cq", root, "BatchTopic", "0", "--resolve", "-n", "1", "-f", "json")
     assert out.exit_code == 1
     assert json.loads(out.stdout)[0]["problems"] == ["batchSize 3 != 5 from the record"]
 
@@ -170,7 +167,7 @@ def test_truncated_batch_file_is_one_line_error(store_copy):
     root = store_copy("dev-batchcq-5x")
     path = root / "batchconsumequeue" / "BatchTopic" / "0" / "00000000000000000184"
     path.write_bytes(path.read_bytes()[:100])
-    out = CliRunner().invoke(cli, ["cat-cq", str(root), "BatchTopic", "0"])
+    out = run("cat-cq", root, "BatchTopic", "0")
     assert out.exit_code != 0 and "Traceback" not in out.output
     assert f"{path}: offset 92: batch consume-queue file size 100 is not a multiple of 46" in out.stderr
 
@@ -209,7 +206,7 @@ def test_cat_cq_resolves_lmq_units(name):
     lmqs = [t for t in store.topics() if t.startswith(C.LMQ_PREFIX)]
     assert "%LMQ%房间3" in lmqs and "%LMQ%device%42" in lmqs
     for topic in lmqs:
-        out = CliRunner().invoke(cli, ["cat-cq", str(store_path(name)), topic, "0", "--resolve", "-f", "json"])
+        out = run("cat-cq", store_path(name), topic, "0", "--resolve", "-f", "json")
         assert out.exit_code == 0, out.output
         assert {r["status"] for r in json.loads(out.output)} == {"ok"}
 
@@ -219,7 +216,7 @@ def test_lmq_unit_in_the_wrong_queue_is_reported(store_copy):
     src = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
     dst = root / "consumequeue" / "%LMQ%room-1" / "0" / "00000000000000000000"
     dst.write_bytes(src.read_bytes()[:20] + dst.read_bytes()[20:])
-    out = CliRunner().invoke(cli, ["cat-cq", str(root), "%LMQ%room-1", "0", "--resolve", "-n", "1", "-f", "json"])
+    out = run("cat-cq", root, "%LMQ%room-1", "0", "--resolve", "-n", "1", "-f", "json")
     assert out.exit_code == 1
     assert "record topic is 'TopicA'" in json.loads(out.stdout)[0]["problems"]
 
@@ -233,7 +230,7 @@ def test_query_key_on_lmq_names(name):
     msg = store.commitlog.read_at(rec["physicalOffset"])
     found = lookup_key(store, "%LMQ%房间3", msg.uniq_key)
     assert found.via_queue and [o for o, _ in found.records] == [rec["physicalOffset"]]
-    out = CliRunner().invoke(cli, ["query-key", str(store_path(name)), "%LMQ%房间3", msg.uniq_key, "-f", "json"])
+    out = run("query-key", store_path(name), "%LMQ%房间3", msg.uniq_key, "-f", "json")
     assert out.exit_code == 0 and json.loads(out.stdout)[0]["physical_offset"] == rec["physicalOffset"]
     assert "not indexed" in out.stderr
 

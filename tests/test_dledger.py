@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import DLEDGER_CRASH_SETS, DLEDGER_SETS, FIXTURES, index_queries, readback, store_path
-from rmqtool.cli import cli
+from conftest import DLEDGER_CRASH_SETS, DLEDGER_SETS, FIXTURES, index_queries, readback, run, store_path
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format import dledger as D
 from rmqtool.store.dledger import DLedgerCommitLog
@@ -210,7 +208,7 @@ def test_damaged_entry_is_one_line_error(store_copy, damage, where, reason):
     assert err.value.offset == pos + where and err.value.path == str(path) and reason in str(err.value)
     # the columnar scan yields the same records before the damage and raises the same error
     assert_parity(root)
-    result = CliRunner().invoke(cli, ["cat-commitlog", str(root), "-f", "jsonl"])
+    result = run("cat-commitlog", root, "-f", "jsonl")
     assert result.exit_code != 0
     last = result.stderr.strip().splitlines()[-1] if result.stderr else result.output.strip().splitlines()[-1]
     assert f"offset {pos + where}" in last and "Traceback" not in result.output
@@ -251,8 +249,8 @@ def test_bare_data_dir_and_file_are_dledger():
 
 
 # -- read commands -----------------------------------------------------------------------------------
-def _run(*args):
-    result = CliRunner().invoke(cli, [*map(str, args)])
+def _ok_output(*args):
+    result = run(*args)
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -262,24 +260,24 @@ def test_read_commands(name):
     root = store_path(name)
     rb = readback(name)
     recs = rb["commitlogRecords"]
-    rows = [json.loads(line) for line in _run("cat-commitlog", root, "-f", "jsonl").splitlines()]
+    rows = [json.loads(line) for line in _ok_output("cat-commitlog", root, "-f", "jsonl").splitlines()]
     assert [r["physical_offset"] for r in rows] == [r["physicalOffset"] for r in recs]
     assert [r["msg_id"] for r in rows] == [r["msgId"] for r in recs]
-    one = json.loads(_run("cat-commitlog", root, "--offset", recs[7]["physicalOffset"], "-n", "1", "-f", "json"))
+    one = json.loads(_ok_output("cat-commitlog", root, "--offset", recs[7]["physicalOffset"], "-n", "1", "-f", "json"))
     assert one[0]["uniq_key"] == recs[7]["uniqKey"]
     q = rb["consumeQueues"][0]
-    out = json.loads(_run("cat-cq", root, q["topic"], q["queueId"], "--resolve", "-f", "json"))
+    out = json.loads(_ok_output("cat-cq", root, q["topic"], q["queueId"], "--resolve", "-f", "json"))
     assert [[u["queue_offset"], u["physical_offset"], u["size"], u["tags_code"]] for u in out] == \
         q["units[queueOffset,commitLogOffset,size,tagsCode]"]
     assert {u["status"] for u in out} == {"ok"}
-    found = json.loads(_run("query-id", root, recs[-1]["msgId"], "-f", "json"))
+    found = json.loads(_ok_output("query-id", root, recs[-1]["msgId"], "-f", "json"))
     assert found[0]["physical_offset"] == recs[-1]["physicalOffset"]
     query = next(q for q in index_queries(rb) if q["key"] != recs[0]["uniqKey"] and len(q["phyOffsets"]) == 1)
-    hits = json.loads(_run("query-key", root, query["topic"], query["key"], "-f", "json"))
+    hits = json.loads(_ok_output("query-key", root, query["topic"], query["key"], "-f", "json"))
     assert [h["physical_offset"] for h in hits] == query["phyOffsets"]
-    info = json.loads(_run("info", root, "-f", "json"))
+    info = json.loads(_ok_output("info", root, "-f", "json"))
     assert info["messages"] == len(recs) and info["max_physical_offset"] == rb["maxPhyOffset"]
-    stats = json.loads(_run("stats", root, "-f", "json"))
+    stats = json.loads(_ok_output("stats", root, "-f", "json"))
     assert sum(r["messages"] for r in stats) == len(recs)
 
 
@@ -288,12 +286,12 @@ def test_export_and_grep(tmp_path):
 
     root = store_path("dev-dledger-5x")
     recs = readback("dev-dledger-5x")["commitlogRecords"]
-    _run("export", root, "--to", tmp_path / "out.parquet", "--include-blank")
+    _ok_output("export", root, "--to", tmp_path / "out.parquet", "--include-blank")
     table = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["physical_offset"] for r in table if r["type"] == "message"] == [r["physicalOffset"] for r in recs]
     assert [(r["physical_offset"], r["magic_code"]) for r in table if r["type"] == "blank"] == \
         [(b["pos"], "0xffffffff") for b in readback("dev-dledger-5x")["dledgerBlanks"]]
-    hits = [json.loads(line) for line in _run("grep", root, "--topic", "TopicB", "-f", "jsonl").splitlines()]
+    hits = [json.loads(line) for line in _ok_output("grep", root, "--topic", "TopicB", "-f", "jsonl").splitlines()]
     assert [h["physical_offset"] for h in hits] == [r["physicalOffset"] for r in recs if r["topic"] == "TopicB"]
 
 

@@ -10,18 +10,12 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from rmqtool.cli import cli
 from rmqtool.cli.output import _csv_cell, dumps
 from rmqtool.format.rows import entry_row
 from rmqtool.store.store import Store
-from tests.conftest import CLEAN_SETS, FIXTURES, store_path
+from tests.conftest import CLEAN_SETS, FIXTURES, run, store_path
 from tests.test_columnar import reference
-
-
-def run(*args):
-    return CliRunner().invoke(cli, list(map(str, args)))
 
 
 def rows_of(path, body_encoding="base64", check_crc=False):

@@ -14,8 +14,8 @@ import signal
 
 import pytest
 
-from conftest import store_path
-from helpers_maintain import run, run_process, snapshot
+from conftest import run, store_path
+from helpers_maintain import run_process, snapshot
 from rmqtool.store.atomic import FAULT_ENV, complete_pending
 
 

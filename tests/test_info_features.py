@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from conftest import DLEDGER_SETS, readback, store_path
-from helpers_maintain import run
+from conftest import DLEDGER_SETS, readback, run, store_path
 
 
 def _info(name: str) -> dict:

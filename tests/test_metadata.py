@@ -7,25 +7,17 @@ import json
 import shutil
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqtool.cli import cli
 from rmqtool.errors import FormatError
 from rmqtool.format.fastjson import parse_fastjson
 from rmqtool.ops.metadata import config_rows, delay_rows, group_rows, offset_rows, snake, topic_rows, totals
 from rmqtool.store.metadata import load, topic_table
 from rmqtool.store.store import Store
-from tests.conftest import CONFIG_SETS, readback, store_path
+from tests.conftest import CONFIG_SETS, readback, run, store_path
 
 SCHEDULE_OFFSETS = "scheduleMessageService.offsetTable(level -> offset, after load)"
-
-
-def run(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert "Traceback" not in result.stderr
-    return result
 
 
 def jsonl(result) -> list[dict]:

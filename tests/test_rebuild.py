@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, index_queries, readback, store_path
-from helpers_maintain import run, snapshot
+from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, index_queries, readback, run, store_path
+from helpers_maintain import snapshot
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
 from rmqtool.store.store import Store, query_index

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from conftest import CRASH_SETS, DLEDGER_CRASH_SETS, DLEDGER_SETS, FIXTURES, index_queries, readback
-from helpers_maintain import run, run_process, snapshot
+from conftest import CRASH_SETS, DLEDGER_CRASH_SETS, DLEDGER_SETS, FIXTURES, index_queries, readback, run
+from helpers_maintain import run_process, snapshot
 from rmqtool.format.consumequeue import CqUnit, decode_units
 from rmqtool.store.atomic import restore_backup
 from rmqtool.store.store import Store, query_index

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from tests.conftest import CRASH_SETS
-from tests.helpers_maintain import run, run_process, snapshot
+from tests.conftest import CRASH_SETS, run
+from tests.helpers_maintain import run_process, snapshot
 
 
 def tree(root) -> dict[str, bytes | None]:

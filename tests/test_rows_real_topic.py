@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from rmqtool.cli import cli
 from rmqtool.columnar import iter_record_batches
 from rmqtool.format.rows import entry_row
 from rmqtool.store.store import Store
-from tests.conftest import CONFIG_SETS, TIMER_SETS, readback, store_path
+from tests.conftest import CONFIG_SETS, TIMER_SETS, readback, run, store_path
 
 
 def expected(name: str) -> dict[int, tuple]:
@@ -39,11 +37,10 @@ def test_record_rows_and_columns_carry_real_topic_and_queue(name):
 @pytest.mark.parametrize("name", CONFIG_SETS)
 def test_redelivered_delay_messages_in_the_cli(name):
     want = {o: v for o, v in expected(name).items() if v[0]}
-    scan = CliRunner().invoke(cli, ["cat-commitlog", str(store_path(name)), "-f", "jsonl"])
+    scan = run("cat-commitlog", store_path(name), "-f", "jsonl")
     rows = [json.loads(line) for line in scan.stdout.splitlines()]
     assert {r["physical_offset"]: (r["real_topic"], r["real_queue_id"]) for r in rows if r["real_topic"]} == want
-    table = CliRunner().invoke(cli, ["cat-commitlog", str(store_path(name)), "--topic", "SCHEDULE_TOPIC_XXXX",
-                                     "-f", "csv", "--fields", "physical_offset,topic,real_topic,real_queue_id"])
+    table = run("cat-commitlog", store_path(name), "--topic", "SCHEDULE_TOPIC_XXXX", "-f", "csv", "--fields", "physical_offset,topic,real_topic,real_queue_id")
     lines = table.stdout.splitlines()
     assert lines[0] == "physical_offset,topic,real_topic,real_queue_id"
     assert {int(line.split(",")[0]): (line.split(",")[2], int(line.split(",")[3])) for line in lines[1:]} == \

@@ -15,12 +15,10 @@ import sys
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from click.testing import CliRunner
 from moto.server import ThreadedMotoServer
 from pyarrow import fs
 
-from conftest import ROOT, store_path
-from rmqtool.cli import cli
+from conftest import ROOT, run, store_path
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.errors import StoreError
 from rmqtool.ops import dataset, scan
@@ -89,10 +87,6 @@ def test_records_match_local(s3):
                  for b in scan.record_batches(f)]
         assert len(rows_without_location(remote)) > 100
         assert rows_without_location(remote) == rows_without_location(local)
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
 @pytest.mark.parametrize("args", [["stats", "--by", "topic"], ["grep", "--topic", "TopicA"]])

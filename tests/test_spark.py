@@ -17,11 +17,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from click.testing import CliRunner
 
-from conftest import ALL_SETS, CLEAN_SETS, FIXTURES, ROOT, readback, store_path
+from conftest import ALL_SETS, CLEAN_SETS, FIXTURES, ROOT, readback, run, store_path
 from helpers_spark import StandaloneCluster
-from rmqtool.cli import cli
 from rmqtool.errors import FormatError
 from rmqtool.ops import dataset, grep, scan, stats
 from rmqtool.ops.filters import RecordFilter
@@ -282,10 +280,6 @@ def test_verify_parity_on_damage_and_only_findings_travel(spark, generated, dama
 
 
 # -- the commands -----------------------------------------------------------------------------------
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
 def test_cli_engines_agree(spark, generated, tmp_path):
     for args in (["stats", generated, "--by", "topic", "-f", "jsonl"],
                  ["grep", str(store_path("dev-sample")), "--topic", "TopicA", "-f", "jsonl"],

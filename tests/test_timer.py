@@ -8,11 +8,9 @@ import os
 import shutil
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmqtool.cli import cli
 from rmqtool.format.timer import (BLANK_MAGIC_CODE, MIN_BLANK_LEN, SLOT_SIZE, UNIT_SIZE, TimerBlank,
                                   TimerCheckpoint, TimerMetric, TimerMetrics, TimerSlot, TimerUnit,
                                   decode_slot, decode_timercheck, decode_timerlog_entry, encode_slot,
@@ -25,17 +23,11 @@ from rmqtool.ops.timer import PENDING_FIELDS, open_timer_store, pending_rows
 from rmqtool.store import timer as store_timer
 from rmqtool.store.store import Store
 from rmqtool.store.timer import TimerStore
-from tests.conftest import TIMER_SETS, readback, store_path
+from tests.conftest import TIMER_SETS, readback, run, store_path
 
 SLOTS_KEY = "timerwheelSlots(non-empty, TimerWheel.getRawSlot/getSlot)"
 i32 = st.integers(-2**31, 2**31 - 1)
 i64 = st.integers(-2**63, 2**63 - 1)
-
-
-def run(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    assert "Traceback" not in result.stderr
-    return result
 
 
 @pytest.fixture(params=TIMER_SETS)

@@ -8,8 +8,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, store_path
-from helpers_maintain import run
+from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, run, store_path
 from rmqtool.format.commitlog import decode_entry
 from rmqtool.ops.findings import FINDING_FIELDS
 from rmqtool.ops.verify import verify_store

@@ -11,8 +11,7 @@ from functools import partial
 
 import pytest
 
-from conftest import ALL_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, store_path
-from helpers_maintain import run
+from conftest import ALL_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, run, store_path
 from rmqtool.errors import FormatError, RmqError
 from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store

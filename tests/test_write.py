@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import CLEAN_SETS, store_path
-from helpers_maintain import run, snapshot
+from conftest import CLEAN_SETS, run, store_path
+from helpers_maintain import snapshot
 from rmqtool.ops.write import StoreWriter, build_message, init_store
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.verify import verify_store
