@@ -150,3 +150,45 @@ def test_unusable_uri(args):
     """A URI pyarrow.fs cannot open (unknown scheme; HDFS without libhdfs or without a name node)."""
     uri = next(a for a in args if "://" in a)
     assert_error(run(*args, "--engine", "local"), ExitCode.IO_ERROR, f"{uri}: cannot open: ")
+
+
+# -- the exit-code cases of issue 20 (each exited 0 or 70 before) ----------------------------------------
+SAMPLE_STORE = FIXTURES / "dev-sample" / "store"
+COMMITLOG_FILE = SAMPLE_STORE / "commitlog" / "00000000000000000000"
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "-99999999999999999999999"])
+def test_a_time_out_of_range_is_a_usage_error(value):
+    result = run("cat-commitlog", SAMPLE_STORE, "--until", value, "-n", "1")
+    assert (result.exit_code, result.stdout) == (ExitCode.USAGE, "")
+    assert "out of range for a time in epoch milliseconds" in result.stderr
+
+
+@pytest.mark.parametrize("content", [b"hello\n", b"not a commit log\n" * 100], ids=["tiny", "text"])
+def test_info_refuses_a_plain_file(tmp_path, content):
+    plain = tmp_path / "notes.txt"
+    plain.write_bytes(content)
+    assert_error(run("info", plain), ExitCode.BAD_INPUT, str(plain), "offset 0")
+
+
+def test_info_reads_one_commit_log_file():
+    result = run("info", COMMITLOG_FILE, "-f", "jsonl")
+    assert result.exit_code == 0 and '"messages":' in result.stdout
+
+
+@pytest.mark.parametrize("command,what", [("cat-index", "not an index file"), ("checkpoint", "not a checkpoint file")])
+def test_index_and_checkpoint_commands_refuse_a_commit_log_file(command, what):
+    assert_error(run(command, COMMITLOG_FILE), ExitCode.BAD_INPUT, str(COMMITLOG_FILE), what)
+
+
+def test_cat_cq_takes_a_queue_file_or_directory():
+    by_name = run("cat-cq", SAMPLE_STORE, "TopicA", "0", "-f", "jsonl").stdout.splitlines()
+    qdir = SAMPLE_STORE / "consumequeue" / "TopicA" / "0"
+    files = sorted(qdir.iterdir())
+    assert run("cat-cq", qdir, "-f", "jsonl").stdout.splitlines() == by_name
+    per_file = [run("cat-cq", f, "-f", "jsonl").stdout.splitlines() for f in files]
+    assert len(per_file) == 2 and all(per_file) and sum(per_file, []) == by_name       # each file its own units
+    batch = FIXTURES / "dev-batchcq-5x" / "store" / "batchconsumequeue" / "BatchTopic" / "0"
+    assert (run("cat-cq", batch, "-f", "jsonl").stdout
+            == run("cat-cq", FIXTURES / "dev-batchcq-5x" / "store", "BatchTopic", "0", "-f", "jsonl").stdout)
+    assert run("cat-cq", SAMPLE_STORE).exit_code == ExitCode.USAGE

@@ -1,11 +1,12 @@
 """Rendering rows for people and scripts: table (rich), plain (tabulate), record (one field per line),
-json, jsonl, csv.
+json, jsonl, csv, tsv.
 
 Rows are dicts with the documented field names. Every format streams: tables get fixed column widths
 (from all rows when the caller has them in a list, else from the field types) and print each row as it
-comes. Human formats (table, plain, record) escape control characters, show sizes and dates for people
-and never fold IDs, offsets or timestamps; machine formats carry the values exactly. Data goes to
-stdout, everything else to stderr.
+comes. Human formats (table, plain, record) escape control characters and show sizes and dates for
+people; machine formats carry the values exactly. No format cuts or folds IDs, offsets, timestamps or
+names: only free text (bodies, properties, messages) may end in "…" in a table. Data goes to stdout,
+everything else to stderr.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import csv
 import datetime as dt
 import enum
+import itertools
 import json
 import os
 import re
@@ -29,6 +31,7 @@ class Format(str, enum.Enum):
     JSON = "json"
     JSONL = "jsonl"
     CSV = "csv"
+    TSV = "tsv"
     PLAIN = "plain"
     RECORD = "record"
 
@@ -40,16 +43,13 @@ TIMESTAMP_FIELDS = frozenset({"born_timestamp", "store_timestamp", "begin_timest
                               "min_store_timestamp", "max_store_timestamp", "deliver_timestamp",
                               "min_timestamp", "min_timestamp_index", "created_timestamp"})
 SIZE_FIELDS = frozenset({"bytes", "commitlog_file_size", "commitlog_bytes", "file_size", "input_bytes"})
-# Values people copy: never truncated, whatever the width.
-WHOLE_FIELDS = frozenset({"msg_id", "uniq_key", "id", "index_file", "file", "commitlog_file", "store",
-                          "path", "key_hash", "magic_code"})
-# Column widths of streamed tables, by field (at least the header's); text beyond them ends in "…".
-# Tables of known rows fit their contents; on a terminal, text columns narrow until a row fits.
-TYPE_WIDTHS = {"store_timestamp": 23, "born_timestamp": 23, "msg_id": 32, "uniq_key": 32, "physical_offset": 10,
-               "queue_offset": 8, "topic": 24, "tags": 10, "keys": 22, "body": 40, "born_host": 21,
-               "store_host": 21, "properties": 40, "problems": 30, "detail": 50, "path": 40, "message": 50,
-               "store": 30, "commitlog_file": 40}
-DEFAULT_WIDTH = 16
+# A table's columns fit its first SAMPLE_ROWS rows (all rows of a shorter output, or of a list the caller
+# has); later rows stream in those widths. Only free text (these fields) is ever cut, ending in "…": in a
+# streamed table beyond the width given here, and on a terminal while a row does not fit. Every other value
+# (IDs, offsets, timestamps, names, keys, tags) is printed whole: a longer one widens its row.
+FREE_TEXT_WIDTHS = {"body": 40, "properties": 40, "problems": 30, "detail": 50, "message": 50, "state": 40,
+                    "fallback_reason": 50}
+SAMPLE_ROWS = 1000
 MARKUP_TABLEFMTS = frozenset({"html", "latex", "latex_booktabs", "latex_longtable", "mediawiki", "moinmoin",
                               "textile", "jira", "asciidoc"})   # tabulate escapes their cells itself
 MIN_WIDTH = 6             # the least a text column shrinks to on a narrow terminal
@@ -70,16 +70,37 @@ def _remember_fields(ctx: click.Context, _param, value: str | None) -> None:
         ctx.meta[FIELDS_META] = [f.strip() for f in value.split(",") if f.strip()]
 
 
+NO_HEADERS_META = "rmqtool.no_headers"
+
+
+def _remember_no_headers(ctx: click.Context, _param, value: bool) -> None:
+    if value:
+        ctx.meta[NO_HEADERS_META] = True
+
+
+def _check_tablefmt(_ctx, param, value: str) -> str:
+    """A tabulate format name; another is a usage error naming them."""
+    if value != "simple":
+        from tabulate import tabulate_formats
+
+        if value not in tabulate_formats:
+            raise click.BadParameter(f"{value!r} is not a table format; formats are {', '.join(tabulate_formats)}",
+                                     param=param)
+    return value
+
+
 def output_options(fn: Callable) -> Callable:
-    """--format, --tablefmt and --fields, shared by every command that prints rows."""
+    """--format, --tablefmt, --fields and --no-headers, shared by every command that prints rows."""
+    fn = click.option("--no-headers", is_flag=True, expose_value=False, callback=_remember_no_headers,
+                      help="Leave out the header line (csv, tsv, plain, table).")(fn)
     fn = click.option("--fields", metavar="A,B,...", expose_value=False, callback=_remember_fields,
                       help="Only these fields, in this order (default: all; a few in tables).")(fn)
-    fn = click.option("--tablefmt", default="simple", show_default=True, metavar="NAME",
+    fn = click.option("--tablefmt", default="simple", show_default=True, metavar="NAME", callback=_check_tablefmt,
                       help="tabulate table format for --format plain (github, grid, psql, ...).")(fn)
     fn = click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_CHOICES), default=None,
                       envvar="RMQTOOL_FORMAT",
                       help="Output format: table, plain (aligned text), record (one field per line), "
-                           "jsonl, json, csv [default: table on a terminal, jsonl otherwise].")(fn)
+                           "jsonl, json, csv, tsv [default: table on a terminal, jsonl otherwise].")(fn)
     return fn
 
 
@@ -139,6 +160,8 @@ class Timestamp(click.ParamType):
             return value
         text = str(value).strip()
         if re.fullmatch(r"-?\d+", text):
+            if not -2**63 <= int(text) < 2**63:         # a Java long, as the broker stores times
+                self.fail(f"{value!r} is out of range for a time in epoch milliseconds", param, ctx)
             return int(text)
         try:
             when = dt.datetime.fromisoformat(text)
@@ -200,8 +223,8 @@ def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None =
             n += 1
         out.write("\n]\n" if n else "]\n")
         return n
-    if fmt is Format.CSV:
-        return _write_csv(rows, columns, out)
+    if fmt in (Format.CSV, Format.TSV):
+        return _write_csv(rows, columns, out, fmt)
     if fmt is Format.RECORD:
         return _write_record_view(rows, columns, out)
     return _write_table(rows, fmt, columns, tablefmt, title, out, optional)
@@ -211,6 +234,12 @@ def _chosen_fields() -> list[str] | None:
     """The command's --fields, if given."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.get(FIELDS_META) if ctx else None
+
+
+def _headers() -> bool:
+    """False under the command's --no-headers."""
+    ctx = click.get_current_context(silent=True)
+    return not (ctx and ctx.meta.get(NO_HEADERS_META))
 
 
 def check_fields(fields: list[str], known: Iterable[str]) -> None:
@@ -234,14 +263,16 @@ def _select(rows: Iterable[dict], fields: list[str]):
     return (list(picked) if known is not None else picked), fields
 
 
-def _write_csv(rows: Iterable[dict], columns: list[str] | None, out) -> int:
+def _write_csv(rows: Iterable[dict], columns: list[str] | None, out, fmt: Format = Format.CSV) -> int:
+    """CSV (RFC 4180 quoting) or TSV (tab-separated, the same quoting of cells holding a tab or newline)."""
     it: Iterator[dict] = iter(rows)
     first = next(it, None)
     if first is None:
         return 0
     cols = columns or list(first)
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(cols)
+    writer = csv.writer(out, lineterminator="\n", delimiter="\t" if fmt is Format.TSV else ",")
+    if _headers():
+        writer.writerow(cols)
     n = 0
     for row in _chain(first, it):
         writer.writerow([_csv_cell(row.get(c)) for c in cols])
@@ -283,18 +314,23 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
                  title: str | None, out, optional: tuple[str, ...] = ()) -> int:
     from rich.cells import cell_len
 
-    known = rows if isinstance(rows, list) else None
-    it = iter(rows)
-    first = next(it, None)
-    if first is None:
-        return 0
-    cols = columns or (_union(known) if known is not None else list(first))
-    if known is not None:
-        texts = [[cell(c, r.get(c)) for c in cols] for r in known]
-        widths = [max([cell_len(c)] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(cols)]
+    streamed = not isinstance(rows, list)
+    if not streamed:
+        sample, rest, failed = rows, iter(()), None
     else:
-        widths = [max(cell_len(c), TYPE_WIDTHS.get(c, DEFAULT_WIDTH) if _truncates(c, first.get(c))
-                      else cell_len(cell(c, first.get(c)))) for c in cols]
+        rest = iter(rows)
+        sample, failed = _head(rest, SAMPLE_ROWS)
+    if not sample:
+        if failed:
+            raise failed
+        return 0
+    first = sample[0]
+    cols = columns or _union(sample)
+    texts = [[cell(c, r.get(c)) for c in cols] for r in sample]
+    widths = [max([cell_len(c)] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(cols)]
+    if streamed:                              # free text to its usual width, not that of one long body
+        widths = [min(w, max(cell_len(c), FREE_TEXT_WIDTHS[c])) if _truncates(c, first.get(c)) else w
+                  for c, w in zip(cols, widths)]
     cols, widths = _fit(cols, widths, first, out, optional)
     if fmt is Format.PLAIN:
         widths = [max(w, cell_len(c) + 2) for c, w in zip(cols, widths)]   # tabulate pads headers by 2
@@ -302,19 +338,36 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     strip = fmt is Format.PLAIN                  # plain: no trailing blanks after the last column
     if strip:
         head, between, tail = ([s.rstrip() for s in part] for part in (head, between, tail))
-    if title and fmt is Format.TABLE:
+    if title and fmt is Format.TABLE and _headers():
         out.write(title + "\n")
+    if not _headers():              # a top border stays; the header line and the rule under it go
+        head = head[:next(k for k, s in enumerate(head) if all(c in s for c in cols))]
     out.write("".join(s + "\n" for s in head))
     n = 0
-    for row in _chain(first, it):
+    for row in itertools.chain(sample, () if failed else rest):
         if n:
             out.write("".join(s + "\n" for s in between))
         text = line([_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c))) for c, w in zip(cols, widths)])
         out.write((text.rstrip() if strip else text) + "\n")
         out.flush()
         n += 1
+    if failed:                       # the rows before a damaged record print, then its error
+        raise failed
     out.write("".join(s + "\n" for s in tail))
     return n
+
+
+def _head(it: Iterator[dict], n: int) -> tuple[list[dict], BaseException | None]:
+    """The first ``n`` rows, and the error (or Ctrl-C) that ended them early, if any."""
+    got: list[dict] = []
+    try:
+        for row in it:
+            got.append(row)
+            if len(got) >= n:
+                break
+    except BaseException as exc:       # noqa: BLE001 - re-raised once the rows before it are out
+        return got, exc
+    return got, None
 
 
 def _union(rows: list[dict]) -> list[str]:
@@ -325,9 +378,8 @@ def _union(rows: list[dict]) -> list[str]:
 
 
 def _truncates(key: str, value: Any) -> bool:
-    """Text may be cut to its column; numbers, times, IDs and offsets never are."""
-    return not (isinstance(value, (int, float)) or key in WHOLE_FIELDS or key in TIMESTAMP_FIELDS
-                or key.endswith("offset"))
+    """Free text may be cut to its column; numbers, times, IDs, offsets and names never are."""
+    return key in FREE_TEXT_WIDTHS and not isinstance(value, (int, float))
 
 
 def _fit(cols: list[str], widths: list[int], sample: dict, out,
@@ -426,8 +478,8 @@ def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", sel
         out.write((json.dumps(row, ensure_ascii=False, default=_json_default, indent=2)
                    if fmt is Format.JSON else dumps(row)) + "\n")
         return
-    if fmt is Format.CSV:
-        _write_csv([row], None, out)
+    if fmt in (Format.CSV, Format.TSV):
+        _write_csv([row], None, out, fmt)
     elif fmt is Format.RECORD:
         _write_record_view([row], None, out)
     else:

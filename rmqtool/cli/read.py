@@ -134,9 +134,11 @@ def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tabl
 
     out = resolve_format(fmt)
     st = Store.open(store)
+    if Path(store).is_file():
+        next(st.commitlog.iter_entries(), None)     # one file given: refused (exit 3) unless it holds records
     with progress_bar(sum(f.length for f in st.commitlog.queue), "reading") as progress:
         summary = store_info(st, progress, jobs)
-    if out in (Format.JSON, Format.JSONL, Format.CSV):
+    if out in (Format.JSON, Format.JSONL, Format.CSV, Format.TSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:
         problems = summary["problems"]
@@ -304,9 +306,9 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
 
 # -- cat-cq -----------------------------------------------------------------------------------------
 @cli.command("cat-cq")
-@click.argument("store", type=click.Path())
-@click.argument("topic")
-@click.argument("queue_id", type=int)
+@click.argument("store", metavar="STORE|QUEUE_FILE", type=click.Path())
+@click.argument("topic", required=False)
+@click.argument("queue_id", type=int, required=False)
 @option("--offset", "start", aliases=("--from",), type=click.IntRange(min=0), default=0, metavar="N",
         help="Start at queue offset N.")
 @count_option()
@@ -325,6 +327,9 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     """Print the units of one consume queue with their queue offsets, or with --message the records
     they point at (mqadmin queryMsgByOffset).
 
+    Give the store, the topic and the queue id, or just a queue file (its units) or queue directory
+    (consumequeue/ or batchconsumequeue/<topic>/<queueId>/): the path says which queue and which kind.
+
     Units at the end that point past the end of the commit log (left by a crash) are left out with a
     note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
     found by itself: one row per 46-byte unit, queue_offset being the first of its batch_size messages;
@@ -339,15 +344,35 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
       rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1000   # exit 1
       rmqtool cat-cq fixtures/dev-batchcq-5x/store BatchTopic 0 --offset 7 --resolve -f plain
       rmqtool cat-cq fixtures/dev-lmq-5x/store '%LMQ%room-1' 0 -n 5 --resolve -f plain
+      rmqtool cat-cq fixtures/dev-sample/store/consumequeue/TopicA/0/00000000000000000000 -n 3
+      rmqtool cat-cq fixtures/dev-batchcq-5x/store/batchconsumequeue/BatchTopic/0 -n 2
     """
+    from click.core import ParameterSource
+
     from rmqtool.format.commitlog import Blank
     from rmqtool.ops.query import dirty_tail_start, unit_problems
+    from rmqtool.store.store import queue_of_path
 
     if message and resolve:
         raise click.UsageError("use --resolve or --message, not both")
     out = resolve_format(fmt)
+    qfile = None
+    if topic is None or queue_id is None:
+        found = queue_of_path(store) if topic is None else None
+        if found is None:
+            raise click.UsageError("give TOPIC and QUEUE_ID, or a queue file or directory as STORE")
+        qfile = Path(store) if Path(store).is_file() else None
+        store, topic, queue_id = found
     st = Store.open(store)
-    if topic not in st.topics() and topic in st.batch_topics():
+    batch = topic not in st.topics() and topic in st.batch_topics()
+    if qfile is not None and ctx.get_parameter_source("start") is ParameterSource.DEFAULT:
+        size = C.BCQ_STORE_UNIT_SIZE if batch else C.CQ_STORE_UNIT_SIZE      # from the file's first unit
+        start = int(qfile.name) // size if qfile.name.isdigit() else 0
+        if batch:
+            units = st.batch_consume_queue(topic, queue_id).units()
+            start = units[start].msg_base_offset if start < len(units) else 2**63 - 1
+        count = qfile.stat().st_size // size if count is None else count
+    if batch:
         _cat_bcq(ctx, st, topic, queue_id, start, count, resolve, out, tablefmt)
         return
     cq = _consume_queue(st, topic, queue_id)
@@ -477,8 +502,15 @@ def cat_index(ctx: click.Context, path: str, entries: bool, slots: bool, fmt: st
 def _index_refs(path: Path):
     from rmqtool.store.store import index_refs
 
-    if path.is_file():
-        return index_refs([path])
+    if path.is_file():                      # one file: refused unless it can be an index file
+        from rmqtool.errors import FormatError
+        from rmqtool.format.indexfile import header_problem
+
+        refs = index_refs([path])
+        problem = header_problem(refs[0].header, refs[0].geometry)
+        if problem:
+            raise FormatError(f"not an index file: {problem}", path=str(path), offset=0)
+        return refs
     if path.is_dir() and path.name == L.INDEX and not (path / L.COMMITLOG).exists():
         return index_refs(sorted(p for p in path.iterdir() if p.is_file()))
     return Store.open(path).index_files()
@@ -669,13 +701,13 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
       rmqtool checkpoint fixtures/dev-sample-5x/store/checkpoint -f json
     """
     from rmqtool.errors import FormatError
-    from rmqtool.format.checkpoint import decode_checkpoint
+    from rmqtool.format.checkpoint import decode_checkpoint_file
     from rmqtool.ops.inspect import checkpoint_row
 
     p = Path(path)
     if p.is_file():
         try:
-            cp = decode_checkpoint(p.read_bytes())
+            cp = decode_checkpoint_file(p.read_bytes())
         except FormatError as exc:
             raise exc.at(path=str(p)) from None
     else:

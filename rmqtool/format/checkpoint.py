@@ -10,7 +10,7 @@ import struct
 from typing import NamedTuple
 
 from rmqtool import constants as C
-from rmqtool.errors import EncodeError, Truncated
+from rmqtool.errors import EncodeError, FormatError, Truncated
 
 _FIELDS = struct.Struct(">qqqqq")
 
@@ -37,6 +37,16 @@ def decode_checkpoint(buf) -> Checkpoint:
     if len(buf) < _FIELDS.size:
         raise Truncated("checkpoint", _FIELDS.size, len(buf), offset=0)
     return Checkpoint(*_FIELDS.unpack_from(buf, 0), bytes(buf[_FIELDS.size:]))
+
+
+def decode_checkpoint_file(buf) -> Checkpoint:
+    """A whole checkpoint file: StoreCheckpoint maps exactly one OS page (MappedFile.OS_PAGE_SIZE), so a
+    file of another size (a commit-log file, say) is not one."""
+    cp = decode_checkpoint(buf)
+    if len(buf) != C.CHECKPOINT_FILE_SIZE:
+        raise FormatError(f"not a checkpoint file: {len(buf)} bytes (the broker's checkpoint is "
+                          f"{C.CHECKPOINT_FILE_SIZE})", offset=0)
+    return cp
 
 
 def encode_checkpoint(cp: Checkpoint) -> bytes:

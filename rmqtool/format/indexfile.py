@@ -69,6 +69,25 @@ def decode_header(buf) -> IndexHeader:
     return IndexHeader._make(HEADER.unpack_from(buf, 0))
 
 
+def header_problem(header: IndexHeader, geometry: Geometry) -> str | None:
+    """Why these 40 bytes cannot be the header of an index file of this geometry (None: they can).
+
+    IndexFile.putKey writes the header: indexCount starts at 1 and stays within the capacity, every slot
+    it fills (hashSlotCount) holds an entry, and the times and offsets grow with the entries. A file not
+    yet written to has a header of zeros."""
+    if header.index_count == 0:
+        return None if header == IndexHeader() else "indexCount is 0 but the header is not empty"
+    if not 1 <= header.index_count <= geometry.index_num:
+        return f"indexCount {header.index_count} outside 1..{geometry.index_num}"
+    if not 0 <= header.hash_slot_count <= min(geometry.hash_slot_num, header.index_count - 1):
+        return f"hashSlotCount {header.hash_slot_count} outside 0..{min(geometry.hash_slot_num, header.index_count - 1)}"
+    if not 0 <= header.begin_timestamp <= header.end_timestamp:
+        return f"beginTimestamp {header.begin_timestamp} after endTimestamp {header.end_timestamp}"
+    if not 0 <= header.begin_phy_offset <= header.end_phy_offset:
+        return f"beginPhyOffset {header.begin_phy_offset} after endPhyOffset {header.end_phy_offset}"
+    return None
+
+
 def encode_header(header: IndexHeader) -> bytes:
     return HEADER.pack(*header)
 

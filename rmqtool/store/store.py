@@ -71,6 +71,16 @@ class ConsumeQueue:
         return (first, count) if count else (0, 0)
 
 
+def queue_of_path(path: str | os.PathLike) -> tuple[Path, str, int] | None:
+    """(store root, topic, queue id) of a queue file or directory,
+    ``<root>/consumequeue|batchconsumequeue/<topic>/<queueId>[/<file>]``; None for another path."""
+    path = Path(path)
+    qdir = path.parent if path.is_file() else path
+    if qdir.parent.parent.name in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE) and qdir.name.isdigit():
+        return qdir.parent.parent.parent, qdir.parent.name, int(qdir.name)
+    return None
+
+
 @dataclass(frozen=True)
 class BatchConsumeQueue:
     """``batchconsumequeue/<topic>/<queueId>/``: 46-byte units, one per batch (5.x, queue.type=BatchCQ)."""
