@@ -166,9 +166,12 @@ def generate(directory, size, file_size, topics, queues, body_size, index, index
         raise click.BadParameter("must be a positive multiple of 20", param_hint="--cq-file-size")
     if body_size[0] > body_size[1]:
         raise click.BadParameter("MIN is above MAX", param_hint="--body-size")
-    g = generate_store(directory, size, file_size=file_size, topics=topics, queues=queues,
-                       body_min=body_size[0], body_max=body_size[1], cq_file_size=cq_file_size,
-                       index=index, index_geometry=geometry, seed=seed)
+    from rmqtool.cli.output import progress_bar
+
+    with progress_bar(size, "generating") as progress:
+        g = generate_store(directory, size, file_size=file_size, topics=topics, queues=queues,
+                           body_min=body_size[0], body_max=body_size[1], cq_file_size=cq_file_size,
+                           index=index, index_geometry=geometry, seed=seed, progress=progress)
     click.echo(f"generated {g.messages} messages in {g.files} commit-log files ({g.commitlog_bytes} bytes), "
                f"{g.consume_queues} consume queues, {g.index_files} index files in {g.root}; undo: rm -r "
                f"{shlex.quote(str(g.root))}", err=True)

@@ -20,7 +20,8 @@ from rmqtool.store.store import Store
 
 PEOPLE = (Format.TABLE, Format.PLAIN)
 TIME_FIELDS = frozenset({"slot_timestamp", "deliver_timestamp", "curr_write_timestamp", "delayed_timestamp",
-                         "data_version_timestamp", "last_read_time_ms", "timestamp", "time_stamp"})
+                         "data_version_timestamp", "last_read_time_ms", "timestamp", "time_stamp",
+                         "last_consumed_timestamp", "last_updated_timestamp", "store_timestamp"})
 
 
 def _note(text: str) -> None:
@@ -121,7 +122,9 @@ def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None
     files (batchconsumequeue for BatchCQ topics).
 
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
-    as an unused %RETRY% topic). Groups that never committed have no rows. Exits 1 when nothing matches.
+    as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
+    committed offset (mqadmin's LastTime). Groups that never committed have no rows. Exits 1 when nothing
+    matches.
 
     \b
     Examples:
@@ -137,6 +140,60 @@ def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None
         rows = totals(rows, ("group", "topic") if by == "topic" else ("group",))
     _write(ctx, rows, resolve_format(fmt), tablefmt, OFFSET_FIELDS if by == "queue" else None,
            "no committed offsets" + (" match" if group or topic else ""))
+
+
+@cli.command("topic-status")
+@click.argument("store", type=click.Path())
+@click.argument("topics", metavar="[TOPIC]...", nargs=-1)
+@output_options
+@click.pass_context
+def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: str | None, tablefmt: str) -> None:
+    """Per queue of each topic (as mqadmin topicStatus): min and max offset and the store time of the last
+    message (last_updated_timestamp), from the consume-queue files (batchconsumequeue for BatchCQ topics).
+
+    Without TOPIC, every topic with queue files. Exits 1 when no queue matches.
+
+    \b
+    Examples:
+      rmqtool topic-status fixtures/dev-config-5x/store TopicA
+      rmqtool topic-status fixtures/dev-batchcq-5x/store BatchTopic -f jsonl
+    """
+    from rmqtool.ops.mqadmin import TOPIC_STATUS_FIELDS, topic_status_rows
+
+    st = Store.open(store)
+    names = topics or sorted(set(st.topics()) | set(st.batch_topics()))
+    _write(ctx, topic_status_rows(st, names), resolve_format(fmt), tablefmt, TOPIC_STATUS_FIELDS, "no queues")
+
+
+@cli.command()
+@click.argument("store", type=click.Path())
+@click.option("--all", "everything", is_flag=True, help="Every half message with how it ended, not only those in doubt.")
+@output_options
+@click.pass_context
+def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | None, tablefmt: str) -> None:
+    """In-doubt transactions: half messages (RMQ_SYS_TRANS_HALF_TOPIC) with no op record
+    (RMQ_SYS_TRANS_OP_HALF_TOPIC) at or after the transaction check's progress (group CID_RMQ_SYS_TRANS in
+    config/consumerOffset.json): the list the broker's check asks producers about, with their age
+    (age_ms, to the store's newest record).
+
+    With --all, every half message and its state: committed (the real message, whose
+    prepared_transaction_offset names the half, is commit_offset), rolled_back (an op record and no commit),
+    checked (no op record, before the check's progress: put back or discarded) or in_doubt. Exits 1 when
+    nothing is listed.
+
+    \b
+    Examples:
+      rmqtool transactions fixtures/dev-sample/store
+      rmqtool transactions fixtures/dev-sample/store --all -f plain
+    """
+    from rmqtool.ops.mqadmin import TRANSACTION_FIELDS, transaction_rows
+    from rmqtool.store.metadata import load
+
+    st = Store.open(store)
+    loaded = load(st, "consumerOffset.json")
+    progress = loaded.value.entries.get((C.RMQ_SYS_TRANS_HALF_TOPIC, C.TRANS_CHECK_GROUP), {}) if loaded else {}
+    _write(ctx, transaction_rows(st, progress, everything=everything), resolve_format(fmt), tablefmt,
+           TRANSACTION_FIELDS, "no half messages" if everything else "no transaction in doubt")
 
 
 @cli.command("delay-offsets")

@@ -509,3 +509,5 @@ def progress_bar(total: int, label: str, *, streaming: bool = False) -> Iterator
                   redirect_stderr=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)
+        bar.update(task, completed=total)     # done: 100 %, whatever the bytes counted (zero tails, BLANKs)
+        bar.refresh()

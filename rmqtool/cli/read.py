@@ -28,7 +28,7 @@ from rmqtool.store.store import Store
 
 # Default columns for people, per command: IDs, offsets and times whole, a row fits a wide terminal.
 SCAN_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "tags", "keys", "body"]
-KEY_COLUMNS = ["physical_offset", "store_timestamp", "topic", "keys", "msg_id", "body"]
+KEY_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "keys", "msg_id", "body"]
 ID_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key"]
 TABLE_BODY_CHARS = 60
 NARROW_DROPS = ("queue_offset", "queue_id", "tags", "keys", "store", "uniq_key")   # left out first when narrow
@@ -627,7 +627,12 @@ def _index_coverage(st: Store, begin: int, end: int) -> str:
 
 @cli.command("query-id")
 @click.argument("store", type=click.Path())
-@click.argument("msg_id", metavar="ID")
+@click.argument("msg_ids", metavar="[ID[,ID...]]...", nargs=-1)
+@click.option("--id", "-i", "more_ids", multiple=True, metavar="ID[,ID...]",
+              help="IDs to find (as mqadmin queryMsgById -i; repeatable, comma-separated).")
+@click.option("--track", is_flag=True,
+              help="Instead of the records: per consumer group with a committed offset on each record's queue, "
+                   "whether it consumed the record (offset beyond its queue offset), as mqadmin's track.")
 @click.option("--kind", type=click.Choice(["auto", "msg-id", "uniq-key"]), default="auto", show_default=True,
               help="Read ID as an offsetMsgId, a UNIQ_KEY, or decide from the store.")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC",
@@ -636,35 +641,58 @@ def _index_coverage(st: Store, begin: int, end: int) -> str:
 @record_options
 @output_options
 @click.pass_context
-def query_id(ctx: click.Context, store: str, msg_id: str, kind: str, topics: tuple[str, ...], scan: bool,
-             body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
-             tablefmt: str) -> None:
+def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tuple[str, ...], track: bool,
+             kind: str, topics: tuple[str, ...], scan: bool, body: str | None, charset: str, decompress: bool,
+             body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
     """Find a message by its offsetMsgId (broker msgId) or by its UNIQ_KEY (client msgId).
 
     Both are 32 (IPv4) or 56 (IPv6) hex characters. The ID is taken as an offsetMsgId when the record at
     its decoded offset has exactly that msgId; otherwise as a UNIQ_KEY, looked up in the index under
-    every topic (a UNIQ_KEY can match several records: retries and scheduled copies keep it).
-    Exits 1 when nothing is found.
+    every topic (a UNIQ_KEY can match several records: retries and scheduled copies keep it). Several IDs
+    print their records in the order given; an ID with no record is noted on stderr. With --track, rows of
+    (msg_id, group, offset, consumed) from config/consumerOffset.json. Exits 1 when an ID is not found.
 
     \b
     Examples:
       rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33
       rmqtool query-id fixtures/dev-sample/store FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --scan
       rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33 -f record --body-file /tmp/rmqtool-bodies
+      rmqtool query-id fixtures/dev-config-5x/store -i FD000000000000000000000000000002519430946E0972E0FF9C001E --track
     """
     from rmqtool.ops.query import lookup_id
 
+    ids = [i.strip() for text in msg_ids + more_ids for i in text.split(",") if i.strip()]
+    if not ids:
+        raise click.UsageError("give at least one ID (as an argument or with -i)")
     out = resolve_format(fmt)
     st = Store.open(store)
-    found = lookup_id(st, msg_id, kind=kind, topics=topics or None, scan=scan)
-    for text in found.notes:
-        _note(text)
-    if not found.records:
-        _nothing(ctx, f"no record with offsetMsgId or UNIQ_KEY {msg_id}"
-                 + ("" if scan or kind == "msg-id" else " in the index (try --scan)"))
+    records, missing = [], []
+    for msg_id in dict.fromkeys(ids):
+        with progress_bar(sum(f.length for f in st.commitlog.queue) if scan else 0, f"scanning for {msg_id}") \
+                as progress:
+            found = lookup_id(st, msg_id, kind=kind, topics=topics or None, scan=scan, progress=progress)
+        for text in found.notes:
+            _note(text)
+        if not found.records:
+            missing.append(msg_id)
+            _note(f"no record with offsetMsgId or UNIQ_KEY {msg_id}"
+                  + ("" if scan or kind == "msg-id" else " in the index (try --scan)"))
+        records += found.records
     enc = row_encoding(body, out, body_dir)
-    rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in found.records)
-    write_records(rows, out, tablefmt, ID_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+    rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in records)
+    if track:
+        from rmqtool.ops.mqadmin import TRACK_FIELDS, track_rows
+        from rmqtool.store.metadata import load
+
+        loaded = load(st, "consumerOffset.json")
+        n = write_rows(track_rows(rows, loaded.value.entries if loaded else {}), out, columns=TRACK_FIELDS,
+                       tablefmt=tablefmt)
+        if records and not n:
+            _note("no consumer group has a committed offset on these records' queues")
+    elif records:
+        write_records(rows, out, tablefmt, ID_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+    if missing:
+        ctx.exit(ExitCode.FINDINGS)
 
 
 @cli.command("decode-id")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +41,10 @@ class Generated:
 def generate_store(root: str | os.PathLike, size: int, *, file_size: int = C.DEFAULT_COMMITLOG_FILE_SIZE,
                    topics: int = 16, queues: int = 8, body_min: int = 200, body_max: int = 500,
                    cq_file_size: int = C.DEFAULT_CQ_FILE_SIZE, index: bool = True,
-                   index_geometry: Geometry = DEFAULT_GEOMETRY, seed: int = 0) -> Generated:
-    """Write a store of about ``size`` commit-log bytes under ``root`` (which must not hold a store)."""
+                   index_geometry: Geometry = DEFAULT_GEOMETRY, seed: int = 0,
+                   progress: Callable[[int], None] | None = None) -> Generated:
+    """Write a store of about ``size`` commit-log bytes under ``root`` (which must not hold a store);
+    ``progress(n)`` is told the commit-log bytes written, every MiB and at the end."""
     root = Path(root)
     if (root / L.COMMITLOG).exists():
         raise StoreError("already holds a commit log", path=str(root))
@@ -59,7 +62,7 @@ def generate_store(root: str | os.PathLike, size: int, *, file_size: int = C.DEF
         (root / L.INDEX).mkdir(parents=True, exist_ok=True)
     indexer = IndexBuilder(index_geometry, directory=root / L.INDEX) if index else None
     now = START_TIMESTAMP
-    count = 0
+    count = told = 0
     while appender.end < size:
         topic = rnd.choice(topic_names)
         queue_id = rnd.randrange(queues)
@@ -94,11 +97,16 @@ def generate_store(root: str | os.PathLike, size: int, *, file_size: int = C.DEF
             keys = [uniq] + [k for k in props.get(C.PROPERTY_KEYS, "").split(C.KEY_SEPARATOR) if k]
             indexer.add(RecordInfo(offset, size_, topic, queue_id, queue_offset, 0, tag_codes[tag], now, tuple(keys)))
         count += 1
+        if progress and appender.end - told >= 1 << 20:
+            progress(appender.end - told)
+            told = appender.end
     sink.close()
     for queue in cq.values():
         queue.flush()
     if indexer:
         indexer.close()
     (root / L.CHECKPOINT).write_bytes(encode_checkpoint(Checkpoint(now, now, now if indexer else 0)))
+    if progress:
+        progress(appender.end - told)
     return Generated(root, count, appender.end, appender.end // file_size + 1, len(cq),
                      len(indexer.files) if indexer else 0)

@@ -17,7 +17,7 @@ from rmqtool.store.store import Store
 
 TOPIC_FIELDS = ["topic", "queue_type", "read_queue_nums", "write_queue_nums", "perm", "order", "queues_on_disk",
                 "topic_filter_type", "topic_sys_flag", "attributes"]
-OFFSET_FIELDS = ["group", "topic", "queue_id", "offset", "max_offset", "lag"]
+OFFSET_FIELDS = ["group", "topic", "queue_id", "offset", "max_offset", "lag", "last_consumed_timestamp"]
 DELAY_FIELDS = ["level", "delay_ms", "queue_id", "offset", "max_offset", "pending"]
 CONFIG_FIELDS = ["file", "read_from", "entries", "data_version_counter", "data_version_timestamp",
                  "state_version", "fallback_reason"]
@@ -51,8 +51,12 @@ def snake(name: str) -> str:
 
 def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None,
                 topic: str | None = None) -> Iterator[dict]:
-    """Committed offset, the queue's max offset and lag = max - committed, per group/topic/queue.
-    max_offset and lag are None when the store has no such queue (e.g. an unused retry topic)."""
+    """Committed offset, the queue's max offset, lag = max - committed and the store time of the last
+    consumed message (mqadmin consumerProgress's LastTime: getMessageStoreTimeStamp at offset - 1), per
+    group/topic/queue. max_offset and lag are None when the store has no such queue (e.g. an unused retry
+    topic)."""
+    from rmqtool.ops.mqadmin import store_time_at
+
     maxima: dict[tuple[str, int], int | None] = {}
     for (t, g), queues in sorted(loaded.value.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if (group is not None and g != group) or (topic is not None and t != topic):
@@ -61,8 +65,10 @@ def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None
             if (t, queue_id) not in maxima:
                 maxima[(t, queue_id)] = cq_max_offset(store, t, queue_id)
             high = maxima[(t, queue_id)]
-            yield {"group": g, "topic": t, "queue_id": queue_id, "offset": queues[queue_id], "max_offset": high,
-                   "lag": None if high is None else high - queues[queue_id]}
+            offset = queues[queue_id]
+            yield {"group": g, "topic": t, "queue_id": queue_id, "offset": offset, "max_offset": high,
+                   "lag": None if high is None else high - offset,
+                   "last_consumed_timestamp": store_time_at(store, t, queue_id, offset - 1) if high else None}
 
 
 def totals(rows: Iterator[dict], by: tuple[str, ...]) -> Iterator[dict]:

@@ -6,7 +6,7 @@ Only the format and store layers are used here (no pyarrow, no pyspark), so look
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, RmqError
@@ -119,12 +119,14 @@ class IdLookup:
 
 
 def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable[str] | None = None,
-              scan: bool = False, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH) -> IdLookup:
+              scan: bool = False, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
+              progress: Callable[[int], None] | None = None) -> IdLookup:
     """Find records by an offsetMsgId or a UNIQ_KEY (both are 32 or 56 hex characters).
 
     ``auto`` takes the ID as an offsetMsgId when the record at its decoded offset has exactly that
     msgId, else as a UNIQ_KEY: looked up in the index under every topic of the store (or ``topics``),
-    and with ``scan`` by reading the whole commit log when the index has nothing.
+    and with ``scan`` by reading the whole commit log when the index has nothing (``progress(n)`` is told
+    the bytes scanned).
     """
     msg_id = msg_id.strip().upper()
     notes: list[str] = []
@@ -140,7 +142,7 @@ def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable
                          f"not by {host} as the offsetMsgId says")
     if kind in ("auto", "uniq-key"):
         decode_uniq_key(msg_id)
-        records = find_uniq_key(store, msg_id, topics=topics, scan=scan, max_num=max_num)
+        records = find_uniq_key(store, msg_id, topics=topics, scan=scan, max_num=max_num, progress=progress)
         if records:
             return IdLookup("UNIQ_KEY", records)
     if near is not None:
@@ -149,7 +151,8 @@ def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable
 
 
 def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None = None, scan: bool = False,
-                  max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH) -> list[tuple[int, Message]]:
+                  max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
+                  progress: Callable[[int], None] | None = None) -> list[tuple[int, Message]]:
     """Records whose UNIQ_KEY is ``uniq_key``, in commit-log order (retries and scheduled copies share it)."""
     found: dict[int, Message] = {}
     for topic in (store.topics() if topics is None else topics):
@@ -159,7 +162,7 @@ def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None =
     if not found and scan:
         from rmqtool.ops.filters import RecordFilter, filtered_batches
 
-        for batch in filtered_batches(store.commitlog, RecordFilter(keys=(uniq_key,))):
+        for batch in filtered_batches(store.commitlog, RecordFilter(keys=(uniq_key,)), progress=progress):
             for offset in batch.column("physical_offset").to_pylist():
                 msg = _read_message(store.commitlog, offset)
                 if msg is not None and msg.uniq_key == uniq_key:

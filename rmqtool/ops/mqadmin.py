@@ -1,0 +1,127 @@
+"""mqadmin's views, offline: per-queue status (topicStatus), the last consumed time (consumerProgress), whether
+each group consumed a message (queryMsgById's track), and the in-doubt transactions the broker's
+transaction check works from."""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, StoreError
+from rmqtool.store.metadata import cq_max_offset
+from rmqtool.store.store import Store
+
+TOPIC_STATUS_FIELDS = ["topic", "queue_id", "min_offset", "max_offset", "last_updated_timestamp"]
+TRACK_FIELDS = ["msg_id", "topic", "queue_id", "queue_offset", "group", "offset", "consumed"]
+TRANSACTION_FIELDS = ["state", "half_offset", "queue_id", "queue_offset", "store_timestamp", "age_ms", "real_topic",
+                      "uniq_key", "op_offset", "commit_offset"]
+
+
+def _batch(store: Store, topic: str) -> bool:
+    return topic not in store.topics() and topic in store.batch_topics()
+
+
+def store_time_at(store: Store, topic: str, queue_id: int, queue_offset: int) -> int | None:
+    """DefaultMessageStore.getMessageStoreTimeStamp: the store time of the message at ``queue_offset`` (its
+    consume-queue unit's record; a batch unit's storeTime); None when the queue has no such message."""
+    if queue_offset < 0:
+        return None
+    try:
+        if _batch(store, topic):
+            unit = store.batch_consume_queue(topic, queue_id).lookup(queue_offset)
+            return None if unit is None else unit.store_time
+        cq = store.consume_queue(topic, queue_id)
+        at = next((u for off, u in cq.iter_units(queue_offset) if off == queue_offset), None)
+        if at is None or at.is_filler:
+            return None
+        return store.commitlog.read_at(at.physical_offset).store_timestamp
+    except (StoreError, FormatError):
+        return None
+
+
+def _min_offset(store: Store, topic: str, queue_id: int) -> int:
+    """ConsumeQueue.getMinOffsetInQueue (BatchConsumeQueue: the first unit's msgBaseOffset)."""
+    if _batch(store, topic):
+        return store.batch_consume_queue(topic, queue_id).offsets()[0]
+    first, _ = store.consume_queue(topic, queue_id).extent()
+    return first
+
+
+def topic_status_rows(store: Store, topics: Iterable[str]) -> Iterator[dict]:
+    """mqadmin topicStatus: per queue its min and max offset and the store time of its last message
+    (AdminBrokerProcessor.getTopicStatsInfo: getMessageStoreTimeStamp(topic, queue, max - 1) when max > 0)."""
+    for topic in topics:
+        queues = store.batch_consume_queues(topic) if _batch(store, topic) else store.consume_queues(topic)
+        for queue_id in sorted(q.queue_id for q in queues):
+            high = cq_max_offset(store, topic, queue_id) or 0
+            yield {"topic": topic, "queue_id": queue_id, "min_offset": _min_offset(store, topic, queue_id),
+                   "max_offset": high,
+                   "last_updated_timestamp": store_time_at(store, topic, queue_id, high - 1) if high else None}
+
+
+def track_rows(records: Iterable[dict], offsets: dict[tuple[str, str], dict[int, int]]) -> Iterator[dict]:
+    """MQAdminImpl.messageTrackDetail, offline: for each group with a committed offset on the record's queue
+    (config/consumerOffset.json), consumed when that offset is beyond the record's queue offset."""
+    for r in records:
+        for (topic, group), queues in sorted(offsets.items(), key=lambda kv: kv[0][1]):
+            if topic == r["topic"] and r["queue_id"] in queues:
+                committed = queues[r["queue_id"]]
+                yield {"msg_id": r["msg_id"], "topic": topic, "queue_id": r["queue_id"],
+                       "queue_offset": r["queue_offset"], "group": group, "offset": committed,
+                       "consumed": committed > r["queue_offset"]}
+
+
+def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: bool = False) -> Iterator[dict]:
+    """Half messages (RMQ_SYS_TRANS_HALF_TOPIC) and how they ended, in commit-log order.
+
+    An op record (RMQ_SYS_TRANS_OP_HALF_TOPIC, tag "d", same queue id) names in its body the half queue
+    offsets it closes, comma-separated (4.x writes one offset per op record, TransactionalMessageBridge.
+    addRemoveTagInTransactionOp; 5.x batches "offset," entries, TransactionalMessageServiceImpl.
+    deletePrepareMessage). A commit is the real message EndTransactionProcessor writes: sysFlag
+    TRANSACTION_COMMIT_TYPE, preparedTransactionOffset = the half's physical offset; a closed half without
+    one was rolled back. An open half at or after the check's progress in its queue (group CID_RMQ_SYS_TRANS,
+    ``half_offsets``) is in doubt: the broker's transaction check asks the producer about it; an open half
+    before it was checked already (put back as a new half, or discarded). Only in-doubt halves unless
+    ``everything``; age_ms counts to the store's newest record."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rmqtool.columnar import iter_record_batches
+
+    halves, closed, commits, newest = [], {}, {}, 0
+    columns = ["physical_offset", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags",
+               "real_topic", "uniq_key", "prepared_transaction_offset", "body"]
+    system = pa.array([C.RMQ_SYS_TRANS_HALF_TOPIC, C.RMQ_SYS_TRANS_OP_HALF_TOPIC], pa.string())
+    for batch in iter_record_batches(store.commitlog, batch_rows=16384):
+        batch = batch.filter(pc.equal(batch.column("type"), "message"))
+        if not batch.num_rows:
+            continue
+        stamps = batch.column("store_timestamp").cast(pa.int64())
+        newest = max(newest, pc.max(stamps).as_py())
+        keep = pc.or_(pc.is_in(batch.column("topic"), value_set=system),
+                      pc.equal(pc.bit_wise_and(batch.column("sys_flag"), C.TRANSACTION_MASK),
+                               int(C.TransactionType.COMMIT)))
+        picked = batch.set_column(batch.schema.get_field_index("store_timestamp"), "store_timestamp", stamps) \
+                      .filter(keep).select(columns)
+        for r in picked.to_pylist():
+            if r["topic"] == C.RMQ_SYS_TRANS_HALF_TOPIC:
+                halves.append(r)
+            elif r["topic"] == C.RMQ_SYS_TRANS_OP_HALF_TOPIC:
+                if r["tags"] == C.TRANS_OP_REMOVE_TAG:
+                    for part in bytes(r["body"] or b"").decode("utf-8", "replace").split(","):
+                        if part.strip().isdigit():
+                            closed.setdefault((r["queue_id"], int(part)), r["physical_offset"])
+            else:
+                commits.setdefault(r["prepared_transaction_offset"], r["physical_offset"])
+    for h in halves:
+        op = closed.get((h["queue_id"], h["queue_offset"]))
+        commit = commits.get(h["physical_offset"]) if op is not None else None
+        if op is None:
+            state = "in_doubt" if h["queue_offset"] >= half_offsets.get(h["queue_id"], 0) else "checked"
+        else:
+            state = "committed" if commit is not None else "rolled_back"
+        if everything or state == "in_doubt":
+            yield {"state": state, "half_offset": h["physical_offset"], "queue_id": h["queue_id"],
+                   "queue_offset": h["queue_offset"], "store_timestamp": h["store_timestamp"],
+                   "age_ms": newest - h["store_timestamp"], "real_topic": h["real_topic"],
+                   "uniq_key": h["uniq_key"], "op_offset": op, "commit_offset": commit}
