@@ -172,6 +172,7 @@ def test_sizes_for_people_and_no_python_reprs_in_csv():
 def test_old_spellings_are_hidden_aliases(new, old):
     a, b = run(*new, "-f", "jsonl"), run(*old, "-f", "jsonl")
     assert a.exit_code == b.exit_code == 0 and a.stdout == b.stdout
+    assert f"The option '{old[-2]}' is deprecated. Use {new[-2]}." in b.stderr and "deprecated" not in a.stderr
     shown = set(re.findall(r"(?<![\w-])--[\w-]+", run(new[0], "--help").stdout))
     assert new[-2] in shown and old[-2] not in shown
 
@@ -445,3 +446,14 @@ def test_no_headers_in_tables():
 def test_an_unknown_tablefmt_is_refused():
     result = run("topics", store_path("dev-config-5x"), "-f", "plain", "--tablefmt", "nope")
     assert result.exit_code == 2 and "'nope' is not a table format" in result.stderr and result.stdout == ""
+
+
+def test_sizes_are_rich_decimal_sizes():
+    from rich.filesize import decimal
+
+    rows = {r["topic"]: r["bytes"] for r in map(json.loads, run("stats", SAMPLE, "--by", "topic", "-f", "jsonl")
+                                                  .stdout.splitlines())}
+    plain = run("stats", SAMPLE, "--by", "topic", "-f", "plain", "--fields", "topic,bytes").stdout.splitlines()[2:]
+    shown = dict((topic, size.strip()) for topic, size in (line.split(None, 1) for line in plain))
+    assert shown == {t: decimal(b) for t, b in rows.items()}
+    assert any(b < 1000 for b in rows.values())            # "… bytes", as rich writes it

@@ -10,6 +10,7 @@ Blocks that only show commands use ```` ```sh ````; they are not run.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -103,3 +104,25 @@ def update(path=ROOT / "README.md") -> None:
 
 if __name__ == "__main__":
     update()
+
+
+FIELD_ROW = re.compile(r"^\| `rmqtool ([^`]+)` \| ([a-z_0-9, ]+) \|$", re.M)
+FIELD_ROWS = FIELD_ROW.findall((ROOT / "README.md").read_text("utf-8").split("### Output fields", 1)[1])
+
+
+def test_the_readme_lists_the_output_fields_of_every_row_printing_command():
+    from rmqtool.cli import cli
+
+    listed = {args.split()[0] for args, _ in FIELD_ROWS}
+    printing = {n for n, c in cli.commands.items() if any(p.name == "tablefmt" for p in c.params)}
+    assert printing - listed <= {"info", "grep", "query-key", "query-id", "put", "import", "init", "repair", "restore",
+                                 "rebuild-cq", "rebuild-index"}        # record fields (cat-commitlog), plans, info
+    assert len(FIELD_ROWS) >= 25
+
+
+@pytest.mark.parametrize("args,fields", FIELD_ROWS, ids=[a for a, _ in FIELD_ROWS])
+def test_readme_output_fields(args, fields, tmp_path):
+    from tests.conftest import run
+
+    result = run(*(a.replace("fixtures/", f"{ROOT}/fixtures/", 1) for a in args.split()), "-f", "jsonl")
+    assert list(json.loads(result.stdout.splitlines()[0])) == fields.split(", ")

@@ -92,3 +92,10 @@ def test_the_wheel_installs_the_man_pages(tmp_path):
     (wheel,) = tmp_path.glob("rmqtool-*.whl")
     names = {n.rsplit("/", 1)[-1] for n in zipfile.ZipFile(wheel).namelist() if "/data/share/man/man1/" in n}
     assert names == {p.name for p in MAN.glob("*.1")}
+
+
+def test_name_lines_are_whole_sentences():
+    for path in sorted(MAN.glob("*.1")):
+        text = path.read_text("utf-8")
+        name = text.split("\n.SH NAME\n", 1)[1].split("\n", 1)[0]
+        assert name.endswith(".") and "..." not in name, (path.name, name)

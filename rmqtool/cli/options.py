@@ -19,26 +19,43 @@ from rmqtool.cli.output import TIMESTAMP
 from rmqtool.format.rows import BODY_ENCODINGS
 
 
-class AliasedOption(click.Option):
-    """An option with extra names that work but are not shown in help or man pages."""
+ALIASED = "rmqtool.aliased"       # ctx.meta: values given under an old spelling, by parameter name
 
-    def __init__(self, *args, hidden_aliases: tuple[str, ...] = (), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.hidden_aliases = set(hidden_aliases)
 
-    def get_help_record(self, ctx):
-        shown = self.opts
-        self.opts = [o for o in shown if o not in self.hidden_aliases]
-        try:
-            return super().get_help_record(ctx)
-        finally:
-            self.opts = shown
+class _OldSpelling(click.Option):
+    @property
+    def human_readable_name(self) -> str:       # click's deprecation warning names the spelling used
+        return self.opts[0]
 
 
 def option(*names: str, aliases: tuple[str, ...] = (), **kwargs) -> Callable:
-    """click.option with hidden ``aliases`` (old spellings) beside the documented ``names``."""
-    decls = [n for n in names if n.startswith("-")] + list(aliases) + [n for n in names if not n.startswith("-")]
-    return click.option(*decls, cls=AliasedOption, hidden_aliases=aliases, **kwargs)
+    """click.option, and each old spelling in ``aliases`` as a hidden option that click marks deprecated
+    (using it warns on stderr and names the new spelling) and whose value the documented option takes."""
+    from click.core import ParameterSource
+
+    main = next(n for n in names if n.startswith("--"))
+    own = kwargs.pop("callback", None)
+    alias_kwargs = {k: v for k, v in kwargs.items() if k in ("type", "is_flag", "multiple", "metavar")}
+
+    def take_alias(ctx: click.Context, param: click.Parameter, value):
+        if ctx.get_parameter_source(param.name) is ParameterSource.DEFAULT and param.name in ctx.meta.get(ALIASED, {}):
+            value = ctx.meta[ALIASED][param.name]
+        return own(ctx, param, value) if own else value
+
+    def deco(fn: Callable) -> Callable:
+        fn = click.option(*names, callback=take_alias, **kwargs)(fn)
+        dest = fn.__click_params__[-1].name
+
+        def remember(ctx: click.Context, param: click.Parameter, value) -> None:
+            if ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+                ctx.meta.setdefault(ALIASED, {})[dest] = value
+
+        for alias in aliases:
+            fn = click.option(alias, f"{dest}_as_{alias.strip('-').replace('-', '_')}", hidden=True,
+                              expose_value=False, deprecated=f"Use {main}.", callback=remember, cls=_OldSpelling,
+                              **alias_kwargs)(fn)
+        return fn
+    return deco
 
 
 TIME_HELP = "ISO-8601, epoch ms, or relative/local like -2h, yesterday, '2026-11-20 10:00' (local time)"

@@ -113,17 +113,6 @@ def format_timestamp(ms: int | None) -> str:
         return str(ms)
 
 
-def human_size(n: int) -> str:
-    """Bytes for people, decimal units: 66999793 -> '67.0 MB'."""
-    if abs(n) < 1000:
-        return f"{n} B"
-    for unit in ("kB", "MB", "GB", "TB", "PB"):
-        n /= 1000
-        if abs(n) < 999.95 or unit == "PB":
-            return f"{n:.1f} {unit}"
-    return str(n)
-
-
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -143,7 +132,9 @@ def cell(key: str, value: Any) -> str:
     if key in TIMESTAMP_FIELDS and isinstance(value, int):
         return format_timestamp(value) if value > 0 else str(value)
     if key in SIZE_FIELDS and isinstance(value, int):
-        return human_size(value)
+        from rich.filesize import decimal          # 66999793 -> '67.0 MB', 999 -> '999 bytes'
+
+        return decimal(value)
     if isinstance(value, (dict, list)):
         return escape(json.dumps(value, ensure_ascii=False))
     return escape(str(value))
