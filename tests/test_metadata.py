@@ -89,7 +89,7 @@ def test_offsets_command_filters_and_totals(name):
     want = expected_offsets(name)
     result = run("offsets", store_path(name), "--group", "GroupB", "--topic", "TopicA", "-f", "jsonl")
     assert result.exit_code == 0
-    assert [tuple(r.values()) for r in jsonl(result)] == [w for w in want if w[:2] == ("GroupB", "TopicA")]
+    assert [tuple(r.values())[:6] for r in jsonl(result)] == [w for w in want if w[:2] == ("GroupB", "TopicA")]
     by_group = {r["group"]: r for r in jsonl(run("offsets", store_path(name), "--by", "group", "-f", "jsonl"))}
     for group in {w[0] for w in want}:
         mine = [w for w in want if w[0] == group]
@@ -140,7 +140,7 @@ def test_broken_file_falls_back_to_bak(copy, name):
     path.write_text(path.read_text()[:200])
     result = run("offsets", copy, "-f", "jsonl")
     assert result.exit_code == 0
-    assert sorted(tuple(r.values()) for r in jsonl(result)) == expected_offsets(name)
+    assert sorted(tuple(r.values())[:6] for r in jsonl(result)) == expected_offsets(name)
     assert result.stderr.startswith("rmqtool: read consumerOffset.json.bak as the broker would: ")
     assert f"{path}: offset " in result.stderr
     loaded = load(Store.open(copy), "consumerOffset.json")

@@ -183,7 +183,7 @@ def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | No
 
     \b
     Examples:
-      rmqtool transactions fixtures/dev-sample/store
+      rmqtool transactions fixtures/dev-sample/store   # exit 1: none in doubt
       rmqtool transactions fixtures/dev-sample/store --all -f plain
     """
     from rmqtool.ops.mqadmin import TRANSACTION_FIELDS, transaction_rows
