@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from conftest import store_path
-from helpers_maintain import run, snapshot
+from conftest import run, store_path
+from helpers_maintain import snapshot
 
 DLEDGER_SETS = ["dev-dledger", "dev-dledger-crash", "dev-dledger-5x", "dev-dledger-5x-crash"]
 

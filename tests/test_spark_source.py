@@ -18,8 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, readback, store_path
-from helpers_maintain import run
+from conftest import ROOT, readback, run, store_path
 
 pytest.importorskip("pyspark.sql.datasource")
 from pyspark.sql.datasource import DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, Not  # noqa: E402

@@ -11,8 +11,8 @@ import shutil
 import signal
 from pathlib import Path
 
-from conftest import store_path
-from helpers_maintain import run, run_process, snapshot
+from conftest import run, store_path
+from helpers_maintain import run_process, snapshot
 from rmqtool.store.atomic import FAULT_ENV, JOURNAL, PatchTransaction, complete_pending
 
 SMALL = ["--commitlog-file-size", "4096", "--cq-file-size", "160", "--slots", "16", "--max-entries", "64"]
