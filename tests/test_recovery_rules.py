@@ -79,3 +79,9 @@ def test_a_directory_that_cannot_be_removed_is_named_and_the_next_repair_finishe
     assert dry.exit_code == 1 and "finish_journal" in dry.stdout
     assert run("repair", root, "--apply", "--backup", f"{root}.bk2").exit_code == 0
     assert not (root / "index.rmqtool-old").exists() and not (root / ".rmqtool-journal.json").exists()
+
+
+def test_a_crash_repair_of_a_store_of_unknown_version_says_which_rules_it_follows(store_copy):
+    unknown, known = store_copy("dev-sample-crash"), store_copy("dev-sample-5x-crash")
+    assert "do not tell a 4.x from a 5.x broker" in run("repair", unknown).stderr
+    assert "do not tell" not in run("repair", known).stderr

@@ -13,13 +13,14 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.errors import FormatError
+from rmqtool.errors import FormatError, StoreWarning
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Blank, decode_entry
 from rmqtool.format.consumequeue import valid_prefix
@@ -84,6 +85,10 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     abnormal = store.abort_path.exists()
     cp = store.checkpoint() or Checkpoint()
     v5 = store.is_5x
+    if abnormal and store.broker_version is None:
+        warnings.warn(StoreWarning(f"{store.root}: the files do not tell a 4.x from a 5.x broker; repair follows "
+                                   "4.9.7's recovery (no abort.bak, confirmPhyOffset left as it is), which "
+                                   "drops no record that 5.x would keep"), stacklevel=2)
     files = [f for f in queue if f.length > 0]
     if abnormal:
         start = next((i for i in range(len(files) - 1, -1, -1) if _first_record_matches(files[i], cp)), 0)
