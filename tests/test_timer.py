@@ -275,3 +275,26 @@ def test_wheel_of_a_size_that_is_not_whole_slots(tmp_path, name):
     assert result.exit_code == 3
     assert result.stderr == (f"rmqtool: error: {dst / 'timerwheel'}: offset {SLOT_SIZE * 3}: timer wheel of "
                              f"{SLOT_SIZE * 3 + 5} bytes is not a whole number of 32-byte slots\n")
+
+
+def test_rolled_recall_is_a_delete_marker(tmp_path):
+    """Magic 7 (DEFAULT|ROLL|DELETE): 5.x TimerMessageStore.dequeue sends it to the normal stack, so it adds
+    nothing to the slot's delete list, and TimerDequeuePutMessageService re-puts it as a rolled recall: it is
+    a delete marker, never pending, and the message it names is not cancelled in this slot."""
+    name = TIMER_SETS[0]
+    dst = _copy(tmp_path, name)
+    (dst / "timerwheel").symlink_to(store_path(name) / "timerwheel")
+    want = readback(name)["timer"]["pendingMessages"]
+    marker = next(i for i, w in enumerate(want) if w["magic"] == 5)
+    victim = next(i for i, w in enumerate(want) if w["state"] == "cancelled-by-delete"
+                  and w["slotTimeMs"] == want[marker]["slotTimeMs"])
+    offset = want[marker]["timerlogOffset"]
+    log = next(f for f in sorted((dst / "timerlog").iterdir(), reverse=True) if int(f.name) <= offset)
+    data = bytearray(log.read_bytes())
+    data[offset - int(log.name) + 12:offset - int(log.name) + 16] = (7).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    rows = [json.loads(line) for line in run("timer", dst, "-f", "jsonl").stdout.splitlines()]
+    states = [w["state"] for w in want]
+    states[victim] = "pending"
+    assert [r["state"] for r in rows] == states
+    assert (rows[marker]["magic"], rows[marker]["state"]) == (7, "delete-marker")

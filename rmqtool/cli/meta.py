@@ -267,7 +267,8 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
     Every wheel slot at or after the checkpoint's read time is walked from its last unit back, as the
     broker's dequeue does; each unit is resolved to its commit-log record (real topic and queue, UNIQ_KEY,
     TIMER_OUT_MS, roll count). state: pending; pending(roll: ...) for a message beyond the roll window
-    (the slot is a stop on the way: deliver_timestamp is the real due time); delete-marker for a recall;
+    (the slot is a stop on the way: deliver_timestamp is the real due time); delete-marker for a recall (also a
+    rolling one, magic 7, which cancels nothing in this slot);
     cancelled-by-delete for the message a recall in the same slot cancels; message-missing when the record
     is gone. The wheel file is read only where it holds data. Exits 1 when nothing is listed or a slot's
     chain is broken.

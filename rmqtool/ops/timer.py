@@ -2,9 +2,16 @@
 
 ``pending_rows`` visits every slot at or after the checkpoint's lastReadTimeMs in time order and walks
 it from lastPos along prevPos, as ``TimerMessageStore.dequeue`` does; each unit is resolved to its
-commit-log record. States: ``delete-marker`` (DELETE without ROLL: a recall), ``cancelled-by-delete``
-(its REAL_TOPIC+UNIQ_KEY is recalled in the same slot), ``pending(roll: re-enqueued at slot time)``
-(ROLL: the slot is an intermediate stop), ``pending``; ``message-missing`` when the record cannot be read.
+commit-log record. States: ``delete-marker`` (DELETE: a recall; with ROLL too, magic 7, a recall on its way
+to its slot, which the dequeue re-puts as a delete again), ``cancelled-by-delete`` (its REAL_TOPIC+UNIQ_KEY is
+recalled in the same slot), ``pending(roll: re-enqueued at slot time)`` (ROLL: the slot is an intermediate
+stop), ``pending``; ``message-missing`` when the record cannot be read.
+
+5.x TimerMessageStore.dequeue puts a unit with DELETE and not ROLL on the delete stack (its TIMER_DEL_UNIQKEY
+joins the slot's delete list); every other unit, magic 7 included, goes to the normal stack, where
+TimerDequeueGetMessageService drops it if its own key is on the delete list and otherwise hands it to
+TimerDequeuePutMessageService, which re-puts a ROLL unit with its properties (TIMER_DEL_UNIQKEY kept), so
+the enqueue writes it again with DELETE: a rolled recall stays a delete marker, never a pending message.
 """
 
 from __future__ import annotations
@@ -112,9 +119,10 @@ def _pending_row(slot_ms: int, pos: int, unit: TimerUnit, msg: Message | None, d
     props = msg.properties
     real_topic = props.get(C.PROPERTY_REAL_TOPIC)
     uniq_key = props.get(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    if unit.is_delete and not unit.is_roll:
+    cancelled = uniq_key is not None and f"{real_topic}+{uniq_key}" in deletes
+    if unit.is_delete and not (unit.is_roll and cancelled):
         state = "delete-marker"
-    elif uniq_key is not None and f"{real_topic}+{uniq_key}" in deletes:
+    elif cancelled:
         state = "cancelled-by-delete"
     else:
         state = STATE_ROLL if unit.is_roll else "pending"
