@@ -380,6 +380,29 @@ def test_query_key_time_window_and_max():
     assert late == []
 
 
+@pytest.mark.parametrize("name", CLEAN_SETS)
+def test_query_key_window_is_on_the_store_time(name):
+    """IndexFile.selectPhyOffset compares an entry's time to the second (header begin + timeDiff * 1000):
+    the window applies to the record's own store time, so [t, t] finds a record stored at t, and a window
+    ending 1 ms before it (or starting 1 ms after) does not."""
+    st = Store.open(path_of(name, "store"))
+    by_offset = {r["physicalOffset"]: r for r in readback(name)["commitlogRecords"]}
+    checked = 0
+    for q in index_queries(readback(name)):
+        for o in sorted({o for o in q["phyOffsets"] if _carries(by_offset.get(o), q["topic"], q["key"])}):
+            t = by_offset[o]["storeTimestamp"]
+            assert o in [off for off, _ in lookup_key(st, q["topic"], q["key"], begin=t, end=t).records]
+            assert o not in [off for off, _ in lookup_key(st, q["topic"], q["key"], end=t - 1).records]
+            assert o not in [off for off, _ in lookup_key(st, q["topic"], q["key"], begin=t + 1).records]
+            checked += 1
+    assert checked > 100
+    q = index_queries(readback(name))[0]
+    t = by_offset[min(q["phyOffsets"])]["storeTimestamp"]
+    found = jsonl(run("query-key", path_of(name, "store"), q["topic"], q["key"], "--since", t, "--until", t,
+                      "-f", "jsonl", "--body", "none"))
+    assert min(q["phyOffsets"]) in [r["physical_offset"] for r in found]
+
+
 def test_query_key_drops_hash_collisions():
     """Java's String.hashCode is unchanged when (c1, c2) becomes (c1 + 1, c2 - 31): 'key-82' ~ 'lFy-82'."""
     store = path_of("dev-sample", "store")

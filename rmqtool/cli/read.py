@@ -561,7 +561,11 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
     """Find the records of TOPIC with KEY (a KEYS element or a UNIQ_KEY) through the index files.
 
     Looks up every index file as the broker does (newest first, by hash), then reads each hit and keeps
-    only records whose topic and KEYS/UNIQ_KEY really match. When nothing is found, says whether the
+    only records whose topic and KEYS/UNIQ_KEY really match. --since/--until apply to each record's store
+    time: the index keeps an entry's time only to the second after its file's begin time
+    (IndexFile.selectPhyOffset compares begin + timeDiff * 1000), so the index is asked for the window
+    widened by 999 ms and each record kept by its own store time (--raw shows the index's own answer for
+    the window). When nothing is found, says whether the
     index covers the store; --scan reads the commit log instead (the scan of cat-commitlog --key).
     Exits 1 when nothing is found.
 

@@ -19,6 +19,7 @@ from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.store import Store, query_index
 
 LONG_MAX = 2**63 - 1
+INDEX_TIME_SLACK_MS = 999       # an index entry's time is its record's store time to the second (see lookup_key)
 
 
 # -- record boundaries ------------------------------------------------------------------------------
@@ -76,17 +77,31 @@ def lookup_key(store: Store, topic: str, key: str, *, max_num: int = C.INDEX_MAX
                begin: int = 0, end: int = LONG_MAX, lmq_scan: bool = True) -> KeyLookup:
     """IndexService.queryOffset over every index file, then each hit read and checked against the key.
 
+    ``hits`` is the broker's answer for [begin, end]. ``records`` are the matching records *stored* in
+    [begin, end]: IndexFile.selectPhyOffset compares ``beginTimestamp + timeDiff * 1000`` of the file's
+    header, and IndexFile.putKey stores timeDiff in whole seconds (truncated; 0 when a record's store time
+    is before the header's), so the index's time of an entry can be up to 999 ms off its record's. The
+    index is asked with the window widened by that much and each record kept by its own store time.
+
     The broker indexes a multi-dispatched record under its own topic only; for an ``%LMQ%`` name with no
     index hit (and ``lmq_scan``), the LMQ's consume queue is read instead: its records carrying the key.
     """
     cl = store.commitlog
-    hits = [IndexHit(topic, key, phy, ref.name, _read_message(cl, phy))
-            for phy, ref in query_index(store.index_files(), topic, key, max_num, begin, end)]
+    refs = store.index_files()
+    raw = query_index(refs, topic, key, max_num, begin, end)
+    hits = [IndexHit(topic, key, phy, ref.name, _read_message(cl, phy)) for phy, ref in raw]
     result = KeyLookup(hits)
+    wide_begin, wide_end = max(begin - INDEX_TIME_SLACK_MS, 0), min(end, LONG_MAX - INDEX_TIME_SLACK_MS) + \
+        INDEX_TIME_SLACK_MS
+    if (wide_begin, wide_end) != (begin, end):
+        hits = [IndexHit(topic, key, phy, ref.name, _read_message(cl, phy))
+                for phy, ref in query_index(refs, topic, key, max_num, wide_begin, wide_end)]
     seen: set[int] = set()
     for hit in hits:
         if not hit.matches:
             result.collisions.append(hit.physical_offset)
+        elif not begin <= hit.record.store_timestamp <= end:
+            continue
         elif hit.physical_offset not in seen:
             seen.add(hit.physical_offset)
             result.records.append((hit.physical_offset, hit.record))
