@@ -15,7 +15,7 @@ from rmqtool.format.fastjson import parse_fastjson
 from rmqtool.ops.metadata import config_rows, delay_rows, group_rows, offset_rows, snake, topic_rows, totals
 from rmqtool.store.metadata import load, topic_table
 from rmqtool.store.store import Store
-from tests.conftest import CONFIG_SETS, readback, run, store_path
+from tests.conftest import CONFIG_SETS, FIXTURES, readback, run, store_path
 
 SCHEDULE_OFFSETS = "scheduleMessageService.offsetTable(level -> offset, after load)"
 
@@ -203,3 +203,41 @@ def test_fastjson_integer_keys_parse_like_quoted_ones(table):
         json.dumps(k, ensure_ascii=False) + ":{" + ",".join(f"{q}:{o}" for q, o in v.items()) + "\n\t\t}"
         for k, v in table.items()) + "\n\t}}"
     assert parse_fastjson(bare) == json.loads(quoted)
+
+
+# -- lmqConsumerOffset.json (enableLmq) -------------------------------------------------------------
+@pytest.fixture
+def lmq_store(tmp_path):
+    """dev-lmq-5x with the config/lmqConsumerOffset.json (+ .bak) of fixtures/dev-lmq-5x-offsets."""
+    dst = tmp_path / "store"
+    shutil.copytree(store_path("dev-lmq-5x"), dst)
+    shutil.copytree(FIXTURES / "dev-lmq-5x-offsets" / "config", dst / "config")
+    return dst
+
+
+def test_lmq_consumer_offsets(lmq_store):
+    """LmqConsumerOffsetManager: every group in lmqConsumerOffset.json, %LMQ% groups in lmqOffsetTable
+    (topic@group -> offset, queue 0); lag against the LMQ queue's max offset (getLmqQueueOffset)."""
+    lmq_max = readback("dev-lmq-5x")["lmq"]["getLmqQueueOffset(after load)"]
+    result = run("offsets", lmq_store, "-f", "jsonl")
+    assert (result.exit_code, result.stderr) == (0, "")
+    rows = {(r["group"], r["topic"], r["queue_id"]): (r["offset"], r["max_offset"], r["lag"]) for r in jsonl(result)}
+    for queue, offset in (("%LMQ%device%42", 50), ("%LMQ%room-1", 42), ("%LMQ%房间3", 40)):
+        assert rows[(queue, queue, 0)] == (offset, lmq_max[queue], lmq_max[queue] - offset)
+    high = next(q["maxOffsetInQueue"] for q in readback("dev-lmq-5x")["consumeQueues"]
+                if (q["topic"], q["queueId"]) == ("LmqParent", 1))
+    assert rows[("GroupL", "LmqParent", 1)] == (44, high, high - 44)
+    assert rows[("GroupL", "%RETRY%GroupL", 0)] == (0, None, None)
+    assert len(rows) == 3 + 2 + 1 + 4
+    only = jsonl(run("offsets", lmq_store, "--group", "%LMQ%room-1", "-f", "jsonl"))
+    assert [(r["topic"], r["lag"]) for r in only] == [("%LMQ%room-1", 0)]
+    assert [r["read_from"] for r in config_rows(Store.open(lmq_store))] == ["lmqConsumerOffset.json"]
+
+
+def test_lmq_consumer_offsets_bak(lmq_store):
+    (lmq_store / "config" / "lmqConsumerOffset.json").unlink()
+    result = run("offsets", lmq_store, "--by", "group", "-f", "jsonl")
+    assert result.exit_code == 0
+    assert result.stderr == ("rmqtool: read lmqConsumerOffset.json.bak as the broker would: "
+                             "lmqConsumerOffset.json is missing\n")
+    assert {r["group"] for r in jsonl(result)} == {"GroupL", "%LMQ%device%42", "%LMQ%room-1", "%LMQ%房间3"}

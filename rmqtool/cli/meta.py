@@ -45,11 +45,12 @@ def _write(ctx: click.Context, rows: Iterable[dict], fmt: Format, tablefmt: str,
 
 
 def _loaded(store: Store, name: str):
-    from rmqtool.store.metadata import load
+    from rmqtool.store.metadata import consumer_offsets, load
 
-    loaded = load(store, name)
+    loaded = consumer_offsets(store) if name == "consumerOffset.json" else load(store, name)
     if loaded is None:
-        raise StoreError(f"no config/{name} (nor its .bak)", path=str(store.path(L.CONFIG)))
+        also = " nor lmqConsumerOffset.json" if name == "consumerOffset.json" else ""
+        raise StoreError(f"no config/{name} (nor its .bak{also})", path=str(store.path(L.CONFIG)))
     if loaded.fallback:
         _note(f"read {loaded.path.name} as the broker would: {loaded.fallback}")
     return loaded
@@ -119,7 +120,9 @@ def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None
             tablefmt: str) -> None:
     """Consumer offsets with lag (as mqadmin consumerProgress): the committed offset of each group, topic
     and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
-    files (batchconsumequeue for BatchCQ topics).
+    files (batchconsumequeue for BatchCQ topics). A broker with enableLmq keeps every group's offsets in
+    config/lmqConsumerOffset.json instead (LmqConsumerOffsetManager: offsetTable, and lmqOffsetTable for
+    %LMQ% groups, queue 0): read whenever it (or its .bak) is there.
 
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the

@@ -1,7 +1,8 @@
-"""The broker's metadata in ``config/``: topics.json, subscriptionGroup.json, consumerOffset.json and
-delayOffset.json (``TopicConfigManager``, ``SubscriptionGroupManager``, ``ConsumerOffsetManager``,
-``ScheduleMessageService``), each loaded as ``ConfigManager.load`` does (``.bak`` fallback), and the
-consume queues' max offsets that consumer lag is measured against.
+"""The broker's metadata in ``config/``: topics.json, subscriptionGroup.json, consumerOffset.json (or
+lmqConsumerOffset.json) and delayOffset.json (``TopicConfigManager``, ``SubscriptionGroupManager``,
+``ConsumerOffsetManager`` / ``LmqConsumerOffsetManager``, ``ScheduleMessageService``), each loaded as
+``ConfigManager.load`` does (``.bak`` fallback), and the consume queues' max offsets that consumer lag is
+measured against.
 """
 
 from __future__ import annotations
@@ -90,6 +91,20 @@ def decode_consumer_offsets(value: Any) -> Table:
     return Table(data_version(value), out)
 
 
+def decode_lmq_consumer_offsets(value: Any) -> Table:
+    """lmqConsumerOffset.json (5.x LmqConsumerOffsetManager, a broker with ``enableLmq``): the classic
+    ``offsetTable`` plus ``lmqOffsetTable``, ``topic@group`` -> offset for ``%LMQ%`` groups, which
+    LmqConsumerOffsetManager.queryOffset answers for queue 0 only (an LMQ has one queue)."""
+    table = decode_consumer_offsets(_object(value, "lmqConsumerOffset.json"))
+    out = dict(table.entries)
+    for key, offset in _object(value.get("lmqOffsetTable") or {}, "lmqOffsetTable").items():
+        topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        if not sep:
+            raise FormatError(f"lmqOffsetTable key {key!r} is not topic@group")
+        out[(topic, group)] = {0: as_int(offset, f"{key} offset")}
+    return Table(table.data_version, out)
+
+
 def decode_delay_offsets(value: Any) -> Table:
     """delayOffset.json: delay level -> offset in SCHEDULE_TOPIC_XXXX queue level-1."""
     table = _object(_object(value, "delayOffset.json").get("offsetTable", {}), "offsetTable")
@@ -98,7 +113,8 @@ def decode_delay_offsets(value: Any) -> Table:
 
 
 CONFIG_FILES = {"topics.json": decode_topics, "subscriptionGroup.json": decode_groups,
-                "consumerOffset.json": decode_consumer_offsets, "delayOffset.json": decode_delay_offsets}
+                "consumerOffset.json": decode_consumer_offsets,
+                "lmqConsumerOffset.json": decode_lmq_consumer_offsets, "delayOffset.json": decode_delay_offsets}
 
 
 def load(store: Store, name: str) -> Loaded[Table] | None:
@@ -106,6 +122,14 @@ def load(store: Store, name: str) -> Loaded[Table] | None:
     if not store.is_store_root:
         return None
     return load_config(store.path(L.config_file(name)), CONFIG_FILES[name])
+
+
+def consumer_offsets(store: Store) -> Loaded[Table] | None:
+    """The consumer offsets the broker loads: BrokerController builds an LmqConsumerOffsetManager when
+    ``enableLmq`` is set, whose configFilePath is config/lmqConsumerOffset.json (every group's offsets,
+    and no consumerOffset.json is written), else a ConsumerOffsetManager on config/consumerOffset.json.
+    Offline the setting is unknown: the LMQ file is read when it (or its .bak) exists."""
+    return load(store, "lmqConsumerOffset.json") or load(store, "consumerOffset.json")
 
 
 def topic_table(store: Store) -> dict[str, TopicConfig] | None:
