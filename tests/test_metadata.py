@@ -241,3 +241,31 @@ def test_lmq_consumer_offsets_bak(lmq_store):
     assert result.stderr == ("rmqtool: read lmqConsumerOffset.json.bak as the broker would: "
                              "lmqConsumerOffset.json is missing\n")
     assert {r["group"] for r in jsonl(result)} == {"GroupL", "%LMQ%device%42", "%LMQ%room-1", "%LMQ%房间3"}
+
+
+# -- crash sets: queue maxima as the broker's recovery leaves them ----------------------------------
+@pytest.mark.parametrize("name", ["dev-sample-crash-torn", "dev-sample-5x-crash-torn", "dev-sample-5x-crash"])
+def test_offsets_after_a_crash_cap_at_the_recovered_end(tmp_path, name):
+    """With abort present, recovery cuts the commit log at the torn record and truncateDirtyLogicFiles drops
+    the consume-queue units at or after it: max_offset is the recovered queue's (recovery-readback.json)."""
+    dst = tmp_path / "store"
+    shutil.copytree(store_path(name), dst)
+    want = {(q["topic"], q["queueId"]): q["maxOffsetInQueue"] for q in readback(name)["consumeQueues"]
+            if (dst / "consumequeue" / q["topic"]).is_dir()}
+    table: dict = {}
+    for t, q in want:
+        table.setdefault(f"{t}@G", {})[q] = 0
+    (dst / "config").mkdir()
+    (dst / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
+    result = run("offsets", dst, "-f", "jsonl")
+    assert result.exit_code == 0
+    assert {(r["topic"], r["queue_id"]): r["max_offset"] for r in jsonl(result)} == want
+    end = readback(name)["maxPhyOffset"]
+    assert result.stderr == ("rmqtool: warning: abort file present (the broker did not shut down cleanly): max "
+                             "offsets are what its recovery keeps, consume-queue units at or after commit-log "
+                             f"offset {end} left out\n")
+    # delay-offsets reads SCHEDULE_TOPIC_XXXX queues the same way: a copy of TopicB's queue 0 stands in for level 1
+    shutil.copytree(dst / "consumequeue" / "TopicB" / "0", dst / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "0")
+    (dst / "config" / "delayOffset.json").write_text(json.dumps({"offsetTable": {1: 0}}))
+    rows = jsonl(run("delay-offsets", dst, "-f", "jsonl"))
+    assert [(r["queue_id"], r["max_offset"]) for r in rows] == [(0, want[("TopicB", 0)])]

@@ -56,6 +56,16 @@ def _loaded(store: Store, name: str):
     return loaded
 
 
+def _crash_end(store: Store) -> int | None:
+    from rmqtool.ops.metadata import crash_recovered_end
+
+    end = crash_recovered_end(store)
+    if end is not None:
+        _note(f"warning: abort file present (the broker did not shut down cleanly): max offsets are what its "
+              f"recovery keeps, consume-queue units at or after commit-log offset {end} left out")
+    return end
+
+
 # -- topics / groups --------------------------------------------------------------------------------
 @cli.command()
 @click.argument("store", type=click.Path())
@@ -122,7 +132,9 @@ def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None
     and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
     files (batchconsumequeue for BatchCQ topics). A broker with enableLmq keeps every group's offsets in
     config/lmqConsumerOffset.json instead (LmqConsumerOffsetManager: offsetTable, and lmqOffsetTable for
-    %LMQ% groups, queue 0): read whenever it (or its .bak) is there.
+    %LMQ% groups, queue 0): read whenever it (or its .bak) is there. After a crash (abort present)
+    max_offset is what the broker's recovery keeps: units pointing at or after the recovered end of the
+    commit log are left out, with a warning.
 
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
@@ -138,7 +150,8 @@ def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None
     from rmqtool.ops.metadata import OFFSET_FIELDS, offset_rows, totals
 
     st = Store.open(store)
-    rows = offset_rows(_loaded(st, "consumerOffset.json"), st, group=group, topic=topic)
+    rows = offset_rows(_loaded(st, "consumerOffset.json"), st, group=group, topic=topic,
+                       phy_end=_crash_end(st))
     if by != "queue":
         rows = totals(rows, ("group", "topic") if by == "topic" else ("group",))
     _write(ctx, rows, resolve_format(fmt), tablefmt, OFFSET_FIELDS if by == "queue" else None,
@@ -207,8 +220,9 @@ def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | No
 @click.pass_context
 def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, tablefmt: str) -> None:
     """Delay-level progress (config/delayOffset.json): per level, the SCHEDULE_TOPIC_XXXX queue
-    (level - 1), the offset the schedule service delivered up to, the queue's max offset, and the
-    messages still waiting (pending). Exits 1 when the table is empty.
+    (level - 1), the offset the schedule service delivered up to, the queue's max offset (after a crash:
+    what the broker's recovery keeps, with a warning), and the messages still waiting (pending). Exits 1
+    when the table is empty.
 
     \b
     Examples:
@@ -223,8 +237,8 @@ def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, 
     except (KeyError, ValueError, IndexError):
         raise click.BadParameter(f"not a delay-level list: {levels!r}", param_hint="--levels") from None
     st = Store.open(store)
-    _write(ctx, delay_rows(_loaded(st, "delayOffset.json"), st, levels), resolve_format(fmt), tablefmt,
-           DELAY_FIELDS, "no delay-level offsets")
+    rows = delay_rows(_loaded(st, "delayOffset.json"), st, levels, _crash_end(st))
+    _write(ctx, rows, resolve_format(fmt), tablefmt, DELAY_FIELDS, "no delay-level offsets")
 
 
 @cli.command("config")

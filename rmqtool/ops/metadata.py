@@ -49,12 +49,24 @@ def snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
 
 
+def crash_recovered_end(store: Store) -> int | None:
+    """After a crash (``abort`` present), the commit log's end as the broker's abnormal recovery will
+    leave it; its consume queues lose the units pointing at or after it (truncateDirtyLogicFiles), so
+    queue maxima are capped there. None for a cleanly shut down store, and for DLedger, whose recovery
+    keeps every entry DLedger holds."""
+    if not store.is_store_root or not store.abort_path.exists() or store.commitlog.entry_header_size:
+        return None
+    from rmqtool.format.checkpoint import Checkpoint
+
+    return store.commitlog.recovered_end(store.checkpoint() or Checkpoint(), abnormal=True)
+
+
 def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None,
-                topic: str | None = None) -> Iterator[dict]:
+                topic: str | None = None, phy_end: int | None = None) -> Iterator[dict]:
     """Committed offset, the queue's max offset, lag = max - committed and the store time of the last
     consumed message (mqadmin consumerProgress's LastTime: getMessageStoreTimeStamp at offset - 1), per
     group/topic/queue. max_offset and lag are None when the store has no such queue (e.g. an unused retry
-    topic)."""
+    topic); ``phy_end`` caps the maxima (see crash_recovered_end)."""
     from rmqtool.ops.mqadmin import store_time_at
 
     maxima: dict[tuple[str, int], int | None] = {}
@@ -63,7 +75,7 @@ def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None
             continue
         for queue_id in sorted(queues):
             if (t, queue_id) not in maxima:
-                maxima[(t, queue_id)] = cq_max_offset(store, t, queue_id)
+                maxima[(t, queue_id)] = cq_max_offset(store, t, queue_id, phy_end)
             high = maxima[(t, queue_id)]
             offset = queues[queue_id]
             yield {"group": g, "topic": t, "queue_id": queue_id, "offset": offset, "max_offset": high,
@@ -89,13 +101,14 @@ def totals(rows: Iterator[dict], by: tuple[str, ...]) -> Iterator[dict]:
         yield acc
 
 
-def delay_rows(loaded: Loaded[Table], store: Store, levels: str = C.DEFAULT_DELAY_LEVELS) -> Iterator[dict]:
+def delay_rows(loaded: Loaded[Table], store: Store, levels: str = C.DEFAULT_DELAY_LEVELS,
+               phy_end: int | None = None) -> Iterator[dict]:
     """Per delay level: its delay, SCHEDULE_TOPIC_XXXX queue, the offset delivered up to, that queue's max
-    offset and the messages still waiting there."""
+    offset (capped at ``phy_end``, see crash_recovered_end) and the messages still waiting there."""
     delays = parse_delay_levels(levels)
     for level in sorted(loaded.value.entries):
         offset = loaded.value.entries[level]
-        high = cq_max_offset(store, C.RMQ_SYS_SCHEDULE_TOPIC, level - 1)
+        high = cq_max_offset(store, C.RMQ_SYS_SCHEDULE_TOPIC, level - 1, phy_end)
         yield {"level": level, "delay_ms": delays[level - 1] if 1 <= level <= len(delays) else None,
                "queue_id": level - 1, "offset": offset, "max_offset": high,
                "pending": None if high is None else high - offset}

@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.errors import FormatError, StoreWarning
+from rmqtool.errors import StoreWarning
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
-from rmqtool.format.commitlog import Blank, decode_entry
 from rmqtool.format.consumequeue import valid_prefix
 from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.dledger import plan_dledger_recovery
@@ -30,7 +29,7 @@ from rmqtool.ops.facts import FileFacts, Progress, QueueNames
 from rmqtool.ops.rebuild import valid_facts
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, copy_sparse
-from rmqtool.store.filequeue import QueueFile, data_extents, first_nonzero, map_private
+from rmqtool.store.filequeue import data_extents, first_nonzero, map_private
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
@@ -65,18 +64,6 @@ class RepairPlan:
         return not (self.writes or self.deletes or self.renames)
 
 
-def _first_record_matches(f: QueueFile, cp: Checkpoint) -> bool:
-    """CommitLog.isMappedFileMatchedRecover (4.6+ / 5.x file mode): the first record is a valid
-    message (CRC checked), its store time is set and not after the checkpoint's min timestamp."""
-    try:
-        entry = decode_entry(f.read(), 0, check_crc=True)
-    except FormatError:
-        return False
-    if isinstance(entry, Blank):
-        return False
-    return entry.store_timestamp != 0 and entry.store_timestamp <= cp.min_timestamp
-
-
 def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan:
     """The broker's recovery as a plan. Only the files recovery reads are read: from the start file
     (chosen from first records and the checkpoint, or the last three files) to the first invalid record."""
@@ -90,10 +77,8 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                                    "4.9.7's recovery (no abort.bak, confirmPhyOffset left as it is), which "
                                    "drops no record that 5.x would keep"), stacklevel=2)
     files = [f for f in queue if f.length > 0]
-    if abnormal:
-        start = next((i for i in range(len(files) - 1, -1, -1) if _first_record_matches(files[i], cp)), 0)
-    else:
-        start = max(0, len(files) - 3)
+    first = store.commitlog.recovery_start(cp, abnormal)
+    start = next((i for i, f in enumerate(files) if f.start == first), 0)
     ledger = plan_dledger_recovery(store, broker_5x=v5) if store.commitlog.entry_header_size else None
     names = QueueNames()
     recover_from = files[start].start if files else 0

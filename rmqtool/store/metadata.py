@@ -152,21 +152,49 @@ def batch_cq_topics(store: Store) -> set[str]:
 # -- consume-queue max offsets ----------------------------------------------------------------------
 
 
-def cq_max_offset(store: Store, topic: str, queue_id: int) -> int | None:
+def cq_max_offset(store: Store, topic: str, queue_id: int, phy_end: int | None = None) -> int | None:
     """ConsumeQueue/BatchConsumeQueue.getMaxOffsetInQueue after the broker's recovery (which walks the
-    last three files up to the first invalid unit); None when the queue has no directory."""
+    last three files up to the first invalid unit); None when the queue has no directory.
+
+    ``phy_end``: the commit log's recovered end; units pointing at or after it are dropped, as
+    ConsumeQueue/BatchConsumeQueue.truncateDirtyLogicFiles does (``offset >= phyOffset``) after
+    CommitLog.recoverNormally/recoverAbnormally.
+    """
     classic = store.root / "consumequeue" / topic / str(queue_id)
     batch = store.root / "batchconsumequeue" / topic / str(queue_id)
     if classic.is_dir():
-        return _recovered_end(FileQueue.from_dir(classic), C.CQ_STORE_UNIT_SIZE, _classic_valid) // C.CQ_STORE_UNIT_SIZE
+        queue = FileQueue.from_dir(classic)
+        end = _recovered_end(queue, C.CQ_STORE_UNIT_SIZE, _classic_valid)
+        return _truncated_end(queue, end, C.CQ_STORE_UNIT_SIZE, phy_end, _classic_phy) // C.CQ_STORE_UNIT_SIZE
     if batch.is_dir():
         queue = FileQueue.from_dir(batch)
         end = _recovered_end(queue, C.BCQ_STORE_UNIT_SIZE, _batch_valid)
+        end = _truncated_end(queue, end, C.BCQ_STORE_UNIT_SIZE, phy_end, _batch_phy)
         if end == queue.min_offset:
             return 0
         f, pos = queue.locate(end - C.BCQ_STORE_UNIT_SIZE)
         return decode_bcq_unit(f.read(), pos).next_offset
     return None
+
+
+def _classic_phy(buf, pos: int) -> int:
+    return UNIT.unpack_from(buf, pos)[0]
+
+
+def _batch_phy(buf, pos: int) -> int:
+    return decode_bcq_unit(buf, pos).physical_offset
+
+
+def _truncated_end(queue: FileQueue, end: int, unit: int, phy_end: int | None, phy) -> int:
+    """``end`` moved back over the units whose record starts at or after ``phy_end``."""
+    if phy_end is None:
+        return end
+    while end > queue.min_offset:
+        f, pos = queue.locate(end - unit)
+        if phy(f.read(), pos) < phy_end:
+            break
+        end -= unit
+    return end
 
 
 def _classic_valid(buf, pos: int) -> bool:
