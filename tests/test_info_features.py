@@ -60,3 +60,40 @@ def test_a_broken_topic_table_is_a_problem_not_a_failure(store_copy):
     info = json.loads(result.stdout)
     assert info["topic_config"] == [] and info["messages"] > 0
     assert any("topics.json" in p for p in info["problems"])
+
+
+@pytest.fixture
+def multi_path(tmp_path, monkeypatch):
+    """dev-sample-5x with its commit log over two directories, placed as 5.x MultiPathMappedFileQueue
+    .tryCreateMappedFile places them (file i in the i-th of the sorted directories, modulo 2)."""
+    import shutil
+
+    monkeypatch.setenv("RMQTOOL_STORE_PATH_COMMITLOG", "")      # the option sets it for worker processes
+    root, disk2 = tmp_path / "a" / "store", tmp_path / "b" / "commitlog"
+    shutil.copytree(store_path("dev-sample-5x"), root)
+    disk2.mkdir(parents=True)
+    for i, f in enumerate(sorted((root / "commitlog").iterdir())):
+        if i % 2:
+            f.rename(disk2 / f.name)
+    return root, disk2
+
+
+def test_multi_path_commit_log(multi_path, monkeypatch):
+    root, disk2 = multi_path
+    rb = readback("dev-sample-5x")
+    messages = sum(r["type"] == "MESSAGE" for r in rb["commitlogRecords"])
+    for args in (["info", f"{root};{disk2}"], ["info", f"{root / 'commitlog'};{disk2}"],
+                 ["--store-path-commitlog", f"{root};{disk2}", "info", root]):
+        result = run(*args, "-f", "json")
+        assert result.exit_code == 0, result.output
+        info = json.loads(result.stdout)
+        assert (info["messages"], info["commitlog_file_size"], info["max_physical_offset"], info["problems"]) == \
+            (messages, 65536, rb["maxPhyOffset"], [])
+        assert info["store"] == str(root) and len(info["consume_queues"]) == len(rb["consumeQueues"])
+    monkeypatch.setenv("RMQTOOL_STORE_PATH_COMMITLOG", "")
+    alone = json.loads(run("info", root, "-f", "json").stdout)         # one directory: every other file
+    assert alone["commitlog_file_size"] == 65536 and alone["messages"] < messages
+    assert any("missing or misnamed file" in p for p in alone["problems"])
+    assert run("verify", f"{root};{disk2}").exit_code == 0
+    refused = run("put", f"{root};{disk2}", "--topic", "TopicA", "--body", "x")
+    assert refused.exit_code != 0 and "several directories is read-only" in refused.stderr

@@ -83,10 +83,17 @@ def _silence_stdout() -> None:
 @click.group(cls=RmqGroup, context_settings=CONTEXT_SETTINGS, epilog=_exit_status_epilog())
 @click.version_option(__version__, "-V", "--version", prog_name="rmqtool")
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an error.")
+@click.option("--store-path-commitlog", metavar="DIR;DIR...", envvar="RMQTOOL_STORE_PATH_COMMITLOG",
+              help="The directories of a commit log spread over several disks, as the 5.x broker's "
+                   "storePathCommitLog lists them (separated by ';'); they are read as one commit log of "
+                   "the store whose root they name (an element that is the root, or the parent of the first "
+                   "directory). A STORE argument may also be such a list.")
 @click.pass_context
-def cli(ctx: click.Context, traceback: bool) -> None:
+def cli(ctx: click.Context, traceback: bool, store_path_commitlog: str | None) -> None:
     """Read, verify, repair and rebuild Apache RocketMQ broker store directories offline."""
     ctx.ensure_object(dict)["traceback"] = traceback
+    if store_path_commitlog:
+        os.environ["RMQTOOL_STORE_PATH_COMMITLOG"] = store_path_commitlog   # also for worker processes
     warnings.showwarning = _show_warning             # a store's warnings: one line each, every time
     warnings.simplefilter("always", StoreWarning)
 

@@ -67,6 +67,9 @@ def _open_for_write(path: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoreWarning)     # the pending change is dealt with right here
         store = Store.open(path)
+        if store.commitlog_dirs:
+            from rmqtool.errors import UnsafeWrite
+            raise UnsafeWrite("a commit log over several directories is read-only here", path=str(store.root))
         done = complete_pending(store.root)
         if done:
             click.echo(f"rmqtool: {done} an interrupted earlier change", err=True)

@@ -194,12 +194,19 @@ class FileQueue:
 
 
 def infer_file_size(files: list[QueueFile]) -> int | None:
-    """The common size of the files (the spacing of their names when sizes disagree)."""
+    """The common size of the files (the spacing of their names when sizes disagree).
+
+    Files of one size spaced by a multiple of it are one directory of a 5.x multi-path commit log
+    (MultiPathMappedFileQueue puts every n-th file in each of n directories): the size is the files'.
+    """
     sizes = [f.length for f in files if f.length > 0]
     if not sizes:
         return None
     if len(files) >= 2:
         gaps = {b.start - a.start for a, b in zip(files, files[1:])}
         if len(gaps) == 1:
-            return gaps.pop()
+            gap = gaps.pop()
+            if len(set(sizes)) == 1 and len(sizes) == len(files) and gap > sizes[0] and gap % sizes[0] == 0:
+                return sizes[0]
+            return gap
     return max(set(sizes), key=sizes.count)

@@ -133,16 +133,24 @@ class IndexFileRef:
         return map_file(self.path, random_access)
 
 
+MULTI_PATH_SPLITTER = ";"       # MessageStoreConfig.MULTI_PATH_SPLITTER of storePathCommitLog
+# The commit-log directories of one store (``DIR;DIR``), for the store whose root they name (set by the CLI's
+# --store-path-commitlog; the environment carries it to worker processes and Spark executors).
+STORE_PATH_COMMITLOG_ENV = "RMQTOOL_STORE_PATH_COMMITLOG"
+
+
 class Store:
-    def __init__(self, root: Path, commitlog_path: Path | None = None):
+    def __init__(self, root: Path, commitlog_path: Path | None = None, commitlog_dirs: tuple[Path, ...] = ()):
         self.root = Path(root)
         self._commitlog_path = commitlog_path or self.root / L.COMMITLOG
         self._root_given = commitlog_path is None or commitlog_path == self.root / L.COMMITLOG
+        self.commitlog_dirs = commitlog_dirs      # a commit log over several directories (multi-path)
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":
-        """A store root, or just a commit log: its directory or one of its files. A store with the journal
-        of an unfinished change is opened with a StoreWarning."""
+        """A store root, or just a commit log: its directory or one of its files; or a 5.x commit log over
+        several directories, named as the broker's storePathCommitLog names them (see open_multi_path).
+        A store with the journal of an unfinished change is opened with a StoreWarning."""
         store = cls._open(Path(path))
         journal = store.pending_change
         if journal is not None:
@@ -159,6 +167,13 @@ class Store:
 
     @classmethod
     def _open(cls, path: Path) -> "Store":
+        if MULTI_PATH_SPLITTER in str(path):
+            return cls.open_multi_path(str(path))
+        named = os.environ.get(STORE_PATH_COMMITLOG_ENV)
+        if named:
+            multi = cls.open_multi_path(named)
+            if multi.is_store_root and Path(path).resolve() == multi.root.resolve():
+                return multi
         if not path.exists():
             raise StoreError("no such file or directory", path=str(path))
         if path.is_file():
@@ -171,6 +186,34 @@ class Store:
             return cls(path)
         raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
                          path=str(path))
+
+    @classmethod
+    def open_multi_path(cls, paths: str) -> "Store":
+        """``DIR;DIR;...``: the directories of one commit log, as storePathCommitLog lists them (5.x
+        MultiPathMappedFileQueue.load reads every file of every directory as one queue; tryCreateMappedFile
+        puts file number i in the i-th of the sorted directories, modulo their count). An element that is
+        a store root (a directory with commitlog/, consumequeue/, index/ or checkpoint) gives the store's
+        root, its commitlog/ joining the rest; else the root is the first directory's parent when that is
+        a store root (the broker's default storePathCommitLog is <storePathRootDir>/commitlog)."""
+        parts = [Path(p.strip()) for p in paths.split(MULTI_PATH_SPLITTER) if p.strip()]
+        root: Path | None = None
+        dirs: list[Path] = []
+        for p in parts:
+            if not p.is_dir():
+                raise StoreError("no such directory (storePathCommitLog element)", path=str(p))
+            if _is_root(p) and root is None:
+                root = p
+                if (p / L.COMMITLOG).is_dir():
+                    dirs.append(p / L.COMMITLOG)
+            else:
+                dirs.append(p)
+        if not dirs:
+            raise StoreError("no commit-log directory among the paths", path=paths)
+        if root is None and _is_root(dirs[0].parent):
+            root = dirs[0].parent
+        if root is None:
+            return cls(dirs[0], commitlog_path=dirs[0], commitlog_dirs=tuple(dirs))
+        return cls(root, commitlog_dirs=tuple(dirs))
 
     @property
     def is_store_root(self) -> bool:
@@ -263,6 +306,8 @@ class Store:
                 raise StoreError("both commitlog/ and a DLedger log hold data (a store converted to DLedger); "
                                  "reading it is not supported", path=str(self.root))
             return DLedgerCommitLog.open(self.dledger.data_dir)
+        if self.commitlog_dirs:
+            return CommitLog(FileQueue([f for d in self.commitlog_dirs for f in FileQueue.from_dir(d)]))
         if not self._commitlog_path.exists():
             return CommitLog(FileQueue([]))
         cl = CommitLog.open(self._commitlog_path)
@@ -362,6 +407,10 @@ class Store:
     def config(self, name: str):
         path = self.path(L.config_file(name))
         return read_config(path) if path.is_file() else None
+
+
+def _is_root(p: Path) -> bool:
+    return any((p / d).is_dir() for d in (L.COMMITLOG, L.CONSUMEQUEUE, L.INDEX)) or (p / L.CHECKPOINT).is_file()
 
 
 def _is_offset_file(p: Path) -> bool:
