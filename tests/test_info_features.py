@@ -97,3 +97,27 @@ def test_multi_path_commit_log(multi_path, monkeypatch):
     assert run("verify", f"{root};{disk2}").exit_code == 0
     refused = run("put", f"{root};{disk2}", "--topic", "TopicA", "--body", "x")
     assert refused.exit_code != 0 and "several directories is read-only" in refused.stderr
+
+
+@pytest.mark.parametrize("name", ["dev-batchcq-5x", "dev-config-5x"])
+def test_inner_batches_count_as_the_broker_counts(name, tmp_path):
+    """An inner batch is one record holding INNER_NUM messages: the broker's batch queues advance by it
+    (readback maxOffsetInQueue), and stats, export and info count messages the same way."""
+    rb = readback(name)
+    records = [r for r in rb["commitlogRecords"] if r["type"] == "MESSAGE"]
+    batch_max = {}
+    for q in rb["batchConsumeQueues"]:
+        batch_max[q["topic"]] = batch_max.get(q["topic"], 0) + q["maxOffsetInQueue"]
+    per_topic = {}
+    for r in records:
+        per_topic[r["topic"]] = per_topic.get(r["topic"], 0) + 1
+    total = sum(per_topic.values()) - sum(per_topic[t] for t in batch_max) + sum(batch_max.values())
+    assert total > len(records)
+    stats = {r["topic"]: r["messages"] for r in
+             (json.loads(line) for line in run("stats", store_path(name), "--by", "topic", "-f", "jsonl")
+              .stdout.splitlines())}
+    assert stats == {**per_topic, **batch_max}
+    assert _info(name)["messages"] == total
+    exported = run("export", store_path(name), "--to", tmp_path / "x.jsonl")
+    assert exported.exit_code == 0
+    assert f"exported {len(records)} records ({total} messages)" in exported.output

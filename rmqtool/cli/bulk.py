@@ -55,7 +55,9 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     file, or to a dataset directory with one part per commit-log file.
 
     The filters are those of grep and cat-commitlog. BLANK padding records are left out unless
-    --include-blank, so integer columns stay integers in pandas and DuckDB.
+    --include-blank, so integer columns stay integers in pandas and DuckDB. A row is a commit-log record
+    (an inner batch of a BatchCQ topic is one row, its messages in the body); the summary counts records
+    and messages as the broker counts them (INNER_NUM per inner batch).
 
     With --engine spark, Spark tasks write the parts: on a cluster, give a shared target such as
     s3://bucket/dir or hdfs://namenode/dir.

@@ -103,7 +103,9 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
     of the commit-log records of STORES (store roots, commitlog dirs or files, globs, URIs).
 
     \b
-    Columns: messages, bytes (record sizes summed), min/max_store_timestamp, retries (%RETRY% topics)
+    Columns: messages (as the broker counts them: an inner-batch record of a BatchCQ topic holds
+    INNER_NUM messages; the other counts are per record), bytes (record sizes summed),
+    min/max_store_timestamp, retries (%RETRY% topics)
     and retry_share, dlq (%DLQ% topics) and dlq_share (--by topic counts both under the original topic
     of the message, from its RETRY_TOPIC property), transaction_half (half messages, legacy
     prepared), transaction_commit, transaction_rollback, transaction_op (op messages), delayed
@@ -155,6 +157,8 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
          tablefmt: str) -> None:
     """Print the records of STORES that match every given filter, store by store in commit-log order,
     with the store and commit-log file they came from. Repeated values of one filter are alternatives.
+    A row is a commit-log record: an inner batch (BatchCQ topic) is one row holding its INNER_NUM messages
+    in its body, matched on the record's own fields (cat-commitlog --unwrap lists its messages).
     Exits 1 when nothing matched.
 
     \b

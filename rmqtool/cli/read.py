@@ -120,7 +120,8 @@ def _open_commitlog(path: str) -> tuple[Store, CommitLog]:
 @click.pass_context
 def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tablefmt: str) -> None:
     """Summarise a store: commit-log files and records, topics and queues, index files, checkpoint,
-    abort/lock state and hints about the broker version that wrote it.
+    abort/lock state and hints about the broker version that wrote it. messages counts as the broker
+    does (an inner-batch record of a BatchCQ topic holds INNER_NUM messages).
 
     Exits 1 when the commit log holds a damaged record or files of the wrong size.
 

@@ -149,9 +149,11 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
 
 
 def _message_count(batch) -> int:
-    import pyarrow as pa
+    """Messages as the broker counts them (an inner batch record holds INNER_NUM: facts.message_counts)."""
     import pyarrow.compute as pc
-    return pc.sum(pc.equal(batch.column("type"), "message").cast(pa.int64())).as_py() or 0
+
+    from rmqtool.ops.facts import message_counts
+    return pc.sum(message_counts(batch)).as_py() or 0
 
 
 def _total_size(batch) -> int:

@@ -135,6 +135,19 @@ class _Collector:
         return facts
 
 
+def message_counts(batch: pa.RecordBatch) -> pa.Array:
+    """Messages per record as the 5.x broker counts them (int64): an inner batch (a BatchCQ topic's
+    MessageBatch stored as one record with INNER_NUM and INNER_BASE) holds INNER_NUM messages
+    (CommitLog.setBatchSizeIfNeeded gives the dispatch that batchSize; the batch queue's offsets and
+    AppendMessageResult.msgNum advance by it); any other message 1, a BLANK 0."""
+    props = _dispatch_properties(batch)
+    num, base = props[C.PROPERTY_INNER_NUM], props[C.PROPERTY_INNER_BASE]
+    inner = pc.fill_null(pc.and_(pc.and_(pc.is_valid(num), pc.is_valid(base)), pc.utf8_is_digit(num)), False)
+    counts = pc.if_else(inner, pc.cast(pc.if_else(inner, num, "1"), pa.int64()), pa.scalar(1, pa.int64()))
+    return pc.if_else(pc.equal(batch.column("type"), "message"), counts, pa.scalar(0, pa.int64())) \
+        if "type" in batch.schema.names else counts
+
+
 def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
     if C.PROPERTY_INNER_NUM in batch.schema.names:            # decode_facts: looked up already
         return {k: batch.column(k) for k in DISPATCH_PROPERTIES}

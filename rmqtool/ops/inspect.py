@@ -114,7 +114,7 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
                         parts["sys_flag"] & C.SysFlag.BORNHOST_V6, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
                     ts = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[ts_pos].astype(np.int64)
                     last_byte = parts["props_pos"] + parts["props_len"] - 1
-                    out["messages"] += good
+                    out["messages"] += good + _extra_inner_messages(data, parts, good)
                     if progress:
                         progress(int(parts["total"].sum()))
                     out["v2"] += int(parts["v2"].sum())
@@ -139,11 +139,30 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     return out
 
 
+def _extra_inner_messages(data, parts: dict, good: int) -> int:
+    """The messages beyond one per record of the walked records' inner batches (facts.message_counts):
+    only records with the INNER_BATCH sysFlag, which the broker gives every inner batch, have their
+    properties read."""
+    import numpy as np
+
+    from rmqtool.format.properties import parse_properties
+
+    extra = 0
+    for i in np.flatnonzero(parts["sys_flag"][:good] & C.SysFlag.INNER_BATCH):
+        pos, n = int(parts["props_pos"][i]), int(parts["props_len"][i])
+        props = parse_properties(data[pos:pos + n].tobytes())
+        num = props.get(C.PROPERTY_INNER_NUM, "")
+        if C.PROPERTY_INNER_BASE in props and num.isdigit():
+            extra += int(num) - 1
+    return extra
+
+
 def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[str, Any]:
     """The same counts from decoded record batches (records inside DLedger entries)."""
     import pyarrow.compute as pc
 
     from rmqtool.columnar import iter_record_batches
+    from rmqtool.ops.facts import message_counts
 
     cl = store.commitlog
     messages = blanks = v2 = trailing = 0
@@ -159,7 +178,7 @@ def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[
             continue
         if progress:
             progress(int(pc.sum(msgs.column("total_size")).as_py()))
-        messages += msgs.num_rows
+        messages += pc.sum(message_counts(msgs)).as_py()
         v2 += msgs.column("magic_code").to_pylist().count(f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}")
         trailing += sum(1 for p in msgs.column("properties_raw").to_pylist() if p.endswith(C.PROPERTY_SEPARATOR))
         ts = pc.min_max(msgs.column("store_timestamp").cast("int64"))

@@ -2,7 +2,9 @@
 
 Computed per commit-log file as a small Arrow table of partial sums (``file_stats``), merged with
 ``merge`` and finished into rows with ``stats_rows``: the single-process and the Spark engine run the
-same three steps, so their output is identical. BLANK records are not counted.
+same three steps, so their output is identical. BLANK records are not counted. ``messages`` counts as the
+broker does: an inner batch (one record of a BatchCQ topic) is its INNER_NUM messages (see
+``facts.message_counts``); ``bytes`` and the other counts are per record.
 
 Retries and dead letters count for the topic they came from: ``--by topic`` files a ``%RETRY%<group>`` or
 ``%DLQ%<group>`` record under its RETRY_TOPIC property (the original topic the broker keeps there), and
@@ -18,6 +20,7 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.ops import scan
+from rmqtool.ops.facts import message_counts
 
 GROUPINGS = {"topic": ["topic"], "queue": ["topic", "queue_id"], "hour": ["hour"],
              "store_host": ["store_host"], "tag": ["tags"], "store": ["store"], "group": ["group"]}
@@ -76,7 +79,7 @@ def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) ->
 
     cols = _key_columns(batch, f, keys)
     cols.update({
-        "messages": pa.repeat(pa.scalar(1, pa.int64()), batch.num_rows),
+        "messages": message_counts(batch),
         "bytes": batch.column("total_size").cast(pa.int64()),
         "retries": count(pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX)),
         "dlq": count(pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX)),
