@@ -100,6 +100,7 @@ def record_length(sys_flag: int, magic_code: int, body_len: int, topic_len: int,
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_CRC32 = "__CRC32#"                         # 5.2+ whole-record CRC (enabledAppendPropCRC)
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"      # the original topic of a retry / DLQ message
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"

@@ -189,3 +189,80 @@ def test_put_to_a_batch_topic(store_copy):
     assert not (root / "consumequeue" / "BatchTopic").exists()
     rows = json.loads(run("cat-cq", root, "BatchTopic", "1", "--resolve", "-f", "json").stdout)
     assert {r["status"] for r in rows} == {"ok"} and rows[-1]["queue_offset"] == end
+
+
+def _java_expected_crc(record: bytes) -> int | None:
+    """CommitLog.checkMessageAndReturnSize's forceVerifyPropCRC reading of __CRC32#, written out here."""
+    marker = record.rfind(b"__CRC32#\x01")
+    if marker < 0:
+        return None
+    digits = record[marker + 9:record.index(b"\x02", marker)].decode()
+    expected = 0
+    for ch in reversed(digits):
+        expected = expected * 10 + (ord(ch) - 48)
+    return expected
+
+
+@pytest.mark.parametrize("dledger", [False, True])
+def test_whole_record_crc_written_and_checked(tmp_path, dledger):
+    """A store that uses enabledAppendPropCRC (5.2+): put/import append __CRC32# (UtilAll.crc32 of the
+    record minus its 20-byte tail, digits least significant first) and verify --check-crc checks it."""
+    import zlib
+
+    from rmqtool.format.commitlog import CRC32_RESERVED_LEN
+    from rmqtool.ops.verify import verify_store
+
+    root = tmp_path / "s"
+    init_store(root, commitlog_file_size=65536, cq_file_size=160, geometry=Geometry(16, 64),
+               **({"dledger_self_id": "n0", "dledger_index_file_size": 2048} if dledger else {}))
+    w = StoreWriter(Store.open(root))
+    assert not w.prop_crc
+    w.prop_crc = True             # as a broker with enabledAppendPropCRC writes: the store then uses it
+    w.append(build_message("TopicA", b"first", tags="t", keys="k1", store_timestamp=1_795_000_000_000))
+    w.commit()
+    assert run("put", root, "--topic", "TopicB", "--body", "second", "--key", "k2").exit_code == 0
+    src = Store.open(store_path("dev-sample-5x"))
+    w = StoreWriter(Store.open(root))
+    assert w.prop_crc
+    for loc in list(src.commitlog.iter_entries(include_blank=False))[:20]:      # import: rows of another store
+        w.append(message_from_row(entry_row(loc.entry, loc.offset, body_encoding="base64")))
+    w.commit()
+    store = Store.open(root)
+    records = []
+    for loc in store.commitlog.iter_entries(include_blank=False, check_crc=True):
+        f, pos = store.commitlog.queue.locate(loc.offset)
+        records.append((loc.offset, f, pos, bytes(f.read()[pos:pos + loc.entry.total_size])))
+    assert len(records) == 22
+    for _, _, _, record in records:
+        assert record.endswith(b"\x02") and record[-CRC32_RESERVED_LEN:].startswith(b"__CRC32#\x01")
+        assert record.count(b"__CRC32#") == 1
+        assert _java_expected_crc(record) == zlib.crc32(record[:-CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+    assert [f.kind for f in verify_store(root, deep=True, jobs=1)] == []
+    offset, f, pos, record = records[5]
+    data = bytearray(f.path.read_bytes())
+    data[pos + 16] ^= 1                    # a bit of the flag field: the body CRC cannot see it
+    f.path.write_bytes(bytes(data))
+    found = [x for x in verify_store(root, deep=True, jobs=1) if x.kind == "prop_crc_mismatch"]
+    assert [(x.severity, x.offset) for x in found] == [("warning", offset)]
+    assert [x.kind for x in verify_store(root, deep=False, jobs=1)] == []
+
+
+def test_put_leaves_out_the_crc_property_in_a_store_without_it(store_copy):
+    root = store_copy("dev-sample-5x")
+    result = run("put", root, "--topic", "TopicA", "--body", "x", "--property", "__CRC32#=0000000000")
+    assert result.exit_code == 0, result.output
+    last = list(Store.open(root).commitlog.iter_messages())[-1]
+    assert b"__CRC32#" not in last.properties_raw
+
+
+@given(st.integers(0, 2**31 - 1), st.binary(max_size=60))
+def test_crc32_property_codec_round_trip(crc, props):
+    from rmqtool.format.commitlog import (CRC32_RESERVED_LEN, encode_crc32_property, reserve_crc32,
+                                          stored_crc32, without_crc32)
+
+    tail = encode_crc32_property(crc)
+    assert len(tail) == CRC32_RESERVED_LEN and stored_crc32(b"x" + tail) == crc
+    props = props.replace(b"__CRC32#", b"")
+    reserved = reserve_crc32(props)
+    assert stored_crc32(reserved) == 0 and without_crc32(reserved) == props + (b"" if not props or
+                                                                              props.endswith(b"\x02") else b"\x02")

@@ -79,7 +79,8 @@ def _open_for_write(path: str):
 
 @cli.command()
 @click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
-@check_crc_option(aliases=("--deep",), help="Also check every body's CRC.")
+@check_crc_option(aliases=("--deep",), help="Also check every body's CRC, and the 5.2+ whole-record "
+                                            "CRC property (__CRC32#) where the store writes it.")
 @jobs_option
 @engine_options
 @output_options

@@ -12,6 +12,7 @@ bytes, kept as ``padding`` so that re-encoding is exact.
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 import zlib
 from typing import Union
@@ -290,3 +291,58 @@ def encode_message(msg: Message) -> bytes:
         ))
     except struct.error as exc:
         raise EncodeError(f"field out of range: {exc}") from exc
+
+
+# -- the 5.2+ whole-record CRC property (enabledAppendPropCRC) ----------------------------------------
+# MessageExtEncoder.encode reserves CommitLog.CRC32_RESERVED_LEN bytes at the end of the properties (after a
+# \x02 it adds when they do not end with one); DefaultAppendMessageCallback.doAppend then takes
+# UtilAll.crc32 (CRC-32 & 0x7FFFFFFF) of the whole record except those bytes and writes them with
+# MessageDecoder.createCrc32: "__CRC32#" \x01, ten decimal digits least significant first, \x02.
+# CommitLog.checkMessageAndReturnSize checks it only with forceVerifyPropCRC (default false).
+CRC32_PREFIX = C.PROPERTY_CRC32.encode() + C.NAME_VALUE_SEPARATOR
+CRC32_RESERVED_LEN = len(CRC32_PREFIX) + 10 + 1
+
+
+def encode_crc32_property(crc: int) -> bytes:
+    """MessageDecoder.createCrc32: the reserved tail holding ``crc``."""
+    digits = bytes(0x30 + crc // 10 ** i % 10 for i in range(10)) if crc > 0 else b"0" * 10
+    return CRC32_PREFIX + digits + C.PROPERTY_SEPARATOR
+
+
+def record_crc32(record: Buffer) -> int:
+    """UtilAll.crc32 of a record without its reserved tail: what the tail must hold."""
+    return zlib.crc32(memoryview(record)[:len(record) - CRC32_RESERVED_LEN]) & 0x7FFFFFFF
+
+
+def stored_crc32(record: Buffer) -> int | None:
+    """The CRC a record's tail holds (the expectedCRC of checkMessageAndReturnSize), None without one."""
+    tail = bytes(memoryview(record)[len(record) - CRC32_RESERVED_LEN:])
+    if len(tail) != CRC32_RESERVED_LEN or not tail.startswith(CRC32_PREFIX) or tail[-1:] != C.PROPERTY_SEPARATOR:
+        return None
+    digits = tail[len(CRC32_PREFIX):-1]
+    if not digits.isdigit():
+        return None
+    return sum((d - 0x30) * 10 ** i for i, d in enumerate(digits))
+
+
+_CRC32_PROPERTY = re.compile(rb"(?:^|(?<=\x02))" + re.escape(CRC32_PREFIX) + rb"[^\x02]*(?:\x02|$)")
+
+
+def without_crc32(properties_raw: bytes) -> bytes:
+    """The properties without __CRC32#: CommitLog.asyncPutMessage deletes PROPERTY_CRC32 from a message it
+    puts without enabledAppendPropCRC (MessageUtils.deleteProperty: each ``name\x01value\x02`` cut out of
+    the string); with it, the tail is written anew."""
+    return _CRC32_PROPERTY.sub(b"", properties_raw) if CRC32_PREFIX in properties_raw else properties_raw
+
+
+def reserve_crc32(properties_raw: bytes) -> bytes:
+    """Properties as MessageExtEncoder lays them out with enabledAppendPropCRC: a \x02 added when they do
+    not end with one, then the tail reserved (zero CRC until seal_crc32)."""
+    if properties_raw and not properties_raw.endswith(C.PROPERTY_SEPARATOR):
+        properties_raw += C.PROPERTY_SEPARATOR
+    return properties_raw + encode_crc32_property(0)
+
+
+def seal_crc32(record: bytes) -> bytes:
+    """DefaultAppendMessageCallback.doAppend: the encoded record with its reserved tail filled in."""
+    return record[:-CRC32_RESERVED_LEN] + encode_crc32_property(record_crc32(record))

@@ -22,7 +22,7 @@ import numpy as np
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, FormatError, StoreError, UnsafeWrite
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
-from rmqtool.format.commitlog import Message, encode_message
+from rmqtool.format.commitlog import Message, encode_message, reserve_crc32, seal_crc32, stored_crc32, without_crc32
 from rmqtool.format.dispatch import dispatch, is_lmq, multi_dispatch_targets
 from rmqtool.format.dledger import CurrentTerm, encode_currterm
 from rmqtool.format.hosts import Host
@@ -121,6 +121,7 @@ class StoreWriter:
         self.ledger = _ledger_appender(store, self.file_size, self._ledger_sink) if store.dledger is not None else None
         self.commitlog = None if self.ledger is not None else \
             CommitLogAppender(self.file_size, _written_end(store), self._commitlog_sink)
+        self.prop_crc = uses_crc32(store)
         self.cq_file_size = store.cq_file_size(cq_file_size)
         self.queues: dict[tuple[str, int], CqFileWriter] = {}
         # BatchCQ topics: the store's batchconsumequeue/ topics, queue.type=BatchCQ in config/topics.json, given
@@ -214,6 +215,7 @@ class StoreWriter:
     def append(self, msg: Message) -> Message:
         """Place one message as CommitLog.putMessage / doAppend would; returns it as stored."""
         safe_topic_dir(msg.topic)
+        msg = dataclasses.replace(msg, properties_raw=without_crc32(msg.properties_raw))
         tran = C.transaction_type(msg.sys_flag)
         batch = msg.topic in self.batch_topics
         if batch:
@@ -223,15 +225,17 @@ class StoreWriter:
             queue = self._queue(msg.topic, msg.queue_id)
             queue_offset = 0 if tran in _NO_UNIT else queue.write_pos // C.CQ_STORE_UNIT_SIZE
             msg = self._with_lmq_offsets(msg)
+        if self.prop_crc:
+            msg = dataclasses.replace(msg, properties_raw=reserve_crc32(msg.properties_raw))
         stored = dataclasses.replace(msg, queue_offset=queue_offset,
                                      store_timestamp=msg.store_timestamp or int(time.time() * 1000))
         if self.ledger is not None:
-            offset = self.ledger.append(stored.total_size, lambda phys: encode_message(
+            offset = self.ledger.append(stored.total_size, lambda phys: self._encode(
                 dataclasses.replace(stored, physical_offset=phys)))
             stored = dataclasses.replace(stored, physical_offset=offset)
         else:
             stored = dataclasses.replace(stored, physical_offset=self.commitlog.reserve(stored.total_size))
-            self.commitlog.write(encode_message(stored))
+            self.commitlog.write(self._encode(stored))
         keys = ([stored.uniq_key] if stored.uniq_key is not None else []) + stored.keys
         info = RecordInfo(stored.physical_offset, stored.total_size, stored.topic, stored.queue_id, queue_offset,
                           stored.sys_flag, stored.tags_code(), stored.store_timestamp, tuple(keys))
@@ -250,6 +254,11 @@ class StoreWriter:
         if self.count % self.INDEX_FLUSH_RECORDS == 0:
             self._hand_over_index()
         return stored
+
+    def _encode(self, stored: Message) -> bytes:
+        """The record's bytes; with the store's whole-record CRC sealed in (see uses_crc32)."""
+        data = encode_message(stored)
+        return seal_crc32(data) if self.prop_crc else data
 
     def _hand_over_index(self) -> None:
         """The continued index file's changes into the transaction (then out of this process's memory)."""
@@ -357,6 +366,22 @@ class _IndexFileWriter(IndexWriter):
     def close(self) -> None:
         if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
             self.buf.close()
+
+
+def uses_crc32(store: Store) -> bool:
+    """Whether the broker writing this store has enabledAppendPropCRC (5.2+): the first record of its
+    newest commit-log file ends with the __CRC32# property. Appended records then get it too."""
+    from rmqtool.errors import RmqError
+
+    cl = store.commitlog
+    files = [f for f in cl.queue if f.length]
+    if not files:
+        return False
+    try:
+        entry = cl.read_at(files[-1].start + cl.entry_header_size)
+    except RmqError:
+        return False
+    return isinstance(entry, Message) and stored_crc32(entry.properties_raw) is not None
 
 
 def with_inner_base(msg: Message, queue_offset: int) -> Message:
