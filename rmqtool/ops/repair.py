@@ -11,7 +11,6 @@ abort file goes (5.x: it becomes abort.bak, as the broker's restart leaves it).
 from __future__ import annotations
 
 import mmap
-import os
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -23,14 +22,13 @@ from rmqtool import constants as C
 from rmqtool.errors import StoreWarning
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.consumequeue import valid_prefix
-from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames
 from rmqtool.ops.rebuild import valid_facts
 from rmqtool.store import layout as L
-from rmqtool.store.atomic import Transaction, copy_sparse
-from rmqtool.store.filequeue import data_extents, first_nonzero, map_private
-from rmqtool.store.index_builder import IndexBuilder
+from rmqtool.store.atomic import Transaction
+from rmqtool.store.filequeue import cut_copy, first_nonzero
+from rmqtool.store.index_builder import IndexBuilder, continue_copies
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
@@ -104,7 +102,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             if process >= f.start:
                 cut = process - f.start
                 if f.length != fsize or first_nonzero(f.path, cut) is not None:
-                    plan.writes[rel] = _cut(f.path, cut, fsize)
+                    plan.writes[rel] = cut_copy(f.path, cut, fsize)
                     plan.actions.append(Action("truncate_commitlog", rel,
                                                f"keep {cut} bytes (up to offset {process}), zero the rest"))
             else:
@@ -156,7 +154,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 kept.append(ref)
         if refs and (ledger is None or ledger.reindex_from is not None):
             plan.scratch = tempfile.TemporaryDirectory(prefix="rmqtool-repair-index-")
-            builder = IndexBuilder(refs[0].geometry, _continued(kept[-1:], Path(plan.scratch.name)),
+            builder = IndexBuilder(refs[0].geometry, continue_copies(kept[-1:], Path(plan.scratch.name)),
                                    directory=Path(plan.scratch.name))
             for facts in _reindexed(scanned, ledger):
                 builder.add_facts(facts)
@@ -206,19 +204,13 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
         or DEFAULT_INDEX_FILE_SIZE
     maps: dict[Path, mmap.mmap] = {}
     for path, keep in ledger.data_cut:
-        maps[path] = _cut(path, keep, path.stat().st_size)
+        maps[path] = cut_copy(path, keep, path.stat().st_size)
     for path, keep in ledger.index_cut:                  # a short index file comes back at full size
-        maps[path] = _cut(path, keep, index_size)
+        maps[path] = cut_copy(path, keep, index_size)
+    files.rewrite_index_units(maps, ledger.index_rewrite, index_size)
     for path in ledger.data_delete + ledger.index_delete:
         plan.deletes.append(store.rel(path))
         plan.actions.append(Action("delete_file", store.rel(path), f"after the last entry {ledger.end_index}"))
-    for slot, unit in ledger.index_rewrite:             # DLedgerMmapFileStore.recover rebuilds them from the data
-        at = slot * D.INDEX_UNIT_SIZE
-        path = files.index_dir / C.offset_to_file_name(at - at % index_size)
-        if path not in maps:
-            maps[path] = _cut(path, index_size, index_size) if path.exists() else bytearray(index_size)
-        pos = at % index_size
-        maps[path][pos:pos + D.INDEX_UNIT_SIZE] = D.encode_index_unit(unit)
     for path, mm in maps.items():
         rel = store.rel(path)
         plan.writes[rel] = mm
@@ -238,21 +230,6 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
         plan.actions.append(Action("dledger_currterm", store.rel(bak), "copy of currterm"))
 
 
-def _continued(refs: list, scratch: Path) -> list[tuple[str, IndexWriter]]:
-    """The last kept index file, continued in a sparse copy in ``scratch`` (through a shared map, so the
-    keys added leave this process's memory as they are written); a full one is only read."""
-    out = []
-    for ref in refs:
-        if ref.header.index_count >= ref.geometry.index_num:
-            out.append((ref.name, IndexWriter.from_bytes(map_private(ref.path), ref.geometry)))
-            continue
-        copy = scratch / ref.name
-        copy_sparse(ref.path, copy)
-        with open(copy, "r+b") as fh:
-            out.append((ref.name, IndexWriter.from_bytes(mmap.mmap(fh.fileno(), 0), ref.geometry)))
-    return out
-
-
 def _reindexed(scanned: list[FileFacts], ledger) -> list[FileFacts]:
     """The records the broker indexes again: all re-read ones; on DLedger (5.x) those from the first
     dropped index file's begin offset, and the last record once more (its restart dispatches it again,
@@ -266,21 +243,6 @@ def _reindexed(scanned: list[FileFacts], ledger) -> list[FileFacts]:
         keep[-1] = True
         out.append(last.select(keep))
     return out
-
-
-def _cut(path: Path, cut: int, size: int):
-    """The file's first ``cut`` bytes, zeros up to ``size``: a private map, zeroed only where it holds data
-    (a file of another size: a buffer of ``size`` bytes)."""
-    if os.path.getsize(path) != size:
-        data = Path(path).read_bytes()[:cut]
-        return bytearray(data + bytes(size - len(data)))
-    mm = map_private(path)
-    with open(path, "rb") as fh:
-        for lo, hi in data_extents(fh.fileno(), cut, size):
-            for pos in range(lo, hi, 1 << 20):
-                end = min(pos + (1 << 20), hi)
-                mm[pos:end] = bytes(end - pos)
-    return mm
 
 
 def _record_reach(scanned: list[FileFacts], names: QueueNames) -> dict[tuple[str, int], int]:

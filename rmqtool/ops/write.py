@@ -11,13 +11,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import mmap
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
-
-import numpy as np
 
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, FormatError, StoreError, UnsafeWrite
@@ -26,7 +23,7 @@ from rmqtool.format.commitlog import Message, encode_message, reserve_crc32, sea
 from rmqtool.format.dispatch import dispatch, is_lmq, multi_dispatch_targets
 from rmqtool.format.dledger import CurrentTerm, encode_currterm
 from rmqtool.format.hosts import Host
-from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry, IndexWriter
+from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry
 from rmqtool.format.java import hashmap_order
 from rmqtool.format.properties import encode_properties
 from rmqtool.format.rows import decode_body
@@ -36,8 +33,7 @@ from rmqtool.store.atomic import PatchTransaction, atomic_write, preallocate
 from rmqtool.ops.findings import ERROR
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
-from rmqtool.store.index_builder import IndexBuilder, RecordInfo
-from rmqtool.store.filequeue import map_private, read_exact
+from rmqtool.store.index_builder import ContinuedIndexFile, IndexBuilder, RecordInfo
 from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
@@ -160,10 +156,10 @@ class StoreWriter:
         the last one is continued through a private map whose changes go through the transaction."""
         refs = self.store.index_files()
         directory = Path(self._scratch.name) if self._scratch is not None else self.store.index_dir
-        builder = _Builder(self.geometry, [(r.name, _IndexFileWriter.open(r)) for r in refs[-1:]], directory,
-                           create=None if self._scratch is not None else
-                           lambda name, size: self.txn.create(L.index_file(name), size))
-        builder.hand_over = self._hand_over_index
+        builder = IndexBuilder(self.geometry, [(r.name, ContinuedIndexFile.open(r)) for r in refs[-1:]], directory,
+                               create=None if self._scratch is not None else
+                               lambda name, size: self.txn.create(L.index_file(name), size),
+                               hand_over=self._hand_over_index)
         builder.changed.clear()
         return builder
 
@@ -263,7 +259,7 @@ class StoreWriter:
     def _hand_over_index(self) -> None:
         """The continued index file's changes into the transaction (then out of this process's memory)."""
         for name, w in self.index.files:
-            if isinstance(w, _IndexFileWriter) and not w.buf.closed:
+            if isinstance(w, ContinuedIndexFile) and not w.buf.closed:
                 for offset, data in w.changes():
                     self.txn.write_at(L.index_file(name), offset, data)
                 if not self.txn.dry_run:
@@ -310,62 +306,11 @@ class StoreWriter:
 
     def _close(self) -> None:
         for _, w in self.index.files:
-            if isinstance(w, _IndexFileWriter):
+            if isinstance(w, ContinuedIndexFile):
                 w.close()
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None
-
-
-class _Builder(IndexBuilder):
-    hand_over = None
-
-    def _release(self, w: IndexWriter) -> None:
-        if isinstance(w, _IndexFileWriter):      # the continued file filled up: its changes go first
-            self.hand_over()
-            w.close()
-        else:
-            super()._release(w)
-
-
-class _IndexFileWriter(IndexWriter):
-    """The last index file continued in place: keys go into a private map of it, and ``changes`` gives the
-    ranges that differ from the file (header, the hash slots set, the new entries) for the transaction."""
-
-    @classmethod
-    def open(cls, ref) -> "_IndexFileWriter":
-        w = cls.from_bytes(map_private(ref.path), ref.geometry)
-        w.path = ref.path
-        w.written = w.index_count                # entries up to here are on disk
-        return w
-
-    def changes(self) -> Iterator[tuple[int, bytes]]:
-        g = self.geometry
-        if self.index_count == self.written:
-            return
-        yield 0, bytes(self.buf[:C.INDEX_HEADER_SIZE])
-        slots_end = g.slot_pos(g.hash_slot_num)
-        with open(self.path, "rb") as fh:
-            on_disk = np.frombuffer(read_exact(fh, slots_end - C.INDEX_HEADER_SIZE, C.INDEX_HEADER_SIZE), np.uint32)
-        mine = np.frombuffer(self.buf, np.uint32, len(on_disk), C.INDEX_HEADER_SIZE)
-        changed = np.flatnonzero(mine != on_disk)
-        if len(changed):                              # runs of adjacent slots, one range each
-            breaks = np.flatnonzero(np.diff(changed) > 1) + 1
-            for run in np.split(changed, breaks):
-                lo, hi = C.INDEX_HEADER_SIZE + 4 * int(run[0]), C.INDEX_HEADER_SIZE + 4 * (int(run[-1]) + 1)
-                yield lo, bytes(self.buf[lo:hi])
-        lo, hi = g.entry_pos(self.written), g.entry_pos(self.index_count)
-        yield lo, bytes(self.buf[lo:hi])
-        self.written = self.index_count
-
-    def forget(self) -> None:
-        """Drop the private copies of pages now written to the file (they read back from it)."""
-        if hasattr(self.buf, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-            self.buf.madvise(mmap.MADV_DONTNEED)
-
-    def close(self) -> None:
-        if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
-            self.buf.close()
 
 
 def uses_crc32(store: Store) -> bool:

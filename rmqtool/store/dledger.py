@@ -17,7 +17,7 @@ from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, Message, decode_entry
 from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog, Located
-from rmqtool.store.filequeue import FileQueue, QueueFile
+from rmqtool.store.filequeue import FileQueue, QueueFile, cut_copy
 
 
 @dataclass(frozen=True)
@@ -227,6 +227,18 @@ class DLedgerFiles:
                 if not any(unit):
                     return
                 yield first + i, f, unit
+
+    def rewrite_index_units(self, files: dict, units: list[tuple[int, D.IndexUnit]], file_size: int) -> None:
+        """Put each (slot, unit) into the new content of its index file (``files``: path -> writable bytes,
+        filled in here from the file, or at full size for a short, empty or missing one), as
+        DLedgerMmapFileStore.recover rebuilds the index from the data."""
+        for slot, unit in units:
+            at = slot * D.INDEX_UNIT_SIZE
+            path = self.index_dir / f"{at - at % file_size:020d}"
+            if path not in files:
+                files[path] = cut_copy(path, file_size, file_size) if path.exists() else bytearray(file_size)
+            pos = at % file_size
+            files[path][pos:pos + D.INDEX_UNIT_SIZE] = D.encode_index_unit(unit)
 
     def _text(self, name: str) -> str | None:
         for path in (self.dir / name, self.dir / f"{name}.bak"):

@@ -210,3 +210,18 @@ def infer_file_size(files: list[QueueFile]) -> int | None:
                 return sizes[0]
             return gap
     return max(set(sizes), key=sizes.count)
+
+
+def cut_copy(path: Path, cut: int, size: int):
+    """The file's first ``cut`` bytes, zeros up to ``size``: a private map, zeroed only where it holds data
+    (a file of another size: a buffer of ``size`` bytes)."""
+    if os.path.getsize(path) != size:
+        data = Path(path).read_bytes()[:cut]
+        return bytearray(data + bytes(size - len(data)))
+    mm = map_private(path)
+    with open(path, "rb") as fh:
+        for lo, hi in data_extents(fh.fileno(), cut, size):
+            for pos in range(lo, hi, 1 << 20):
+                end = min(pos + (1 << 20), hi)
+                mm[pos:end] = bytes(end - pos)
+    return mm

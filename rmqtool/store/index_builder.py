@@ -7,13 +7,14 @@ from __future__ import annotations
 import mmap
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
 from rmqtool import constants as C
 from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry
-from rmqtool.store.filequeue import release_pages
+from rmqtool.store.atomic import copy_sparse
+from rmqtool.store.filequeue import map_private, read_exact, release_pages
 
 
 class RecordInfo(NamedTuple):
@@ -57,12 +58,14 @@ class IndexBuilder:
     KEYS_PER_PUT = 1 << 19           # keys put as one set of columns (bounds the temporaries)
 
     def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
-                 directory: Path | None = None, create: Callable[[str, int], None] | None = None):
+                 directory: Path | None = None, create: Callable[[str, int], None] | None = None,
+                 hand_over: Callable[[], None] | None = None):
         check_geometry(geometry)
         self.geometry = geometry
         self.files = files or []
         self.directory = directory
         self.create = create             # creates a new file (name, size) in ``directory`` (a transaction's)
+        self.hand_over = hand_over       # takes a ContinuedIndexFile's changes before it is closed
         self.changed: set[str] = set()
         self.full_end_timestamp: int | None = None
         self.released = 0                # entry bytes of the last file already dropped from RSS
@@ -92,7 +95,11 @@ class IndexBuilder:
             return mmap.mmap(fh.fileno(), 0)
 
     def _release(self, w: IndexWriter) -> None:
-        if isinstance(w.buf, mmap.mmap):
+        if isinstance(w, ContinuedIndexFile):     # a continued file filled up: its changes go first
+            if self.hand_over is not None:
+                self.hand_over()
+            w.close()
+        elif isinstance(w.buf, mmap.mmap):
             w.buf.flush()
             w.buf.close()
 
@@ -140,3 +147,58 @@ class IndexBuilder:
                 return
             # when full, the next file is opened by the record of the next key, or the record after the last one
             rec = int(key_rec[k]) if key_rec[k] == key_rec[take[-1]] else int(key_rec[take[-1]]) + 1
+
+
+def continue_copies(refs: list, scratch: Path) -> list[tuple[str, IndexWriter]]:
+    """The last kept index file, continued in a sparse copy in ``scratch`` (through a shared map, so the
+    keys added leave this process's memory as they are written); a full one is only read."""
+    out = []
+    for ref in refs:
+        if ref.header.index_count >= ref.geometry.index_num:
+            out.append((ref.name, IndexWriter.from_bytes(map_private(ref.path), ref.geometry)))
+            continue
+        copy = scratch / ref.name
+        copy_sparse(ref.path, copy)
+        with open(copy, "r+b") as fh:
+            out.append((ref.name, IndexWriter.from_bytes(mmap.mmap(fh.fileno(), 0), ref.geometry)))
+    return out
+
+
+class ContinuedIndexFile(IndexWriter):
+    """The last index file continued in place: keys go into a private map of it, and ``changes`` gives the
+    ranges that differ from the file (header, the hash slots set, the new entries) for the transaction."""
+
+    @classmethod
+    def open(cls, ref) -> "ContinuedIndexFile":
+        w = cls.from_bytes(map_private(ref.path), ref.geometry)
+        w.path = ref.path
+        w.written = w.index_count                # entries up to here are on disk
+        return w
+
+    def changes(self) -> Iterator[tuple[int, bytes]]:
+        g = self.geometry
+        if self.index_count == self.written:
+            return
+        yield 0, bytes(self.buf[:C.INDEX_HEADER_SIZE])
+        slots_end = g.slot_pos(g.hash_slot_num)
+        with open(self.path, "rb") as fh:
+            on_disk = np.frombuffer(read_exact(fh, slots_end - C.INDEX_HEADER_SIZE, C.INDEX_HEADER_SIZE), np.uint32)
+        mine = np.frombuffer(self.buf, np.uint32, len(on_disk), C.INDEX_HEADER_SIZE)
+        changed = np.flatnonzero(mine != on_disk)
+        if len(changed):                              # runs of adjacent slots, one range each
+            breaks = np.flatnonzero(np.diff(changed) > 1) + 1
+            for run in np.split(changed, breaks):
+                lo, hi = C.INDEX_HEADER_SIZE + 4 * int(run[0]), C.INDEX_HEADER_SIZE + 4 * (int(run[-1]) + 1)
+                yield lo, bytes(self.buf[lo:hi])
+        lo, hi = g.entry_pos(self.written), g.entry_pos(self.index_count)
+        yield lo, bytes(self.buf[lo:hi])
+        self.written = self.index_count
+
+    def forget(self) -> None:
+        """Drop the private copies of pages now written to the file (they read back from it)."""
+        if hasattr(self.buf, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self.buf.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        if isinstance(self.buf, mmap.mmap) and not self.buf.closed:
+            self.buf.close()
