@@ -269,3 +269,11 @@ def test_offsets_after_a_crash_cap_at_the_recovered_end(tmp_path, name):
     (dst / "config" / "delayOffset.json").write_text(json.dumps({"offsetTable": {1: 0}}))
     rows = jsonl(run("delay-offsets", dst, "-f", "jsonl"))
     assert [(r["queue_id"], r["max_offset"]) for r in rows] == [(0, want[("TopicB", 0)])]
+
+
+def test_lmq_consumer_offsets_in_query_id_track(lmq_store):
+    """query-id --track reads the same offsets (LmqConsumerOffsetManager's file when the broker wrote it)."""
+    rec = next(r for r in readback("dev-lmq-5x")["commitlogRecords"]
+               if r.get("topic") == "LmqParent" and r["queueId"] == 1)
+    rows = jsonl(run("query-id", lmq_store, rec["msgId"], "--track", "-f", "jsonl"))
+    assert [(r["group"], r["offset"], r["consumed"]) for r in rows] == [("GroupL", 44, True)]

@@ -203,10 +203,10 @@ def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | No
       rmqtool transactions fixtures/dev-sample/store --all -f plain
     """
     from rmqtool.ops.mqadmin import TRANSACTION_FIELDS, transaction_rows
-    from rmqtool.store.metadata import load
+    from rmqtool.store.metadata import consumer_offsets
 
     st = Store.open(store)
-    loaded = load(st, "consumerOffset.json")
+    loaded = consumer_offsets(st)
     progress = loaded.value.entries.get((C.RMQ_SYS_TRANS_HALF_TOPIC, C.TRANS_CHECK_GROUP), {}) if loaded else {}
     _write(ctx, transaction_rows(st, progress, everything=everything), resolve_format(fmt), tablefmt,
            TRANSACTION_FIELDS, "no half messages" if everything else "no transaction in doubt")

@@ -655,7 +655,8 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
     its decoded offset has exactly that msgId; otherwise as a UNIQ_KEY, looked up in the index under
     every topic (a UNIQ_KEY can match several records: retries and scheduled copies keep it). Several IDs
     print their records in the order given; an ID with no record is noted on stderr. With --track, rows of
-    (msg_id, group, offset, consumed) from config/consumerOffset.json. Exits 1 when an ID is not found.
+    (msg_id, group, offset, consumed) from config/consumerOffset.json (lmqConsumerOffset.json when the
+    broker ran with enableLmq). Exits 1 when an ID is not found.
 
     \b
     Examples:
@@ -687,9 +688,9 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
     rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in records)
     if track:
         from rmqtool.ops.mqadmin import TRACK_FIELDS, track_rows
-        from rmqtool.store.metadata import load
+        from rmqtool.store.metadata import consumer_offsets
 
-        loaded = load(st, "consumerOffset.json")
+        loaded = consumer_offsets(st)
         n = write_rows(track_rows(rows, loaded.value.entries if loaded else {}), out, columns=TRACK_FIELDS,
                        tablefmt=tablefmt)
         if records and not n:

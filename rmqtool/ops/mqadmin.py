@@ -61,7 +61,8 @@ def topic_status_rows(store: Store, topics: Iterable[str]) -> Iterator[dict]:
 
 def track_rows(records: Iterable[dict], offsets: dict[tuple[str, str], dict[int, int]]) -> Iterator[dict]:
     """MQAdminImpl.messageTrackDetail, offline: for each group with a committed offset on the record's queue
-    (config/consumerOffset.json), consumed when that offset is beyond the record's queue offset."""
+    (config/consumerOffset.json, or lmqConsumerOffset.json: store.metadata.consumer_offsets), consumed when
+    that offset is beyond the record's queue offset."""
     for r in records:
         for (topic, group), queues in sorted(offsets.items(), key=lambda kv: kv[0][1]):
             if topic == r["topic"] and r["queue_id"] in queues:
