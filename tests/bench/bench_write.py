@@ -8,6 +8,11 @@
 store that holds them, three times. Each command runs in its own process; the table gives wall time, the
 process's peak RSS and the size of the backup the command left (the bytes of its files). ``--version``
 is the start-up every command pays.
+
+Then the index writers at the default geometry with 2,000 queues: a generated store (48 MiB of commit
+log in 16 MiB files, 250 topics x 8 queues), killed after its last index file (``abort``, and a
+checkpoint whose indexMsgTimestamp is before that file), so that ``repair --apply`` rebuilds a whole
+index file; and ``rebuild-index --dry-run`` on the same store.
 """
 
 from __future__ import annotations
@@ -55,6 +60,18 @@ def backup_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def _crash_after_last_index_file(root: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from rmqtool.format.checkpoint import encode_checkpoint
+    from rmqtool.store.store import Store
+
+    st = Store.open(root)
+    last = st.index_files()[-1].header
+    (root / "abort").write_bytes(b"")
+    (root / "checkpoint").write_bytes(encode_checkpoint(st.checkpoint()._replace(
+        index_msg_timestamp=last.begin_timestamp - 1)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=None)
@@ -78,6 +95,15 @@ def main() -> None:
         seconds, rss, _, _ = rmqtool("put", store, "--topic", "Topic-00", "--key", f"k{i}", "--body", "hello",
                                   "--backup", work / f"put{i}.bk")
         table.append((f"put 1 message (#{i + 1})", seconds, rss, backup_bytes(work / f"put{i}.bk")))
+    crashed = work / "crashed"
+    shutil.rmtree(crashed, ignore_errors=True)
+    _, _, code, out = rmqtool("generate", crashed, "--size", "48M", "--file-size", "16M", "--topics", "250",
+                              "--queues", "8")
+    _crash_after_last_index_file(crashed)
+    seconds, rss, _, _ = rmqtool("rebuild-index", crashed, "--dry-run")
+    table.append(("rebuild-index --dry-run (2,000 q)", seconds, rss, 0))
+    seconds, rss, _, _ = rmqtool("repair", crashed, "--apply", "--backup", work / "repair.bk")
+    table.append(("repair --apply (2,000 queues)", seconds, rss, backup_bytes(work / "repair.bk")))
     _, _, code, out = rmqtool("verify", store)
     assert code == 0, out
     blocks = sum(p.stat().st_blocks * 512 for p in store.rglob("*") if p.is_file())
