@@ -11,7 +11,8 @@ STORE ?= fixtures/dev-sample/store
 $(BIN)/rmqtool: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,test]'
+	# compat: a path entry, so PySpark's look-up of installed pyspark_* modules finds the rocketmq source
+	$(BIN)/python -m pip install --quiet -e '.[spark,test]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(BIN)/rmqtool

@@ -7,13 +7,16 @@ PySpark (4.0+) finds it by name in any session: it registers the ``DefaultSource
 top-level module named ``pyspark_*`` (``pyspark_rocketmq`` here). Options (README, "The rocketmq data
 source"): ``kind`` = commitlog (default) | consumequeue (both queue layouts) | batchconsumequeue | index;
 ``checkCrc`` and ``decompress``; ``mode`` = failfast | permissive; ``includeBlank`` (BLANK padding
-records, left out by default); ``since`` / ``until``; ``pruneFiles``. One input partition per store
+records, left out by default); ``since`` / ``until``; ``pruneFiles``; ``pushFilters``. One input partition per store
 file that may hold a wanted row; each yields Arrow record batches.
 
-Filters on ``topic``, ``queue_id``, ``store_timestamp`` and ``physical_offset`` (=, IN, <, <=, >, >=)
-are pushed down where PySpark pushes filters to Python data sources (4.1+, with
-``spark.sql.python.filterPushdown.enabled``): the tasks apply them exactly, and commit-log files that
-cannot hold a matching record are not read at all (``df.rdd.getNumPartitions()`` counts the files read).
+With ``pushFilters`` = true, filters on ``topic``, ``queue_id``, ``store_timestamp`` and
+``physical_offset`` (=, IN, <, <=, >, >=) are pushed down where PySpark pushes filters to Python data
+sources (4.1+, with ``spark.sql.python.filterPushdown.enabled``): the tasks apply them exactly, and
+commit-log files that cannot hold a matching record are not read at all (``df.rdd.getNumPartitions()``
+counts the files read). It is off by default: PySpark up to 4.3 keeps the pushed-down read on the
+loaded relation, so the unfiltered DataFrame it came from then reads the filtered rows too
+(PythonScanBuilder.pushFilters -> PythonDataSourceV2.setReadInfo; later Spark keeps it per scan).
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class RocketMQDataSource(DataSource):
             pushed.append(("LessThanOrEqual", "store_timestamp", time_option(self.options, "until")))
         if pushed and kind != "commitlog":
             raise ValueError(f"options since and until select commit-log records: not with kind {kind}")
-        cls = PushdownReader if _planning_with_pushdown() else RocketMQReader
+        pushing = _flag(self.options, "pushFilters") and _planning_with_pushdown()
+        cls = PushdownReader if pushing else RocketMQReader
         return cls(paths_option(self.options), kind, _flag(self.options, "checkCrc"),
                    _flag(self.options, "decompress"), self._choice("mode", MODES) == "permissive",
                    _flag(self.options, "includeBlank"), _flag(self.options, "pruneFiles", True), pushed)
