@@ -88,13 +88,15 @@ def verify(stores: tuple[str, ...], check_crc: bool, jobs: int | None, engine: s
            fmt: str | None, tablefmt: str) -> None:
     """Check stores: every problem with its file and byte offset (exit 1 when any is found).
     Commit-log files are checked in parallel: in worker processes, or one Spark task per file with
-    --engine spark.
+    --engine spark. A RocksDB consume queue is compared with what the commit log dispatches; compaction
+    topics' logs with their commit-log records, the newest-per-key rule and their sparse queues.
 
     \b
     Examples:
       rmqtool verify fixtures/dev-sample/store
       rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 1
       rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl
+      rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
     """
     deep = check_crc
     from rmqtool.ops.findings import FINDING_FIELDS
@@ -185,7 +187,8 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
     Classic queues, LMQ queues (%LMQ%name/0, from INNER_MULTI_DISPATCH) and the batch queues of BatchCQ
     topics (batchconsumequeue/; a topic is BatchCQ when that directory or config/topics.json says so).
     Files are written sparse at full size, as the broker pre-allocates them. A --topic with no record in
-    the commit log is refused (exit 1, the topics listed) unless --force.
+    the commit log is refused (exit 1, the topics listed) unless --force. A RocksDB consume queue
+    (storeType=defaultRocksDB) is never written into: only --out DIR, which writes classic file queues.
 
     \b
     Examples:
@@ -193,6 +196,7 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
       rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$ -f plain
       rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$ -f plain
       rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
+      rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$ -f plain
     """
     from rmqtool.ops.rebuild import rebuild_consume_queues
     from rmqtool.store.lock import store_write_lock

@@ -110,7 +110,9 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
     of the message, from its RETRY_TOPIC property), transaction_half (half messages, legacy
     prepared), transaction_commit, transaction_rollback, transaction_op (op messages), delayed
     (SCHEDULE_TOPIC_XXXX). BLANK records are not counted. --by topic adds queue_type and write_queue_nums
-    from the store's topic table (config/topics.json) when it has one.
+    from the store's topic table (config/topics.json) when it has one, and for compaction topics
+    compaction_kept (records in their compaction logs) and compaction_removed (keyed records compaction
+    removed).
 
     \b
     The filters are those of grep and cat-commitlog.
@@ -139,6 +141,9 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
     if by == "topic":                     # the topic table, where a store has one
         from rmqtool.ops.stats import TOPIC_CONFIG_FIELDS, with_topic_config
         rows, extra = with_topic_config(rows, sorted({f.store for f in files})), TOPIC_CONFIG_FIELDS
+        from rmqtool.ops.compaction import with_compaction
+        rows, more = with_compaction(rows, sorted({f.store for f in files}))
+        extra += more
     write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats")
     damage.exit()
 

@@ -148,7 +148,8 @@ def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tabl
             check_fields(chosen, summary)
             summary = {k: summary[k] for k in chosen}
         tables = (("commitlog_files", "commit-log files"), ("consume_queues", "consume queues"),
-                  ("batch_consume_queues", "batch consume queues"), ("topic_config", "topics (config/topics.json)"),
+                  ("batch_consume_queues", "batch consume queues"),
+                  ("compaction_queues", "compaction queues (compaction/)"), ("topic_config", "topics (config/topics.json)"),
                   ("index_files", "index files"))
         sections = {k: summary.pop(k) for k in [t for t, _ in tables] + ["checkpoint", "dledger", "version_hints",
                                                                          "problems"] if k in summary}
@@ -251,7 +252,9 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     """Decode commit-log records in commit-log order, from a store or a single commit-log file.
 
     A DLedger store (dledger-<id>/data) is read through its entries: each record at the physical offset
-    the broker reports (entry position + 48). Rows print as they are decoded, in every format; a damaged
+    the broker reports (entry position + 48). A compaction log (compaction/compactionLog/<topic>/<queueId>)
+    is walked across its name gap and zero-filled file ends, each record at its compaction-log offset.
+    Rows print as they are decoded, in every format; a damaged
     record stops the output with an error
     naming its file and offset. Repeated values of one filter are alternatives (--topic A --topic B:
     either); different filters must all match. Exits 1 when no record was printed.
@@ -266,6 +269,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
       rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
       rmqtool cat-commitlog fixtures/dev-batchcq-5x/store --topic BatchTopic --unwrap -n 8 -f plain
       rmqtool cat-commitlog fixtures/dev-dledger/store -n 3 -f plain
+      rmqtool cat-commitlog fixtures/dev-compaction-5x/store/compaction/compactionLog/CompactTopic/0 -f plain
     """
     from rmqtool.ops.filters import filtered_batches
     from rmqtool.ops.query import nearest_boundaries
@@ -335,7 +339,10 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
     found by itself: one row per 46-byte unit, queue_offset being the first of its batch_size messages;
     --offset N starts at the unit holding message N. LMQ queues (%LMQ%name, queue 0) are resolved against
-    the records that dispatch to them.
+    the records that dispatch to them. A compaction topic (compaction/) shows what its consumers read: the
+    sparse compaction queue's units (physical_offset: the compaction-log offset), with --message the
+    compaction-log records from the first retained offset at or after --offset. A RocksDB consume queue
+    (storeType=defaultRocksDB) is read from the database, read-only (needs the rocksdb extra).
 
     \b
     Examples:
@@ -347,6 +354,8 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
       rmqtool cat-cq fixtures/dev-lmq-5x/store '%LMQ%room-1' 0 -n 5 --resolve -f plain
       rmqtool cat-cq fixtures/dev-sample/store/consumequeue/TopicA/0/00000000000000000000 -n 3
       rmqtool cat-cq fixtures/dev-batchcq-5x/store/batchconsumequeue/BatchTopic/0 -n 2
+      rmqtool cat-cq fixtures/dev-compaction-5x/store CompactTopic 0 --offset 27 -n 3 --message -f plain
+      rmqtool cat-cq fixtures/dev-rocksdbcq-5x/store TopicB 1 -n 3 --resolve -f plain
     """
     from click.core import ParameterSource
 
@@ -373,11 +382,18 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
             units = st.batch_consume_queue(topic, queue_id).units()
             start = units[start].msg_base_offset if start < len(units) else 2**63 - 1
         count = qfile.stat().st_size // size if count is None else count
+    if st.compaction is not None and topic in st.compaction.topics():
+        _cat_compaction(ctx, st, topic, queue_id, start, count, resolve, message, out, tablefmt,
+                        (body, charset, decompress, body_dir))
+        return
     if batch:
         _cat_bcq(ctx, st, topic, queue_id, start, count, resolve, out, tablefmt)
         return
-    cq = _consume_queue(st, topic, queue_id)
-    cut = dirty_tail_start(cq, st.commitlog)
+    if st.consumequeue_is_rocksdb:
+        cq, cut = st.rocksdb_consumequeue.existing_queue(topic, queue_id), None
+    else:
+        cq = _consume_queue(st, topic, queue_id)
+        cut = dirty_tail_start(cq, st.commitlog)
     bad = 0
 
     def units() -> Iterator[tuple[int, object]]:
@@ -444,6 +460,45 @@ def _cat_bcq(ctx: click.Context, st: Store, topic: str, queue_id: int, start: in
             row["problems"] = problems
         rows.append(row)
     if write_rows(iter(rows), out, tablefmt=tablefmt) == 0:
+        _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}")
+    if bad:
+        _note(f"{bad} unit(s) disagree with their records")
+        ctx.exit(ExitCode.FINDINGS)
+
+
+def _cat_compaction(ctx: click.Context, st: Store, topic: str, queue_id: int, start: int, count: int | None,
+                    resolve: bool, message: bool, out: Format, tablefmt: str, record_args: tuple) -> None:
+    """A compaction topic as its consumers read it (CompactionStore.getMessage): the sparse queue's units
+    (physical_offset: the compaction-log offset), or with --message their records, from the first retained
+    offset at or after ``start``, with the queue offsets the broker gives."""
+    import itertools
+
+    from rmqtool.ops.compaction import unit_problems
+
+    q = st.compaction.queue(topic, queue_id)
+    chosen = list(itertools.islice(q.consumer_view(start), count))
+    _note(f"{topic} is a compaction topic: its consumers read the compaction log (queue offsets "
+          f"{q.min_offset}..{q.max_offset - 1}, compacted up to "
+          f"{(st.compaction.position_checkpoint() or {}).get((topic, queue_id), 'none')})")
+    bad = 0
+    if message:
+        body, charset, decompress, body_dir = record_args
+        enc = row_encoding(body, out, body_dir)
+        n = write_records((entry_row(rec, unit.physical_offset, body_encoding=enc, decompress=decompress)
+                           for _, unit, rec in chosen), out, tablefmt, SCAN_COLUMNS, body=body, charset=charset,
+                          body_dir=body_dir)
+    else:
+        rows = []
+        for _, u, rec in chosen:
+            row = dict(zip(BCQ_UNIT_FIELDS, (topic, queue_id, u.msg_base_offset, u.batch_size, u.physical_offset,
+                                             u.size, u.tags_code, u.store_time, u.compacted_offset)))
+            if resolve:
+                problems = unit_problems(u, rec)
+                bad += bool(problems)
+                row["status"], row["problems"] = ("mismatch" if problems else "ok"), problems
+            rows.append(row)
+        n = write_rows(iter(rows), out, tablefmt=tablefmt)
+    if n == 0:
         _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}")
     if bad:
         _note(f"{bad} unit(s) disagree with their records")

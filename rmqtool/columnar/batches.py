@@ -74,7 +74,7 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     try:
         for f in files[files.index(first):]:
             end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1))
-            if end_of_data:
+            if end_of_data and cl.zero_ends_data:
                 return
             pos = 0
     except FormatError as exc:

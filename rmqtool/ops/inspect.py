@@ -31,6 +31,8 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None,
         queues.append({"topic": cq.topic, "queue_id": cq.queue_id, "files": len(cq.queue),
                        "min_queue_offset": first, "max_queue_offset": first + units if units else 0,
                        "units": units})
+    if store.consumequeue_is_rocksdb:
+        queues = rocksdb_queue_rows(store, scan["max_physical_offset"])
     batch = [{"topic": q.topic, "queue_id": q.queue_id, "files": len(q.queue), "units": len(q.units()),
               "min_queue_offset": q.offsets()[0], "max_queue_offset": q.offsets()[1]}
              for q in store.batch_consume_queues()]
@@ -46,6 +48,8 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None,
         "topics": len({q["topic"] for q in queues + batch}),
         "consume_queues": queues,
         "batch_consume_queues": batch,
+        **({"consume_queue_store": "RocksDB (storeType=defaultRocksDB)"} if store.consumequeue_is_rocksdb else {}),
+        **({"compaction_queues": compaction_rows(store)} if store.compaction and store.compaction.topics() else {}),
         "topic_config": topic_config,
         "dledger": ledger,
         "index_files": [index_file_row(ref) for ref in store.index_files()],
@@ -55,6 +59,26 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None,
         "version_hints": version_hints(store, scan),
         "problems": problems,
     }
+
+
+def rocksdb_queue_rows(store: Store, end: int) -> list[dict[str, Any]]:
+    """The queues of a RocksDB consume queue as the file-queue rows (``files``: None, one database)."""
+    db = store.rocksdb_consumequeue
+    rows = []
+    for topic in db.topics():
+        for qid in db.queue_ids(topic):
+            q = db.queue(topic, qid)
+            first, units = q.extent(commitlog_end=end)
+            rows.append({"topic": topic, "queue_id": qid, "files": None, "min_queue_offset": q.min_offset,
+                         "max_queue_offset": q.max_offset, "units": units})
+    return rows
+
+
+def compaction_rows(store: Store) -> list[dict[str, Any]]:
+    """Each compaction queue: its offsets, the checkpoint, records kept and removed by compaction."""
+    from rmqtool.ops.compaction import queue_summary
+
+    return [queue_summary(store, q) for q in store.compaction.queues()]
 
 
 def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,

@@ -34,6 +34,8 @@ def topic_rows(loaded: Loaded[Table], store: Store) -> Iterator[dict]:
 
 
 def _queue_dirs(store: Store, topic: str) -> int:
+    if store.consumequeue_is_rocksdb:
+        return len(store.rocksdb_consumequeue.queue_ids(topic))
     return sum(1 for batch in (False, True) if store.path(L.queue_dir(topic, batch=batch)).is_dir()
                for q in store.path(L.queue_dir(topic, batch=batch)).iterdir() if q.is_dir() and q.name.isdigit())
 

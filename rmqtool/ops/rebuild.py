@@ -68,6 +68,9 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
     ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
     or built beside the store's directories and swapped in. A ``topic`` without records changes nothing
     unless ``allow_empty`` (``result.topics`` then lists the commit log's topics)."""
+    if store.consumequeue_is_rocksdb and out is None:
+        from rmqtool.store.rocksdbcq import read_only_error
+        raise read_only_error(store.consumequeue_dir)
     sizes = (store.cq_file_size(cq_file_size), store.bcq_file_size(bcq_file_size))
     batch = batch_cq_topics(store)
     if topic is not None:

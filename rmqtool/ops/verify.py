@@ -578,7 +578,14 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
         from rmqtool.ops.dledger import check_dledger
         yield from check_dledger(store, deep=deep)
     end = data_end(results)
-    yield from _queue_findings(store, queues, results, end, min_offset)
+    if store.consumequeue_is_rocksdb:
+        from rmqtool.ops.rocksdbcq import rocksdb_findings
+        yield from rocksdb_findings(store, end)
+    else:
+        yield from _queue_findings(store, queues, results, end, min_offset)
+    if store.compaction is not None:
+        from rmqtool.ops.compaction import compaction_findings
+        yield from compaction_findings(store)
     if batch or any(t.startswith(C.LMQ_PREFIX) for t in store.topics()):
         yield from feature_queue_findings(store, batch)
     yield from index_findings

@@ -108,6 +108,9 @@ class StoreWriter:
     def __init__(self, store: Store, *, cq_file_size: int | None = None, geometry: Geometry | None = None,
                  batch_topics: Iterable[str] = (), bcq_file_size: int | None = None, backup: Path | None = None,
                  dry_run: bool = False):
+        if store.consumequeue_is_rocksdb:
+            from rmqtool.store.rocksdbcq import read_only_error
+            raise read_only_error(store.consumequeue_dir)
         if store.abort_path.exists():
             raise UnsafeWrite("abort file present: the store was not shut down cleanly; run repair first",
                               path=str(store.abort_path))

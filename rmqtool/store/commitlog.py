@@ -27,6 +27,7 @@ class Located:
 
 class CommitLog:
     entry_header_size = 0     # bytes in front of each record (DLedger: its entry header)
+    zero_ends_data = True     # a zero header ends the data (a compaction log goes on in its next file)
 
     def __init__(self, queue: FileQueue):
         self.queue = queue

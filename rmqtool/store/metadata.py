@@ -160,6 +160,9 @@ def cq_max_offset(store: Store, topic: str, queue_id: int, phy_end: int | None =
     ConsumeQueue/BatchConsumeQueue.truncateDirtyLogicFiles does (``offset >= phyOffset``) after
     CommitLog.recoverNormally/recoverAbnormally.
     """
+    if store.consumequeue_is_rocksdb:
+        db = store.rocksdb_consumequeue
+        return db.queue(topic, queue_id).max_offset if queue_id in db.queue_ids(topic) else None
     classic = store.root / "consumequeue" / topic / str(queue_id)
     batch = store.root / "batchconsumequeue" / topic / str(queue_id)
     if classic.is_dir():

@@ -20,11 +20,13 @@ from rmqtool.format.consumequeue import CqUnit, decode_written_units, valid_pref
 from rmqtool.format.indexfile import (DEFAULT_GEOMETRY, Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
 from rmqtool.store.commitlog import CommitLog
+from rmqtool.store.compaction import Compaction, CompactionLog, is_compaction_log_dir
 from rmqtool.store.config import read_config
 from rmqtool.store.dledger import DLedgerCommitLog, DLedgerFiles, find_dledger_dir, is_dledger_queue
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import JOURNAL
 from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
+from rmqtool.store.rocksdbcq import RocksDbConsumeQueues, is_rocksdb_dir
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,8 @@ class Store:
             return CommitLog(FileQueue([f for d in self.commitlog_dirs for f in FileQueue.from_dir(d)]))
         if not self._commitlog_path.exists():
             return CommitLog(FileQueue([]))
+        if is_compaction_log_dir(self._commitlog_path):
+            return CompactionLog.open(self._commitlog_path)
         cl = CommitLog.open(self._commitlog_path)
         return DLedgerCommitLog(cl.queue) if is_dledger_queue(cl.queue) else cl
 
@@ -319,7 +323,20 @@ class Store:
         return self.root / L.CONSUMEQUEUE
 
     def topics(self) -> list[str]:
+        """Topics with a consume queue: directories, or the RocksDB consume queue's topics."""
+        if self.consumequeue_is_rocksdb:
+            return self.rocksdb_consumequeue.topics()
         return self._topic_dirs(self.consumequeue_dir)
+
+    @property
+    def consumequeue_is_rocksdb(self) -> bool:
+        """consumequeue/ is a RocksDB database (5.2+, storeType=defaultRocksDB), not <topic>/<queueId>/ files:
+        read through ``rocksdb_consumequeue``, never written."""
+        return self.is_store_root and is_rocksdb_dir(self.consumequeue_dir)
+
+    @cached_property
+    def rocksdb_consumequeue(self) -> RocksDbConsumeQueues | None:
+        return RocksDbConsumeQueues.read(self.consumequeue_dir) if self.consumequeue_is_rocksdb else None
 
     def consume_queues(self, topic: str | None = None) -> list[ConsumeQueue]:
         return [ConsumeQueue(t, qid, FileQueue.from_dir(qdir))
@@ -372,6 +389,13 @@ class Store:
         if not qdir.is_dir():
             raise StoreError(f"no {kind} {topic}/{queue_id}", path=str(qdir))
         return FileQueue.from_dir(qdir)
+
+    # -- compaction topics (5.x cleanup.policy=COMPACTION) -----------------------------------------------
+    @cached_property
+    def compaction(self) -> Compaction | None:
+        """``compaction/``: compaction logs, sparse compaction queues, position-checkpoint (None: absent)."""
+        path = self.path(L.COMPACTION)
+        return Compaction(path) if self.is_store_root and path.is_dir() else None
 
     # -- index ------------------------------------------------------------------------------------
     @property

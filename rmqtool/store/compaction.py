@@ -1,0 +1,189 @@
+"""Compaction topics on disk (5.x, CompactionStore): per queue a compaction log and its sparse compaction
+queue under ``compaction/``, plus ``compaction/position-checkpoint``.
+
+``compactionLog/<topic>/<queueId>/`` and ``compactionCq/<topic>/<queueId>/`` hold one file each per log
+file, named by the log file's start offset. Compaction rewrites all log files but the last and the
+rewritten files restart at name 0, so the names have a gap before the live last file (CompactionLog.
+doCompaction / replaceFiles). A full file ends with a BLANK (8 bytes: size, 0xcbd43194); the last
+rewritten file ends in zeros instead (5.3.3's CompactionAppendEndMsgCallback builds the BLANK but never
+writes it). On load the log's last file is cut at the end of the queue's last unit
+(SparseConsumeQueue.recover, CompactionLog.getMaxPhyOffsetInLog).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Iterator
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.batchcq import BatchCqUnit
+from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
+from rmqtool.format.compaction import decode_position_checkpoint, decode_sparse_units, lookup_from
+from rmqtool.store import layout as L
+from rmqtool.store.commitlog import CommitLog, Located
+from rmqtool.store.filequeue import FileQueue, QueueFile
+
+LOG_DIR, CQ_DIR, POSITION_CHECKPOINT = L.COMPACTION_LOG, L.COMPACTION_CQ, L.POSITION_CHECKPOINT
+
+
+def is_compaction_log_dir(path: Path) -> bool:
+    """``.../compaction/compactionLog/<topic>/<queueId>``."""
+    return path.is_dir() and path.parent.parent.name == LOG_DIR and path.name.isdigit()
+
+
+class CompactionLog(CommitLog):
+    """One queue's compaction log read like a commit log: file names may jump (a gap after the rewritten
+    files) and a file may end in zeros instead of a BLANK; either way the walk goes on in the next file.
+    ``end``: where the last file's data ends (the sparse queue's last unit), None: at its first zeros."""
+
+    zero_ends_data = False
+
+    def __init__(self, queue: FileQueue, end: int | None = None):
+        super().__init__(queue)
+        self.end = end
+
+    @classmethod
+    def open(cls, path: Path, file_size: int | None = None) -> "CompactionLog":
+        queue = FileQueue.from_dir(Path(path))
+        return cls(FileQueue(queue.files, max((f.length for f in queue.files), default=0) or None))
+
+    def iter_entries(self, start: int | None = None, *, check_crc: bool = False,
+                     include_blank: bool = True, stop_at_damage: bool = False) -> Iterator[Located]:
+        files = self.queue.files
+        if not files:
+            return
+        first, pos = (files[0], 0) if start is None else self.queue.locate(start)
+        for f in files[files.index(first):]:
+            buf = f.read()
+            limit = len(buf) if self.end is None or f is not files[-1] else min(len(buf), self.end - f.start)
+            while limit - pos >= C.END_FILE_MIN_BLANK_LENGTH:
+                if peek_header(buf, pos) == (0, 0):
+                    break                       # the zero end of a rewritten file, or of the last file
+                try:
+                    entry = decode_entry(buf, pos, check_crc=check_crc)
+                except FormatError as exc:
+                    if stop_at_damage:
+                        return
+                    exc.offset = f.start + pos
+                    raise exc.at(path=str(f.path)) from None
+                if isinstance(entry, Blank):
+                    if include_blank:
+                        yield Located(f.start + pos, f, Blank(entry.total_size, entry.padding, f.start + pos))
+                    break
+                yield Located(f.start + pos, f, entry)
+                pos += entry.total_size
+            pos = 0
+
+    def written_end(self) -> int:
+        end = self.min_offset
+        for loc in self.iter_entries():
+            end = loc.offset + loc.entry.total_size
+        return end
+
+
+@dataclass(frozen=True)
+class CompactionQueue:
+    """One queue of a compaction topic: its compaction log and sparse compaction queue."""
+
+    topic: str
+    queue_id: int
+    log_queue: FileQueue
+    cq_queue: FileQueue
+
+    @cached_property
+    def files(self) -> list[tuple[QueueFile, list[BatchCqUnit], bool]]:
+        """Per sparse-queue file: its units (SparseConsumeQueue.recover's view) and whether it ends
+        with END_POSITION."""
+        out = []
+        for f in self.cq_queue:
+            try:
+                units, ended = decode_sparse_units(f.read())
+            except FormatError as exc:
+                raise exc.at(path=str(f.path)) from None
+            out.append((f, units, ended))
+        return out
+
+    @cached_property
+    def units(self) -> list[BatchCqUnit]:
+        return [u for _, units, _ in self.files for u in units]
+
+    @cached_property
+    def log(self) -> CompactionLog:
+        last = self.units[-1] if self.units else None
+        size = max((f.length for f in self.log_queue), default=0) or None
+        return CompactionLog(FileQueue(self.log_queue.files, size),
+                             None if last is None else last.physical_offset + last.size)
+
+    @property
+    def min_offset(self) -> int:
+        """SparseConsumeQueue's min offset: the first retained unit's queue offset."""
+        return self.units[0].msg_base_offset if self.units else 0
+
+    @property
+    def max_offset(self) -> int:
+        """getMaxOffsetInQueue: the last unit's queue offset + 1."""
+        return self.units[-1].next_offset if self.units else 0
+
+    def lookup(self, queue_offset: int) -> BatchCqUnit | None:
+        """SparseConsumeQueue.iterateFromOrNext: the unit at or after ``queue_offset``."""
+        i = lookup_from(self.units, queue_offset)
+        return None if i is None else self.units[i]
+
+    def records(self) -> Iterator[Located]:
+        return self.log.iter_entries()
+
+    def consumer_view(self, start: int = 0) -> Iterator[tuple[int, BatchCqUnit, Entry]]:
+        """(queue offset, unit, record) as CompactionStore.getMessage returns them to a consumer reading
+        from ``start``: every retained unit from the first at or after it, the record read from the log."""
+        i = lookup_from(self.units, start)
+        for unit in self.units[i:] if i is not None else []:
+            yield unit.msg_base_offset, unit, self.log.read_at(unit.physical_offset)
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """``compaction/`` of a store: the compaction topics' queues and the position checkpoint."""
+
+    root: Path
+
+    def topics(self) -> list[str]:
+        base = self.root / LOG_DIR
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+    def queues(self, topic: str | None = None) -> list[CompactionQueue]:
+        out = []
+        for t in [topic] if topic is not None else self.topics():
+            tdir = self.root / LOG_DIR / t
+            if not tdir.is_dir():
+                continue
+            for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+                cq_dir = self.root / CQ_DIR / t / qdir.name
+                cq = FileQueue.from_dir(cq_dir) if cq_dir.is_dir() else FileQueue([])
+                out.append(CompactionQueue(t, int(qdir.name), FileQueue.from_dir(qdir), cq))
+        return out
+
+    def queue(self, topic: str, queue_id: int) -> CompactionQueue:
+        """The queue, or a StoreError naming the queues there are."""
+        queues = self.queues(topic)
+        found = next((q for q in queues if q.queue_id == queue_id), None)
+        if found is None:
+            raise StoreError(f"compaction topic {topic!r} has no queue {queue_id} (queues: "
+                             f"{', '.join(str(q.queue_id) for q in queues) or 'none'})", path=str(self.root / LOG_DIR))
+        return found
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / POSITION_CHECKPOINT
+
+    def position_checkpoint(self) -> dict[tuple[str, int], int] | None:
+        """CompactionPositionMgr.load: the checkpoint, else its .bak; None when neither exists."""
+        for path in (self.checkpoint_path, self.checkpoint_path.with_name(POSITION_CHECKPOINT + ".bak")):
+            if path.is_file():
+                try:
+                    return decode_position_checkpoint(path.read_text("utf-8"))
+                except FormatError as exc:
+                    raise exc.at(path=str(path)) from None
+        return None

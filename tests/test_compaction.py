@@ -1,0 +1,232 @@
+"""Compaction topics (dev-compaction-5x) against what RocketMQ 5.3.3's own classes read back: every
+compaction-log record, sparse-queue unit, look-up and the consumer view; the codecs byte-exact."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given, strategies as st
+
+from rmqtool.format.batchcq import encode_unit
+from rmqtool.format.commitlog import Blank, Message, encode_entry
+from rmqtool.format.compaction import (END_POSITION, decode_position_checkpoint, decode_sparse_units,
+                                       encode_position_checkpoint)
+from rmqtool.store.store import Store
+from tests.conftest import readback, run, store_path
+from tests.helpers_readback import assert_record_matches
+
+SET = "dev-compaction-5x"
+
+
+def _field(d: dict, prefix: str):
+    return next(v for k, v in d.items() if k.startswith(prefix))
+
+
+def _queues():
+    return readback(SET)["compaction"]["compactionLogs"]
+
+
+def _queue(exp: dict):
+    return Store.open(store_path(SET)).compaction.queue(exp["topic"], exp["queueId"])
+
+
+@pytest.mark.parametrize("qi", [0, 1])
+def test_every_log_record(qi):
+    exp = _queues()[qi]
+    q = _queue(exp)
+    want = _field(exp, "logRecords")
+    got = list(q.records())
+    walked = [r for r in want if r["type"] in ("MESSAGE", "BLANK")]
+    assert [loc.offset for loc in got] == [r["compactionLogOffset"] for r in walked]
+    for loc, r in zip(got, walked):
+        if r["type"] == "BLANK":
+            assert isinstance(loc.entry, Blank) and loc.entry.total_size == r["totalSize"]
+            continue
+        assert_record_matches(loc.offset, loc.entry, {**r, "physicalOffset": r["compactionLogOffset"]})
+        assert loc.entry.physical_offset == r["commitLogOffsetField"]
+        assert encode_entry(loc.entry) == bytes(loc.file.read()[loc.offset - loc.file.start:][:loc.entry.total_size])
+    # the zero-filled end of the last rewritten file: no record, no BLANK, the walk goes on
+    zeros = [r["compactionLogOffset"] for r in want if r["type"].startswith("END(zeros")]
+    assert zeros and all(not any(o <= loc.offset < o + 1 for loc in got) for o in zeros)
+    assert q.log.written_end() == exp["logMaxOffset"] == exp["cqMaxPhyOffsetInLog"]
+
+
+@pytest.mark.parametrize("qi", [0, 1])
+def test_every_sparse_unit_byte_exact(qi):
+    exp = _queues()[qi]
+    q = _queue(exp)
+    raw = _field(exp, "cqUnits")
+    files = {f.path.name: (f, units, ended) for f, units, ended in q.files}
+    assert sorted(files) == sorted(f["file"] for f in exp["cqFiles"])
+    for fexp in exp["cqFiles"]:
+        f, units, ended = files[fexp["file"]]
+        mine = [r for r in raw if r["file"] == fexp["file"]]
+        kinds = [r["kind"] for r in mine]
+        assert ended == any(k.startswith("END_POSITION") for k in kinds)
+        assert [encode_unit(u).hex() for u in units] == [r["hex"] for r in mine if r["kind"] == "unit"]
+        assert len(units) * 46 == fexp["wrotePosition"]     # recover() stops in front of END_POSITION
+        if ended:
+            assert encode_unit(END_POSITION).hex() == next(r["hex"] for r in mine if r["kind"] != "unit")
+    assert q.min_offset == exp["cqMinOffsetInQueue"] and q.max_offset == exp["cqMaxOffsetInQueue"]
+
+
+@pytest.mark.parametrize("qi", [0, 1])
+def test_every_lookup(qi):
+    exp = _queues()[qi]
+    q = _queue(exp)
+    for queue_offset, found, batch, phy, size, tags in _field(exp, "cqLookup"):
+        u = q.lookup(queue_offset)
+        assert (u.msg_base_offset, u.batch_size, u.physical_offset, u.size, u.tags_code) == (found, batch, phy, size, tags)
+    assert q.lookup(exp["cqMaxOffsetInQueue"]) is None
+
+
+@pytest.mark.parametrize("qi", [0, 1])
+def test_consumer_view(qi):
+    exp = _queues()[qi]
+    q = _queue(exp)
+    got = [(qo, unit.physical_offset, rec.properties.get("KEYS"), rec.uniq_key, hashlib.sha256(rec.body).hexdigest())
+           for qo, unit, rec in q.consumer_view(q.min_offset)]
+    assert got == [tuple(v) for v in _field(exp, "consumerView")]
+    assert all(isinstance(rec, Message) and rec.queue_offset == qo for qo, _, rec in q.consumer_view())
+
+
+def test_position_checkpoint_round_trip():
+    cp = readback(SET)["compaction"]["filesBeforeLoad"]
+    text = _field(cp, "position-checkpoint(raw")
+    offsets = decode_position_checkpoint(text)
+    assert offsets == {tuple(k.rsplit("_", 1)[:1]) + (int(k.rsplit("_", 1)[1]),): v
+                       for k, v in readback(SET)["compaction"]["positionMgr.queueOffsetMap(after load)"].items()}
+    assert encode_position_checkpoint(offsets) == text
+    assert Store.open(store_path(SET)).compaction.position_checkpoint() == offsets
+
+
+@given(st.dictionaries(st.tuples(st.from_regex(r"[A-Za-z%_-][A-Za-z0-9%_-]{0,12}", fullmatch=True),
+                                 st.integers(0, 2**31 - 1)), st.integers(0, 2**62)))
+def test_position_checkpoint_encoding_round_trips(offsets):
+    assert decode_position_checkpoint(encode_position_checkpoint(offsets)) == offsets
+
+
+def test_sparse_units_stop_at_end_position_or_zeros():
+    q = _queue(_queues()[0])
+    f, units, ended = q.files[0]
+    buf = bytes(f.read())
+    assert decode_sparse_units(buf) == (units, ended)
+    assert decode_sparse_units(buf[:46 * len(units)] + bytes(46)) == (units, False)
+
+
+def test_compaction_log_walked_as_a_commit_log():
+    st = Store.open(store_path(SET) / "compaction" / "compactionLog" / "CompactTopic" / "1")
+    want = [r["compactionLogOffset"] for r in _field(_queues()[1], "logRecords") if r["type"] == "MESSAGE"]
+    assert [loc.offset for loc in st.commitlog.iter_entries(include_blank=False)] == want
+
+
+# -- commands ------------------------------------------------------------------------------------------
+STORE = store_path(SET)
+
+
+def _jsonl(res) -> list[dict]:
+    import json
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def test_verify_clean():
+    res = run("verify", STORE, "--check-crc", "-f", "jsonl")
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("qi", [0, 1])
+def test_cat_cq_message_is_the_consumer_view(qi):
+    """What a consumer reading from the min offset receives, as CompactionStore.getMessage returns it."""
+    exp = _queues()[qi]
+    res = run("cat-cq", STORE, exp["topic"], exp["queueId"], "--message", "-f", "jsonl", "--body-encoding", "base64")
+    assert res.exit_code == 0, res.output
+    import base64
+    got = [[r["queue_offset"], r["physical_offset"], r["properties"].get("KEYS"), r["uniq_key"],
+            hashlib.sha256(base64.b64decode(r["body"])).hexdigest()] for r in _jsonl(res)]
+    assert got == _field(exp, "consumerView")
+    assert "compaction topic" in res.stderr
+
+
+@pytest.mark.parametrize("qi", [0, 1])
+def test_cat_cq_from_a_removed_offset_starts_at_the_next_retained(qi):
+    exp = _queues()[qi]
+    for queue_offset, found, *_ in _field(exp, "cqLookup")[::5]:
+        res = run("cat-cq", STORE, exp["topic"], exp["queueId"], "--offset", queue_offset, "-n", 1, "--resolve",
+                  "-f", "jsonl")
+        (row,) = _jsonl(res)
+        assert (row["queue_offset"], row["status"]) == (found, "ok")
+
+
+def test_cat_cq_units_are_the_sparse_queue():
+    exp = _queues()[0]
+    rows = _jsonl(run("cat-cq", STORE, exp["topic"], exp["queueId"], "-f", "jsonl"))
+    units = [u for u in _field(exp, "cqUnits") if u["kind"] == "unit"]
+    assert [(r["queue_offset"], r["physical_offset"], r["size"], r["tags_code"], r["store_timestamp"],
+             r["compacted_offset"]) for r in rows] == \
+        [(u["msgBaseOffset(queueOffset)"], u["physOffset(compaction log)"], u["size"], u["tagsCode"], u["storeTime"],
+          u["compactedOffset"]) for u in units]
+
+
+def test_cat_commitlog_walks_a_compaction_log():
+    exp = _queues()[0]
+    path = STORE / "compaction" / "compactionLog" / exp["topic"] / str(exp["queueId"])
+    rows = _jsonl(run("cat-commitlog", path, "-f", "jsonl", "--include-blank"))
+    want = [r for r in _field(exp, "logRecords") if r["type"] in ("MESSAGE", "BLANK")]
+    assert [(r["physical_offset"], r["type"].upper()) for r in rows] == [(r["compactionLogOffset"], r["type"]) for r in want]
+
+
+def test_info_says_what_compaction_removed():
+    res = run("info", STORE, "-f", "json")
+    import json
+    rows = json.loads(res.stdout)["compaction_queues"]
+    for row, exp in zip(rows, _queues()):
+        keyed = [r for r in readback(SET)["commitlogRecords"]
+                 if r.get("topic") == exp["topic"] and r.get("queueId") == exp["queueId"] and r.get("keys")]
+        assert (row["min_offset"], row["max_offset"], row["compacted_to"]) == \
+            (exp["cqMinOffsetInQueue"], exp["cqMaxOffsetInQueue"], exp["positionMgrOffset"])
+        assert row["records"] == len(_field(exp, "consumerView"))
+        assert row["removed"] == len(keyed) - row["records"]
+
+
+def _damaged(store_copy, change) -> set[str]:
+    from rmqtool.ops.verify import verify_store
+
+    root = store_copy(SET)
+    change(root)
+    return {f.kind for f in verify_store(str(root), jobs=1)}
+
+
+def test_verify_finds_a_changed_record(store_copy):
+    def flip(root):
+        p = root / "compaction/compactionLog/CompactTopic/0/00000000000000000000"
+        b = bytearray(p.read_bytes())
+        b[290] ^= 1              # a body byte of the first record
+        p.write_bytes(b)
+    assert "compaction_log_differs" in _damaged(store_copy, flip)
+
+
+def test_verify_finds_a_checkpoint_beyond_the_compaction(store_copy):
+    def move(root):
+        for name in ("position-checkpoint", "position-checkpoint.bak"):
+            p = root / "compaction" / name
+            p.write_text(p.read_text().replace('"CompactTopic_0":49', '"CompactTopic_0":58'))
+    assert "compaction_not_newest" in _damaged(store_copy, move)
+
+
+def test_verify_finds_a_unit_off_its_record(store_copy):
+    def shift(root):
+        p = root / "compaction/compactionCq/CompactTopic/1/00000000000000004048"
+        b = bytearray(p.read_bytes())
+        b[11] ^= 4               # the first unit's size
+        p.write_bytes(b)
+    assert "compaction_cq_mismatch" in _damaged(store_copy, shift)
+
+
+def test_stats_by_topic_says_what_compaction_kept_and_removed():
+    rows = {r["topic"]: r for r in _jsonl(run("stats", STORE, "--by", "topic", "-f", "jsonl"))}
+    records = [r for r in readback(SET)["commitlogRecords"] if r.get("topic") == "CompactTopic"]
+    kept = sum(len(_field(q, "consumerView")) for q in _queues())
+    assert rows["CompactTopic"]["compaction_kept"] == kept
+    assert rows["CompactTopic"]["compaction_removed"] == sum(1 for r in records if r.get("keys")) - kept
+    assert rows["TopicA"]["compaction_kept"] is None
