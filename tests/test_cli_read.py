@@ -71,7 +71,7 @@ def _torn_offset(name: str) -> int | None:
 # -- cat-commitlog ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,which", READ_SETS, ids=READ_IDS)
 def test_cat_commitlog_agrees_with_readback(name, which):
-    result = run("cat-commitlog", path_of(name, which), "--format", "jsonl", "--body", "base64",
+    result = run("cat-commitlog", path_of(name, which), "--format", "jsonl", "--body-encoding", "base64",
                  "--include-blank")
     torn = _torn_offset(name)
     if torn is None:
@@ -137,7 +137,7 @@ def test_cat_commitlog_filters(name):
         (["--since", since_iso, "--until", str(until)], lambda r: since <= r["storeTimestamp"] <= until),
     ]
     for args, keep in cases:
-        result = run("cat-commitlog", store, "-f", "jsonl", "--body", "none", *args)
+        result = run("cat-commitlog", store, "-f", "jsonl", "--body-encoding", "none", *args)
         expected = [r["physicalOffset"] for r in records if keep(r)]
         assert expected, args
         assert [r["physical_offset"] for r in jsonl(result)] == expected, args
@@ -163,7 +163,7 @@ def test_cat_commitlog_offset_and_count():
 def test_cat_commitlog_single_file_uses_its_name_as_start():
     name = "00000000000000065536"
     path = FIXTURES / "dev-sample" / "store" / "commitlog" / name
-    rows = jsonl(run("cat-commitlog", path, "-f", "jsonl", "--include-blank", "--body", "none"))
+    rows = jsonl(run("cat-commitlog", path, "-f", "jsonl", "--include-blank", "--body-encoding", "none"))
     expected = [r["physicalOffset"] for r in readback("dev-sample")["commitlogRecords"]
                 if 65536 <= r["physicalOffset"] < 131072]
     assert [r["physical_offset"] for r in rows] == expected
@@ -172,7 +172,7 @@ def test_cat_commitlog_single_file_uses_its_name_as_start():
 # -- output formats ---------------------------------------------------------------------------------
 def test_output_formats_carry_the_same_records():
     store = path_of("dev-sample", "store")
-    base = ["cat-commitlog", store, "-n", "6", "--body", "base64"]
+    base = ["cat-commitlog", store, "-n", "6", "--body-encoding", "base64"]
     lines = jsonl(run(*base, "-f", "jsonl"))
     assert json.loads(run(*base, "-f", "json").stdout) == lines
     table = list(csv.DictReader(io.StringIO(run(*base, "-f", "csv").stdout)))
@@ -234,7 +234,7 @@ def test_cat_cq_agrees_with_readback(name, which):
 def test_cat_cq_from_and_count():
     q = next(q for q in readback("dev-sample")["consumeQueues"] if q["topic"] == "TopicB" and q["queueId"] == 1)
     units = next(v for k, v in q.items() if k.startswith("units"))
-    rows = jsonl(run("cat-cq", path_of("dev-sample", "store"), "TopicB", "1", "--from", "9", "-n", "4"))
+    rows = jsonl(run("cat-cq", path_of("dev-sample", "store"), "TopicB", "1", "--offset", "9", "-n", "4"))
     assert [r["queue_offset"] for r in rows] == [u[0] for u in units[9:13]]
 
 
@@ -350,7 +350,7 @@ def test_query_key_cli_agrees_with_broker_lookups(name):
         raw = run("query-key", store, q["topic"], q["key"], "--raw", "-f", "jsonl")
         assert sorted(r["physical_offset"] for r in jsonl(raw)) == q["phyOffsets"]
         assert {(r["topic"], r["key"]) for r in jsonl(raw)} == {(q["topic"], q["key"])}
-        found = run("query-key", store, q["topic"], q["key"], "-f", "jsonl", "--body", "none")
+        found = run("query-key", store, q["topic"], q["key"], "-f", "jsonl", "--body-encoding", "none")
         expected = sorted({o for o in q["phyOffsets"] if _carries(by_offset.get(o), q["topic"], q["key"])})
         assert sorted(r["physical_offset"] for r in jsonl(found)) == expected
         assert found.exit_code == (0 if expected else 1)
@@ -371,12 +371,12 @@ def test_query_key_time_window_and_max():
     store = path_of("dev-sample", "store")
     q = max(index_queries(readback("dev-sample")), key=lambda q: len(q["phyOffsets"]))
     assert len(q["phyOffsets"]) >= 2
-    one = jsonl(run("query-key", store, q["topic"], q["key"], "--raw", "--max", "1"))
+    one = jsonl(run("query-key", store, q["topic"], q["key"], "--raw", "--count", "1"))
     assert len(one) == 1 and one[0]["physical_offset"] in q["phyOffsets"]
     ts = {r["physicalOffset"]: r["storeTimestamp"] for r in readback("dev-sample")["commitlogRecords"]
           if r["type"] == "MESSAGE"}
     newest = max(ts[o] for o in q["phyOffsets"])
-    late = jsonl(run("query-key", store, q["topic"], q["key"], "--raw", "--begin", newest + 1000))
+    late = jsonl(run("query-key", store, q["topic"], q["key"], "--raw", "--since", newest + 1000))
     assert late == []
 
 
@@ -450,13 +450,13 @@ def test_query_id_finds_every_manifest_message(name, which):
     ids = _manifest_ids(name)
     assert ids
     for msg_id, uniq_key, offset in ids:
-        result = run("query-id", store, msg_id, "-f", "jsonl", "--body", "none")
+        result = run("query-id", store, msg_id, "-f", "jsonl", "--body-encoding", "none")
         assert [(r["physical_offset"], r["msg_id"]) for r in jsonl(result)] == [(offset, msg_id)], msg_id
         if uniq_key is None:
             continue
         # a clean store's index has every UNIQ_KEY; recovery rebuilds the index only in part
         scan = ["--scan"] if name in CRASH_SETS else []
-        rows = jsonl(run("query-id", store, uniq_key, "-f", "jsonl", "--body", "none", *scan))
+        rows = jsonl(run("query-id", store, uniq_key, "-f", "jsonl", "--body-encoding", "none", *scan))
         assert offset in [r["physical_offset"] for r in rows], uniq_key
         assert {r["uniq_key"] for r in rows} == {uniq_key}
 

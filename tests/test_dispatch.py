@@ -148,7 +148,7 @@ def test_cat_cq_reads_batch_queues(name):
     assert {r["status"] for r in rows} == {"ok"}
     mid = q["units"][-1]
     out = run("cat-cq", store_path(name), q["topic"], q["queueId"],
-              "--from", mid["msgBaseOffset"] + mid["batchSize"] - 1, "-n", "1", "-f", "json")
+              "--offset", mid["msgBaseOffset"] + mid["batchSize"] - 1, "-n", "1", "-f", "json")
     assert json.loads(out.output)[0]["physical_offset"] == mid["physOffset"]
 
 

@@ -26,7 +26,7 @@ def rows_of(path, body_encoding="base64", check_crc=False):
 @pytest.mark.parametrize("name", CLEAN_SETS)
 def test_jsonl_lines_equal_cat_commitlog_rows(name, tmp_path):
     out = tmp_path / "out.jsonl"
-    result = run("export", store_path(name), "--to", out, "--crc", "--include-blank")
+    result = run("export", store_path(name), "--to", out, "--check-crc", "--include-blank")
     assert result.exit_code == 0, result.output
     want = [dumps(r) for r in rows_of(store_path(name), check_crc=True)]
     assert out.read_text("utf-8").splitlines() == want
@@ -57,7 +57,7 @@ def test_parquet_columns_and_values(name, tmp_path):
 
 def test_csv_cells_equal_cat_commitlog_cells(tmp_path):
     out = tmp_path / "x.csv"
-    assert run("export", store_path("dev-sample-5x"), "--to", out, "--body-encoding", "text", "--crc",
+    assert run("export", store_path("dev-sample-5x"), "--to", out, "--body-encoding", "text", "--check-crc",
                "--include-blank").exit_code == 0
     with open(out, newline="", encoding="utf-8") as fh:
         got = list(csv.DictReader(fh))

@@ -78,7 +78,7 @@ def test_rebuild_cq_is_all_or_nothing(tmp_path):
 
 def test_import_is_one_transaction(tmp_path):
     rows = [json.loads(line) for line in run("cat-commitlog", store_path("dev-sample"), "-f", "jsonl",
-                                             "--body", "base64", "-n", "60").stdout.splitlines()]
+                                             "--body-encoding", "base64", "-n", "60").stdout.splitlines()]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     messages = [r for r in rows if r["type"] == "message"]
@@ -91,7 +91,7 @@ def test_import_is_one_transaction(tmp_path):
         return dst
 
     def check(root, result, completed):
-        stored = [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl", "--body", "base64")
+        stored = [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl", "--body-encoding", "base64")
                   .stdout.splitlines()]
         assert len(stored) in (0, len(messages))                          # all or nothing
         assert [r["body"] for r in stored] == [r["body"] for r in messages[:len(stored)]]

@@ -16,7 +16,7 @@ from rmqtool.ops.verify import verify_store
 
 @pytest.mark.parametrize("name", CLEAN_SETS)
 def test_clean_fixture_verifies_clean(name):
-    result = run("verify", store_path(name), "--deep", "-f", "jsonl")
+    result = run("verify", store_path(name), "--check-crc", "-f", "jsonl")
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
 
@@ -85,7 +85,7 @@ def test_partial_cq_unit_and_lost_queue_are_reported(store_copy):
 @pytest.mark.parametrize("name", FEATURE_SETS)
 def test_clean_feature_stores_verify_clean(name):
     """DLedger, BatchConsumeQueue, LMQ, timer and config stores written by the real 5.3.3/4.9.7 broker."""
-    result = run("verify", store_path(name), "--deep", "-f", "jsonl")
+    result = run("verify", store_path(name), "--check-crc", "-f", "jsonl")
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
 

@@ -18,7 +18,7 @@ SMALL = ["--commitlog-file-size", "4096", "--cq-file-size", "160", "--slots", "1
 
 
 def _export(root) -> list[dict]:
-    result = run("cat-commitlog", root, "-f", "jsonl", "--body", "base64")
+    result = run("cat-commitlog", root, "-f", "jsonl", "--body-encoding", "base64")
     assert result.exit_code == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -27,8 +27,8 @@ def test_init_put_decodes_back_and_verifies(tmp_path):
     root = tmp_path / "s"
     assert run("init", root, *SMALL).exit_code == 0
     for i in range(40):      # enough for BLANKs and new commit-log, consume-queue and index files
-        result = run("put", root, "--topic", "T", "--queue-id", str(i % 2), "--tags", f"t{i % 3}",
-                     "--keys", f"k{i} shared", "--property", f"n={i}", "--body", f"body {i} " * 5)
+        result = run("put", root, "--topic", "T", "--queue-id", str(i % 2), "--tag", f"t{i % 3}",
+                     "--key", f"k{i} shared", "--property", f"n={i}", "--body", f"body {i} " * 5)
         assert result.exit_code == 0, result.stderr
     rows = _export(root)
     assert [r["body"] for r in rows] == [__import__("base64").b64encode((f"body {i} " * 5).encode()).decode()
@@ -37,7 +37,7 @@ def test_init_put_decodes_back_and_verifies(tmp_path):
     assert [r["properties"] for r in rows] == [{"TAGS": f"t{i % 3}", "KEYS": f"k{i} shared", "n": str(i)}
                                                for i in range(40)]
     assert len(list((root / "commitlog").iterdir())) > 1 and len(list((root / "index").iterdir())) > 1
-    assert run("verify", root, "--deep").exit_code == 0
+    assert run("verify", root, "--check-crc").exit_code == 0
     refs = Store.open(root).index_files()
     assert [phy for phy, _ in query_index(refs, "T", "k7")] == [rows[7]["physical_offset"]]
     assert len(query_index(refs, "T", "shared")) == 40
@@ -59,7 +59,7 @@ def test_import_round_trip(name, tmp_path):
     # re-exports identical: every field, offsets and msgIds included (properties_raw carries the stored
     # bytes, e.g. the real broker's batch records with WAIT twice, which the properties object cannot)
     assert imported == source
-    assert run("verify", a, "--deep").exit_code == 0
+    assert run("verify", a, "--check-crc").exit_code == 0
     # a store written by import round-trips byte for byte through its own export
     (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in imported))
     b = tmp_path / "b"

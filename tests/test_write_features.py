@@ -59,7 +59,7 @@ def test_put_appends_to_a_dledger_store(store_copy):
     root = store_copy("dev-dledger")
     before = readback("dev-dledger")["dledgerStore"]
     for i in range(40):                                 # enough to fill the second data file's tail
-        result = run("put", root, "--topic", "TopicA", "--queue-id", "1", "--keys", f"k{i}", "--body", "x" * 900)
+        result = run("put", root, "--topic", "TopicA", "--queue-id", "1", "--key", f"k{i}", "--body", "x" * 900)
         assert result.exit_code == 0, result.stderr
     store = Store.open(root)
     assert check_dledger(store, deep=True) == []
@@ -179,7 +179,7 @@ def test_put_to_a_batch_topic(store_copy):
     root = store_copy("dev-batchcq-5x")
     bcq = Store.open(root).batch_consume_queue("BatchTopic", 1)
     end = bcq.offsets()[1]
-    result = run("put", root, "--topic", "BatchTopic", "--queue-id", "1", "--tags", "TagZ", "--body", "one")
+    result = run("put", root, "--topic", "BatchTopic", "--queue-id", "1", "--tag", "TagZ", "--body", "one")
     assert result.exit_code == 0, result.stderr
     store = Store.open(root)
     units = store.batch_consume_queue("BatchTopic", 1).units()

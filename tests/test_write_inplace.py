@@ -45,7 +45,7 @@ def test_put_into_big_files_backs_up_only_the_bytes_it_changes(tmp_path):
     manifest = json.loads((tmp_path / "bk" / "manifest.json").read_text())
     assert {e["path"] for e in manifest["entries"]} >= {"checkpoint", f"commitlog/{first.name}"}
     assert run("verify", root).exit_code == 0
-    assert "hello" in run("query-key", root, "T", "k1", "-f", "jsonl", "--body", "text").stdout
+    assert "hello" in run("query-key", root, "T", "k1", "-f", "jsonl", "--body-encoding", "text").stdout
     assert run("restore", tmp_path / "bk", root, "--apply").exit_code == 0
     assert _digest(root) == before
 
@@ -88,7 +88,7 @@ def test_a_bad_row_after_flushed_rows_leaves_the_store_as_it_was(tmp_path, monke
     assert run("init", root, "--commitlog-file-size", "65536", *SMALL[2:]).exit_code == 0
     assert run("put", root, "--topic", "T", "--body", "before").exit_code == 0
     before = snapshot(root)
-    rows = [json.loads(line) for line in run("cat-commitlog", store_path("dev-sample"), "-f", "jsonl", "--body",
+    rows = [json.loads(line) for line in run("cat-commitlog", store_path("dev-sample"), "-f", "jsonl", "--body-encoding",
                                              "base64", "-n", "30").stdout.splitlines()]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows) + json.dumps({"body": "eA=="}) + "\n")

@@ -12,7 +12,7 @@ stores of 4 GiB and more, RSS at every size.
 Outputs go under DIR and are removed after each measure:
 
 - ``decode_crc``: ``iter_record_batches(check_crc=True)`` over every file (the reference rate)
-- ``verify``: ``verify --deep`` (commit log, consume-queue and index cross-checks) in its default worker
+- ``verify``: ``verify --check-crc`` (commit log, consume-queue and index cross-checks) in its default worker
   processes (one per core as memory allows); ``verify-1``: the same in one process (``--jobs 1``)
 - ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``)
 - ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed)
