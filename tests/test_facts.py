@@ -79,19 +79,19 @@ def test_fact_columns_equal_the_full_decoder(name):
     import numpy as np
 
     from rmqtool.columnar.decode import FACT_COLUMNS, decode_batch, decode_facts
-    from rmqtool.columnar.walk import check_lengths, walk
+    from rmqtool.columnar.kernel import scan_window
 
     compared = 0
     for f in Store.open(store_path(name)).commitlog.queue:
         with open(f.path, "rb") as fh:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        data, buf = np.frombuffer(mm, np.uint8), pa.py_buffer(mm)
-        starts, _ = walk(data, 0, len(data))
-        good, parts = check_lengths(data, starts)
+        data = np.frombuffer(mm, np.uint8)
+        win = scan_window(data, 0, len(data), check_crc=True, items=True)
+        good = win.n
         if not good:
             continue
-        full = decode_batch(data, buf, starts[:good], parts, f.start, True)
-        lean = decode_facts(data, buf, starts[:good], parts, f.start, True)
+        full = decode_batch(data, win, f.start, True)
+        lean = decode_facts(data, win, f.start, True)
         for col in FACT_COLUMNS + ("crc_ok",):
             want = full.column(col) if col in full.schema.names else \
                 pc.map_lookup(full.column("properties"), pa.scalar(col), "first")

@@ -180,18 +180,19 @@ def _section(title: str, rows: list[dict] | None, fmt: Format, tablefmt: str) ->
 
 
 # -- cat-commitlog ----------------------------------------------------------------------------------
-def unwrapped_rows(cl: CommitLog, *, start: int | None = None, count: int | None = None, where=None,
-                   include_blank: bool = False, body: str = "base64", decompress: bool = False,
-                   check_crc: bool = False) -> Iterator[dict]:
-    """cat-commitlog --unwrap: records one at a time, an inner-batch record as one row per inner message
-    (with ``inner_index``; the queue offset the broker gives it), filters applied to each message."""
+def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = None, where=None,
+                include_blank: bool = False, body: str = "base64", decompress: bool = False,
+                check_crc: bool = False, unwrap: bool = False) -> Iterator[dict]:
+    """cat-commitlog's record-at-a-time path (a few records, or --unwrap): ``unwrap`` gives an inner-batch
+    record as one row per inner message (with ``inner_index``; the queue offset the broker gives it),
+    filters applied to each message."""
     from rmqtool.format.batch import inner_messages, is_inner_batch
 
     n = 0
     for loc in cl.iter_entries(start, include_blank=include_blank):
         entry = loc.entry
         parts = [(None, entry)]
-        if not isinstance(entry, Blank) and is_inner_batch(entry):
+        if unwrap and not isinstance(entry, Blank) and is_inner_batch(entry):
             try:
                 parts = list(enumerate(inner_messages(entry)))
             except FormatError as exc:
@@ -204,7 +205,8 @@ def unwrapped_rows(cl: CommitLog, *, start: int | None = None, count: int | None
             n += 1
             row = entry_row(msg, loc.offset, body_encoding=body, check_crc=check_crc and inner is None,
                             decompress=decompress)
-            row["inner_index"] = inner
+            if unwrap:
+                row["inner_index"] = inner
             yield row
 
 
@@ -228,6 +230,9 @@ def _write_jsonl_batches(batches, body: str) -> int:
 def _commitlog_total(cl: CommitLog, start: int | None) -> int:
     files = cl.queue.files
     return sum(f.length for f in files) - ((start - files[0].start) if start is not None and files else 0)
+
+
+FEW_RECORDS = 100        # cat-commitlog -n up to this: the record-at-a-time decoder
 
 
 @cli.command("cat-commitlog")
@@ -289,10 +294,12 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
         raise click.UsageError("--include-blank prints every record: it takes no filter")
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
-    if unwrap:
-        rows = unwrapped_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
-                              include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc)
-        if write_records(rows, out, tablefmt, columns + ["inner_index"], body=body, charset=charset,
+    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty):
+        # a few records print without the columnar scan (nor numpy, pyarrow and the kernel to import)
+        rows = record_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
+                           include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc,
+                           unwrap=unwrap)
+        if write_records(rows, out, tablefmt, columns + ["inner_index"] * unwrap, body=body, charset=charset,
                          body_dir=body_dir) == 0:
             _nothing(ctx, "no records")
         return

@@ -28,7 +28,8 @@ import pyarrow as pa
 from rmqtool import constants as C
 from rmqtool.columnar.decode import decode_batch
 from rmqtool.columnar.schema import record_schema
-from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, ledger_headers_ok, walk
+from rmqtool.columnar.kernel import Window, scan_window, words
+from rmqtool.columnar.walk import WINDOW_BYTES, ledger_headers_ok
 from rmqtool.errors import FormatError
 from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
@@ -88,6 +89,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
     if f.length == 0:
         return False
     mm, buf, data = _map(f)
+    data64 = words(data)
     released = 0
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
@@ -96,16 +98,12 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
             return False                      # file end without a BLANK: next file
         size, magic = peek_header(buf, pos)
         if magic in _MESSAGE_MAGICS:
-            starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
-            good, parts = check_lengths(data, starts)
-            for lo in range(0, good, batch_rows):
-                hi = min(lo + batch_rows, good)
-                yield decode_batch(data, buf, starts[lo:hi], {k: v[lo:hi] for k, v in parts.items()},
-                                   f.start, check_crc)
-            if good == len(starts):
-                pos = nxt
+            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc, items=True, data64=data64)
+            yield from _window_batches(data, win, f.start, check_crc, batch_rows)
+            if win.bad < 0:
+                pos = win.next
                 continue
-            pos = int(starts[good])           # a damaged record: decode_entry names the reason
+            pos = win.bad                     # a damaged record: decode_entry names the reason
         elif size == 0 and magic == 0:
             return True                       # end of written data
         entry = _decode_one(buf, f, pos)
@@ -121,6 +119,7 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
     if f.length == 0:
         return False
     mm, buf, data = _map(f)
+    data64 = words(data)
     cl = DLedgerCommitLog(FileQueue([f]))
     released = 0
     while True:
@@ -132,22 +131,26 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
             return True
         if magic in D.VALID_MAGICS and len(data) - pos > D.HEADER_SIZE + 8 \
                 and peek_header(buf, pos + D.HEADER_SIZE)[1] in _MESSAGE_MAGICS:
-            starts, nxt = walk(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE)
-            good, parts = check_lengths(data, starts)
-            good = ledger_headers_ok(data, starts[:good], parts["total"][:good], f.start) if good else 0
-            for lo in range(0, good, batch_rows):
-                hi = min(lo + batch_rows, good)
-                yield decode_batch(data, buf, starts[lo:hi], {k: v[lo:hi] for k, v in parts.items()},
-                                   f.start, check_crc)
-            if good and good == len(starts):
-                pos = nxt
+            win = scan_window(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE, check_crc=check_crc, items=True,
+                              data64=data64)
+            good = ledger_headers_ok(data, win.starts, win["total"], f.start)
+            yield from _window_batches(data, win.head(good), f.start, check_crc, batch_rows)
+            if good and good == win.n and win.bad < 0:
+                pos = win.next
                 continue
-            pos = int(starts[good]) - D.HEADER_SIZE if good else pos
+            if good:
+                pos = (int(win.starts[good]) if good < win.n else win.bad) - D.HEADER_SIZE
         loc = next(cl.entries_at(f, pos))     # a BLANK, or a damaged entry: its error
         yield entries_batch([(loc.offset, loc.entry)], check_crc)
         if isinstance(loc.entry, Blank):
             return False
         pos = loc.offset + loc.entry.total_size - f.start
+
+
+def _window_batches(data: np.ndarray, win: Window, file_start: int, check_crc: bool,
+                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+    for lo in range(0, win.n, batch_rows):
+        yield decode_batch(data, win.slice(lo, min(lo + batch_rows, win.n)), file_start, check_crc)
 
 
 def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:

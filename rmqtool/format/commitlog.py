@@ -111,7 +111,9 @@ class Message:
         return tags_code(self.topic, self.properties, self.store_timestamp, delay_millis)
 
     def crc_ok(self) -> bool:
-        return self.body_crc is None or body_crc(self.body) == self.body_crc
+        """An empty body is not checked (CommitLog.checkMessageAndReturnSize reads the CRC only when
+        bodyLen > 0), as ``decode_entry`` does."""
+        return self.body_crc is None or not self.body or body_crc(self.body) == self.body_crc
 
     def decompressed_body(self) -> bytes:
         """The body as the producer sent it (decompressed when the COMPRESSED bit is set)."""

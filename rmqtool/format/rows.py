@@ -125,5 +125,5 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
     }
     row["body"], row["body_encoding"] = body_field(body, body_encoding)
     if check_crc:
-        row["crc_ok"] = body_crc(msg.body) == msg.body_crc
+        row["crc_ok"] = msg.crc_ok()
     return row

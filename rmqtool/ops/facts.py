@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.decode import DISPATCH_PROPERTIES, decode_facts
-from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, walk
+from rmqtool.columnar.kernel import scan_window, words
+from rmqtool.columnar.walk import WINDOW_BYTES
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
@@ -170,6 +171,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     mm = _map(f)
     buf = pa.py_buffer(mm) if mm is not None else pa.py_buffer(b"")
     data = np.frombuffer(mm, np.uint8) if mm is not None else np.empty(0, np.uint8)
+    data64 = words(data)
     pos = released = 0
     while True:
         released = release_pages(mm, pos, released)
@@ -190,21 +192,19 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
                                               "(a torn or truncated write)", expected=0, actual="non-zero"))
             break
         if magic in _MESSAGE_MAGICS:
-            starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
-            good, lengths = check_lengths(data, starts)
-            if good:
-                _, ok = got.add(decode_facts(data, buf, starts[:good], lengths, f.start, deep))
-                _physical_offset_warnings(facts, starts[:ok], lengths["head"]["stored_physical_offset"][:ok],
-                                          f.start, path)
-                if ok < good:                       # CRC mismatch or a bad DELAY: named below
-                    pos = int(starts[ok])
-                elif good == len(starts):
-                    pos = nxt
+            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=deep, data64=data64)
+            if win.n:
+                _, ok = got.add(decode_facts(data, win, f.start, deep))
+                _physical_offset_warnings(facts, win.starts[:ok], win["stored_physical_offset"][:ok], f.start, path)
+                if ok < win.n:                      # CRC mismatch or a bad DELAY: named below
+                    pos = int(win.starts[ok])
+                elif win.bad < 0:
+                    pos = win.next
                     continue
                 else:
-                    pos = int(starts[good])
+                    pos = win.bad
             else:
-                pos = int(starts[0]) if len(starts) else pos
+                pos = win.bad
         _stop_at(facts, buf, pos, remaining=len(data) - pos, deep=deep, path=path)
         break
     facts.stop_offset = f.start + pos

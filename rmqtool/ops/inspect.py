@@ -114,7 +114,8 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     whether its data ends in zeros before the file does, or the damage that stops the walk."""
     import numpy as np
 
-    from rmqtool.columnar.walk import WINDOW_BYTES, check_lengths, walk
+    from rmqtool.columnar.kernel import scan_window, words
+    from rmqtool.columnar.walk import WINDOW_BYTES
     from rmqtool.format.commitlog import decode_entry, peek_header
     from rmqtool.store.filequeue import release_pages
 
@@ -122,6 +123,7 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
            "end": None, "zero_end": False, "damage": None}
     buf = f.read()
     data = np.frombuffer(buf, np.uint8)
+    data64 = words(data)
     pos = released = 0
     try:
         while len(data) - pos >= C.END_FILE_MIN_BLANK_LENGTH:
@@ -131,26 +133,24 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
                 out["zero_end"] = True
                 break
             if magic in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2):
-                starts, nxt = walk(data, pos, pos + WINDOW_BYTES)
-                good, parts = check_lengths(data, starts)
+                win = scan_window(data, pos, pos + WINDOW_BYTES, data64=data64)
+                good = win.n
                 if good:
-                    ts_pos = starts[:good] + C.BORNHOST_POS + np.where(
-                        parts["sys_flag"] & C.SysFlag.BORNHOST_V6, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
-                    ts = np.ndarray((len(data) - 7,), ">i8", data, 0, (1,))[ts_pos].astype(np.int64)
-                    last_byte = parts["props_pos"] + parts["props_len"] - 1
-                    out["messages"] += good + _extra_inner_messages(data, parts, good)
+                    ts = win["store_timestamp"]
+                    props_len = win["props_len"]
+                    out["messages"] += good + _extra_inner_messages(data, win, good)
                     if progress:
-                        progress(int(parts["total"].sum()))
-                    out["v2"] += int(parts["v2"].sum())
-                    out["trailing"] += int(((parts["props_len"] > 0) & (data[last_byte] == 2)).sum())
+                        progress(int(win["total"].sum()))
+                    out["v2"] += int(win["v2"].sum())
+                    out["trailing"] += int(((props_len > 0) & (data[win["props_pos"] + props_len - 1] == 2)).sum())
                     lo, hi = int(ts.min()), int(ts.max())
                     out["first_ts"] = lo if out["first_ts"] is None else min(out["first_ts"], lo)
                     out["last_ts"] = hi if out["last_ts"] is None else max(out["last_ts"], hi)
-                    out["end"] = f.start + int(starts[good - 1] + parts["total"][good - 1])
-                    if good == len(starts):
-                        pos = nxt
+                    out["end"] = f.start + int(win.next if win.bad < 0 else win.bad)
+                    if win.bad < 0:
+                        pos = win.next
                         continue
-                    pos = int(starts[good])
+                pos = win.bad
             entry = decode_entry(buf, pos)          # a BLANK, or damage named by the decoder
             if entry.magic_code != C.BLANK_MAGIC_CODE:
                 raise FormatError("record decodes alone but not in the walk", offset=f.start + pos)
@@ -163,10 +163,10 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     return out
 
 
-def _extra_inner_messages(data, parts: dict, good: int) -> int:
+def _extra_inner_messages(data, parts, good: int) -> int:
     """The messages beyond one per record of the walked records' inner batches (facts.message_counts):
     only records with the INNER_BATCH sysFlag, which the broker gives every inner batch, have their
-    properties read."""
+    properties read. ``parts``: the scan kernel's window of the records."""
     import numpy as np
 
     from rmqtool.format.properties import parse_properties

@@ -1,0 +1,417 @@
+"""The compiled scan kernel: one pass over a window of a mapped commit-log file (numba).
+
+``scan_window`` walks the MESSAGE chain from a position and, for every record, in the same pass: checks
+the magic code and that the lengths add up to TOTALSIZE inside the file (what ``decode_entry`` demands;
+the first record that fails stops the window and ``decode_entry`` names the reason), gathers the fixed
+fields into columns, takes the body CRC (UtilAll.crc32: zlib's CRC-32, slice-by-8 over aligned words,
+top bit cleared) when asked, and parses PROPERTIES as the 4.9.1+ broker does (items split at \\x02, key
+and value at the first \\x01, both non-empty): the value spans of the properties the tools read and,
+when asked, the span of every item (for the ``properties`` map). ``gather`` copies spans of the mapped
+file into one Arrow-ready buffer.
+
+Compiled code is cached beside this module (``__pycache__``, numba's ``cache=True``), built once per
+install on first use (about 2 s). Where that directory cannot be written (a read-only install), numba
+uses ``NUMBA_CACHE_DIR`` if set, else a per-user cache directory, and compiles in memory once per process
+if no cache location is writable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rmqtool import constants as C
+
+# Rows of the per-record column block returned by the kernel (all int64).
+FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset", "stored_physical_offset",
+          "sys_flag", "born_timestamp", "born_host_pos", "store_timestamp", "store_host_pos", "reconsume_times",
+          "prepared_transaction_offset", "body_pos", "body_len", "topic_pos", "topic_len", "props_pos",
+          "props_len", "crc_ok", "repeated_key", "items_end", "body_off", "topic_off", "props_off")
+_F = {name: i for i, name in enumerate(FIELDS)}
+MIN_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
+_BORN_V6 = int(C.SysFlag.BORNHOST_V6)
+_STORE_V6 = int(C.SysFlag.STOREHOSTADDRESS_V6)
+
+# Properties whose value spans every scan returns (``Window.prop``).
+PROPERTIES = (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_REAL_TOPIC,
+              C.PROPERTY_REAL_QUEUE_ID, C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE,
+              C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+_NAME_BYTES = np.frombuffer(b"".join(n.encode() for n in PROPERTIES), np.uint8)
+_NAME_OFF = np.cumsum([0] + [len(n) for n in PROPERTIES]).astype(np.int64)
+
+
+def _crc_tables() -> np.ndarray:
+    t = np.zeros((8, 256), np.uint64)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        t[0, i] = c
+    for k in range(1, 8):
+        t[k] = (t[k - 1] >> np.uint64(8)) ^ t[0][(t[k - 1] & np.uint64(0xFF)).astype(np.int64)]
+    return t
+
+
+_CRC_T = _crc_tables()
+_M8 = np.uint64(0xFF)
+_ONES = np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True)
+def _i32(d, p):
+    v = (np.int64(d[p]) << 24) | (np.int64(d[p + 1]) << 16) | (np.int64(d[p + 2]) << 8) | np.int64(d[p + 3])
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@njit(cache=True, nogil=True)
+def _i64(d, p):
+    hi = _i32(d, p)
+    lo = _i32(d, p + 4) & 0xFFFFFFFF
+    return (hi << 32) | lo
+
+
+@njit(cache=True, nogil=True)
+def _crc32(d, d64, shift, p, n, t):
+    """zlib.crc32 of d[p:p+n]; ``d64`` is d[shift:] viewed as little-endian uint64 words (aligned reads)."""
+    crc = _ONES
+    e = p + n
+    while p < e and ((p - shift) & 7) != 0:
+        crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
+        p += 1
+    while p + 8 <= e:
+        w = d64[(p - shift) >> 3] ^ crc
+        crc = (t[7, w & _M8] ^ t[6, (w >> np.uint64(8)) & _M8] ^ t[5, (w >> np.uint64(16)) & _M8]
+               ^ t[4, (w >> np.uint64(24)) & _M8] ^ t[3, (w >> np.uint64(32)) & _M8]
+               ^ t[2, (w >> np.uint64(40)) & _M8] ^ t[1, (w >> np.uint64(48)) & _M8] ^ t[0, w >> np.uint64(56)])
+        p += 8
+    while p < e:
+        crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
+        p += 1
+    return np.int64(crc ^ _ONES)
+
+
+@njit(cache=True, nogil=True)
+def _same(d, a, b, n):
+    for i in range(n):
+        if d[a + i] != d[b + i]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off):
+    """(cols, props, items, heap, n, next, bad): see ``scan_window``; with ``want_items`` bodies, topics and
+    properties are copied while the record is in cache, each kind one after another into its buffer of
+    ``heap`` (at body_off, topic_off, props_off)."""
+    size = len(d)
+    m1 = np.int64(C.MESSAGE_MAGIC_CODE) - (np.int64(1) << 32)
+    m2 = np.int64(C.MESSAGE_MAGIC_CODE_V2) - (np.int64(1) << 32)
+    cap = max((limit - pos) // (MIN_RECORD + gap) + 2, 1)
+    cols = np.empty((len(FIELDS), cap), np.int64)
+    props = np.empty((2 * (len(name_off) - 1), cap), np.int64)
+    items = np.empty((3, 1024 if want_items else 0), np.int64)
+    bodies = np.empty(limit - pos + 4096 if want_items else 0, np.uint8)
+    topics = np.empty((limit - pos) // 16 if want_items else 0, np.uint8)
+    properties = np.empty((limit - pos) // 4 if want_items else 0, np.uint8)
+    body_used = topic_used = props_used = 0
+    m = 0
+    n = 0
+    bad = -1
+    while pos < limit:
+        p = pos + gap
+        if p + 8 > size:
+            break
+        magic = _i32(d, p + 4)
+        if magic != m1 and magic != m2:
+            break
+        total = _i32(d, p)
+        end = p + total
+        if total < MIN_RECORD or end > size:
+            bad = p
+            break
+        sys_flag = _i32(d, p + 36)
+        born_len = C.IPV6_HOST_LEN if sys_flag & _BORN_V6 else C.IPV4_HOST_LEN
+        store_len = C.IPV6_HOST_LEN if sys_flag & _STORE_V6 else C.IPV4_HOST_LEN
+        q = p + C.BORNHOST_POS + born_len
+        if q + 8 + store_len + 16 > end:
+            bad = p
+            break
+        store_ts = _i64(d, q)
+        store_host = q + 8
+        q = store_host + store_len
+        body_len = _i32(d, q + 12)
+        body_pos = q + 16
+        q = body_pos + body_len
+        v2 = magic == m2
+        if body_len < 0 or q + 1 + v2 > end:
+            bad = p
+            break
+        if v2:
+            topic_len = (np.int64(d[q]) << 8) | np.int64(d[q + 1])
+            topic_len = topic_len - 65536 if topic_len >= 32768 else topic_len
+        else:
+            topic_len = np.int64(d[q])
+            topic_len = topic_len - 256 if topic_len >= 128 else topic_len
+        topic_pos = q + 1 + v2
+        q = topic_pos + topic_len
+        if topic_len < 0 or q + 2 > end:
+            bad = p
+            break
+        props_len = (np.int64(d[q]) << 8) | np.int64(d[q + 1])
+        props_pos = q + 2
+        if props_len >= 32768 or props_pos + props_len != end:
+            bad = p
+            break
+        for j in range(props.shape[0]):
+            props[j, n] = -1
+        cols[0, n] = p
+        cols[1, n] = total
+        cols[2, n] = v2
+        cols[3, n] = _i32(d, p + 8)
+        cols[4, n] = _i32(d, p + 12)
+        cols[5, n] = _i32(d, p + 16)
+        cols[6, n] = _i64(d, p + 20)
+        cols[7, n] = _i64(d, p + 28)
+        cols[8, n] = sys_flag
+        cols[9, n] = _i64(d, p + 40)
+        cols[10, n] = p + C.BORNHOST_POS
+        cols[11, n] = store_ts
+        cols[12, n] = store_host
+        cols[13, n] = _i32(d, store_host + store_len)
+        cols[14, n] = _i64(d, store_host + store_len + 4)
+        cols[15, n] = body_pos
+        cols[16, n] = body_len
+        cols[17, n] = topic_pos
+        cols[18, n] = topic_len
+        cols[19, n] = props_pos
+        cols[20, n] = props_len
+        # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
+        cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
+            if check_crc else 1
+        items, m, cols[22, n] = _properties(d, props_pos, end, n, props, items, m, want_items, names, name_off)
+        cols[23, n] = m
+        if want_items:
+            cols[24, n] = body_used
+            bodies, body_used = _put(bodies, body_used, d, body_pos, body_len)
+            cols[25, n] = topic_used
+            topics, topic_used = _put(topics, topic_used, d, topic_pos, topic_len)
+            cols[26, n] = props_used
+            properties, props_used = _put(properties, props_used, d, props_pos, props_len)
+        n += 1
+        pos = end
+    return cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used]), n, pos, bad
+
+
+@njit(cache=True, nogil=True)
+def _put(buf, used, d, at, ln):
+    """Append d[at:at+ln] to ``buf`` (grown when full): (buf, bytes used)."""
+    if used + ln > len(buf):
+        grown = np.empty(max(2 * len(buf), used + ln), np.uint8)
+        for i in range(used):
+            grown[i] = buf[i]
+        buf = grown
+    buf[used:used + ln] = d[at:at + ln]
+    return buf, used + ln
+
+
+@njit(cache=True, nogil=True)
+def _same_name(d, a, names, s, n):
+    for i in range(n):
+        if d[a + i] != names[s + i]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _grow(items):
+    grown = np.empty((3, 2 * items.shape[1]), np.int64)
+    for r in range(3):
+        for i in range(items.shape[1]):
+            grown[r, i] = items[r, i]
+    return grown
+
+
+@njit(cache=True, nogil=True)
+def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
+    """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
+    the first \\x01, both non-empty): the value span of each name in ``names`` into column ``row`` of
+    ``props`` (the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's
+    (key start, \\x01, end) appended to ``items`` at ``m``. Returns (items, m, whether a key repeats)."""
+    k = len(name_off) - 1
+    repeated = 0
+    first_item = m
+    while a < end:
+        b = a
+        cut = -1
+        while b < end and d[b] != 2:
+            if cut < 0 and d[b] == 1:
+                cut = b
+            b += 1
+        if cut > a and cut < b - 1:
+            klen = cut - a
+            for j in range(k):
+                s = name_off[j]
+                if name_off[j + 1] - s == klen and d[a] == names[s] and _same_name(d, a, names, s, klen):
+                    props[2 * j, row] = cut + 1
+                    props[2 * j + 1, row] = b
+                    break
+            if want_items:
+                for i in range(first_item, m):
+                    if items[1, i] - items[0, i] == klen and _same(d, items[0, i], a, klen):
+                        repeated = 1
+                if m == items.shape[1]:
+                    items = _grow(items)
+                items[0, m] = a
+                items[1, m] = cut
+                items[2, m] = b
+                m += 1
+        a = b + 1
+    return items, m, repeated
+
+
+@njit(cache=True, nogil=True)
+def _scan_properties(d, offsets, want_items, names, name_off):
+    """``_properties`` over every value of a binary array (data ``d``, value offsets ``offsets``)."""
+    n = len(offsets) - 1
+    props = np.full((2 * (len(name_off) - 1), n), -1, np.int64)
+    items = np.empty((3, 1024), np.int64)
+    ends = np.empty(n, np.int64)
+    repeated = np.zeros(n, np.int64)
+    m = 0
+    for r in range(n):
+        items, m, repeated[r] = _properties(d, offsets[r], offsets[r + 1], r, props, items, m, want_items,
+                                            names, name_off)
+        ends[r] = m
+    return props, items, ends, repeated
+
+
+@njit(cache=True, nogil=True)
+def gather_spans(d, starts, ends):
+    """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
+    n = len(starts)
+    offsets = np.empty(n + 1, np.int32)
+    total = 0
+    offsets[0] = 0
+    for i in range(n):
+        if starts[i] >= 0:
+            total += ends[i] - starts[i]
+        offsets[i + 1] = total
+    out = np.empty(total, np.uint8)
+    o = 0
+    for i in range(n):
+        s = starts[i]
+        if s >= 0:
+            ln = ends[i] - s
+            for j in range(ln):
+                out[o + j] = d[s + j]
+            o += ln
+    return offsets, out
+
+
+_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
+
+
+@njit(cache=True, nogil=True)
+def msg_ids(d, host_pos, sys_flag, stored_offset):
+    """offsetMsgId text of every record: store address and port, then the stored PHYSICALOFFSET, as
+    upper-case hex (MessageDecoder.createMessageId)."""
+    n = len(host_pos)
+    offsets = np.empty(n + 1, np.int32)
+    offsets[0] = 0
+    for i in range(n):
+        width = C.IPV6_HOST_LEN if sys_flag[i] & _STORE_V6 else C.IPV4_HOST_LEN
+        offsets[i + 1] = offsets[i] + 2 * (width + 8)
+    out = np.empty(offsets[n], np.uint8)
+    for i in range(n):
+        o = offsets[i]
+        width = (offsets[i + 1] - o) // 2 - 8
+        for j in range(width):
+            b = d[host_pos[i] + j]
+            out[o] = _HEX[b >> 4]
+            out[o + 1] = _HEX[b & 15]
+            o += 2
+        v = stored_offset[i]
+        for j in range(16):
+            out[o + j] = _HEX[(v >> (60 - 4 * j)) & 15]
+    return offsets, out
+
+
+class Window:
+    """The records of one window that decode (``n``), column by column: ``window["queue_id"]``, ...;
+    ``next``: where the chain stopped; ``bad``: the start of the first record that does not decode, or -1.
+    Property items of the records: ``items[:, item_base:window["items_end"][-1]]``."""
+
+    __slots__ = ("cols", "props", "items", "heap", "item_base", "n", "next", "bad")
+
+    def __init__(self, cols, props, items, heap, n, nxt, bad, item_base=0):
+        self.cols, self.props, self.items, self.heap, self.n, self.next, self.bad = cols, props, items, heap, n, nxt, bad
+        self.item_base = item_base
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[_F[name], :self.n]
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self["start"]
+
+    def prop(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(value starts, value ends) of property ``name`` per record, -1 where absent; positions in
+        ``heap[2]`` when the window holds copies, else in the scanned data."""
+        j = PROPERTIES.index(name)
+        starts, ends = self.props[2 * j, :self.n], self.props[2 * j + 1, :self.n]
+        if self.heap:
+            shift = self["props_off"] - self["props_pos"]
+            starts, ends = np.where(starts >= 0, starts + shift, -1), ends + shift
+        return starts, ends
+
+    def item_spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """(items: key start, \\x01, end per property item of these records, in the positions of ``prop``;
+        each record's number of items)."""
+        ends = self["items_end"]
+        counts = np.diff(ends, prepend=self.item_base)
+        its = self.items[:, self.item_base:self.item_base + int(counts.sum())]
+        if self.heap:
+            its = its + np.repeat(self["props_off"] - self["props_pos"], counts)
+        return its, counts
+
+    def slice(self, lo: int, hi: int) -> "Window":
+        """Records lo..hi-1."""
+        base = int(self.cols[_F["items_end"], lo - 1]) if lo else self.item_base
+        return Window(self.cols[:, lo:hi], self.props[:, lo:hi], self.items, self.heap, hi - lo, self.next, self.bad,
+                      base)
+
+    def head(self, count: int) -> "Window":
+        return self.slice(0, count)
+
+
+def scan_properties(data: np.ndarray, offsets: np.ndarray, items: bool = True) -> Window:
+    """The property spans of a binary array's values (``data`` its bytes, ``offsets`` its n + 1 offsets)
+    as a Window with only ``prop``, ``items``, ``items_end`` and ``repeated_key``."""
+    props, its, ends, repeated = _scan_properties(data, offsets.astype(np.int64), items, _NAME_BYTES, _NAME_OFF)
+    n = len(ends)
+    cols = np.zeros((len(FIELDS), n), np.int64)
+    cols[_F["items_end"]] = ends
+    cols[_F["repeated_key"]] = repeated
+    return Window(cols, props, its, (), n, 0, -1)
+
+
+def words(data: np.ndarray) -> tuple[np.ndarray, int]:
+    """(words, shift): ``data[shift:]`` viewed as aligned little-endian uint64 words (the CRC's reads)."""
+    shift = -data.ctypes.data % 8 if len(data) else 0
+    return data[shift:shift + (max(len(data) - shift, 0) & ~7)].view("<u8"), shift
+
+
+def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_crc: bool = False,
+                items: bool = False, data64: tuple[np.ndarray, int] | None = None) -> Window:
+    """The MESSAGE chain that begins at ``pos`` + ``gap``, for records starting before ``limit`` + ``gap``.
+
+    ``gap``: bytes in front of every record (a DLedger entry header: 48; 0 for a plain commit log), so
+    ``next`` is the end of the last record (the next entry's position). ``check_crc`` fills ``crc_ok``;
+    ``items`` the spans of every property item (``Window.items``: key start, \\x01, item end; row
+    ``items_end`` is each record's end in it) and the copies of bodies, topics and properties
+    (``Window.heap``: three buffers, each record's at ``body_off``, ``topic_off``, ``props_off``). ``data64``: ``words(data)``, computed once per file.
+    """
+    d64, shift = words(data) if data64 is None else data64
+    cols, props, its, heap, n, nxt, bad = _scan(data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T,
+                                                _NAME_BYTES, _NAME_OFF)
+    return Window(cols, props, its, heap if items else (), n, nxt, bad)

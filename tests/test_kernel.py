@@ -1,0 +1,118 @@
+"""The compiled scan kernel against the record-at-a-time decoder (``decode_entry``) on random valid and
+damaged commit-log files: every field of every record, where the walk stops, and every finding of the
+maintenance scan with its byte offset."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rmqtool import constants as C
+from rmqtool.columnar.kernel import PROPERTIES, scan_window
+from rmqtool.errors import FormatError
+from rmqtool.format.commitlog import Blank, Message, decode_entry, encode_message
+from rmqtool.format.java import body_crc
+from rmqtool.ops.facts import QueueNames, scan_file
+from rmqtool.store.filequeue import QueueFile
+from tests.test_columnar import messages
+
+
+def _file(msgs: list[Message], damage, tail: bytes) -> bytes:
+    data = bytearray()
+    for m in msgs:
+        data += encode_message(Message(**{**{k: getattr(m, k) for k in Message.__slots__},
+                                          "physical_offset": len(data)}))
+    data += tail
+    if damage:
+        at, patch = damage
+        at %= len(data)
+        data[at:at + len(patch)] = patch
+    return bytes(data)
+
+
+def _reference(data: bytes, deep: bool, delay: bool = True):
+    """(records, stop position, error or None) of a walk with decode_entry to a BLANK or the zero end of
+    data, as the broker's recovery checks (``delay``: a malformed DELAY stops it too)."""
+    records, pos = [], 0
+    while len(data) - pos >= 8 and data[pos:pos + 8] != bytes(8):
+        try:
+            entry = decode_entry(data, pos, check_crc=deep)
+            if delay and not isinstance(entry, Blank):
+                entry.tags_code()
+        except (FormatError, ValueError) as exc:
+            return records, pos, exc
+        if isinstance(entry, Blank):
+            break
+        records.append((pos, entry))
+        pos += entry.total_size
+    return records, pos, None
+
+
+_TAILS = st.sampled_from([b"", bytes(16), (24).to_bytes(4, "big") + C.BLANK_MAGIC_CODE.to_bytes(4, "big") + bytes(16)])
+_DAMAGE = st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.binary(min_size=1, max_size=4)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(msgs=st.lists(messages(), min_size=1, max_size=20), damage=_DAMAGE, tail=_TAILS,
+       crc=st.booleans(), items=st.booleans())
+def test_kernel_matches_decode_entry(msgs, damage, tail, crc, items):
+    raw = _file(msgs, damage, tail)
+    data = np.frombuffer(raw, np.uint8)
+    win = scan_window(data, 0, len(data), check_crc=crc, items=items)
+    props_in = bytes(win.heap[2]) if items else raw     # copies of the properties, or the file
+    records, stop, _ = _reference(raw, deep=False, delay=False)
+    if win.bad >= 0:
+        assert win.bad == stop and win.n == len(records)
+    else:
+        assert win.n == len(records) and (win.n == 0 or win.next == stop)
+    for i, (pos, m) in enumerate(records[:win.n]):
+        assert win.starts[i] == pos and win["total"][i] == m.total_size
+        assert win["v2"][i] == (m.version == 2)
+        for name in ("body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp",
+                     "store_timestamp", "reconsume_times", "prepared_transaction_offset"):
+            assert win[name][i] == getattr(m, name), name
+        assert win["stored_physical_offset"][i] == m.physical_offset
+        born, store = win["born_host_pos"][i], win["store_host_pos"][i]
+        assert raw[born:born + len(m.born_host.address)] == m.born_host.address
+        assert raw[store:store + len(m.store_host.address)] == m.store_host.address
+        for k, (part, value) in enumerate((("body", m.body), ("topic", m.topic_bytes), ("props", m.properties_raw))):
+            at, length = win[f"{part}_pos"][i], win[f"{part}_len"][i]
+            assert raw[at:at + length] == value, part
+            if items:
+                at = win[f"{part}_off"][i]
+                assert bytes(win.heap[k][at:at + length]) == value, part
+        if crc:
+            assert bool(win["crc_ok"][i]) == (body_crc(m.body) == m.body_crc or not m.body)
+        if _utf8(m.properties_raw):
+            for name in PROPERTIES:
+                s, e = (v[i] for v in win.prop(name))
+                assert (props_in[s:e].decode() if s >= 0 else None) == m.properties.get(name), name
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@settings(max_examples=100, deadline=None)
+@given(msgs=st.lists(messages(), min_size=1, max_size=20), damage=_DAMAGE, tail=_TAILS, deep=st.booleans())
+def test_facts_findings_match_decode_entry(tmp_path_factory, msgs, damage, tail, deep):
+    raw = _file(msgs, damage, tail)
+    path = tmp_path_factory.mktemp("cl") / "00000000000000000000"
+    path.write_bytes(raw)
+    facts = scan_file(QueueFile(path, 0, len(raw)), QueueNames(), deep=deep)
+    records, stop, error = _reference(raw, deep)
+    assert facts.columns["offset"].tolist() == [pos for pos, _ in records]
+    assert facts.columns["size"].tolist() == [m.total_size for _, m in records]
+    errors = [(f.kind, f.offset) for f in facts.findings if f.severity == "error"]
+    if error is None:
+        assert facts.stop_offset == stop and all(kind in ("torn_tail", "blank_size_mismatch") for kind, _ in errors)
+    else:
+        assert facts.stop == "invalid" and facts.stop_offset == stop
+        assert errors[0][1] == stop
+        message = error.message if isinstance(error, FormatError) else f"bad DELAY property: {error}"
+        assert [f.message for f in facts.findings if f.offset == stop][0].startswith(message)
