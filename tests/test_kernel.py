@@ -116,3 +116,31 @@ def test_facts_findings_match_decode_entry(tmp_path_factory, msgs, damage, tail,
         assert errors[0][1] == stop
         message = error.message if isinstance(error, FormatError) else f"bad DELAY property: {error}"
         assert [f.message for f in facts.findings if f.offset == stop][0].startswith(message)
+
+
+# -- output at the kernel's pace: CSV lines per batch are the row writer's bytes ---------------------------
+_CELLS = st.sampled_from(["plain", "a,b", 'q"t', "n\nl", "r\rx", "", "ü,\"\n"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(msgs=st.lists(messages(), min_size=1, max_size=12), topics=st.lists(_CELLS, min_size=12, max_size=12),
+       values=st.lists(_CELLS, min_size=12, max_size=12), encoding=st.sampled_from(["base64", "hex", "none"]))
+def test_csv_lines_are_the_row_writers_bytes(tmp_path_factory, msgs, topics, values, encoding):
+    import io
+
+    from rmqtool.cli.output import _write_csv
+    from rmqtool.columnar import iter_record_batches
+    from rmqtool.columnar.text import csv_header, csv_lines
+    from rmqtool.ops.grep import hit_rows
+
+    msgs = [Message(**{**{k: getattr(m, k) for k in Message.__slots__}, "topic": topic or "T", "topic_raw": None,
+                       "magic_code": None, "properties_raw": f"TAGS\x01{value}\x02k\x01{value}x".encode()})
+            for m, topic, value in zip(msgs, topics, values)]
+    d = tmp_path_factory.mktemp("cl") / "commitlog"
+    d.mkdir()
+    (d / "00000000000000000000").write_bytes(_file(msgs, None, bytes(16)))
+    batches = list(iter_record_batches(d, check_crc=True, batch_rows=5))
+    want = io.StringIO()
+    _write_csv(hit_rows(batches, encoding), None, want)
+    got = csv_header(batches[0]) + "".join("".join(csv_lines(b, encoding).to_pylist()) for b in batches)
+    assert got == want.getvalue()

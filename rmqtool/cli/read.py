@@ -210,16 +210,22 @@ def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = 
             yield row
 
 
-def _write_jsonl_batches(batches, body: str) -> int:
-    """JSON lines straight from the columnar decoder (the same bytes as the row path)."""
+def _write_text_batches(batches, body: str, fmt: Format) -> int:
+    """JSON lines or CSV straight from the columnar decoder, a batch at a time (the same bytes as the row
+    path)."""
     import numpy as np
 
-    from rmqtool.columnar.text import json_lines
+    from rmqtool.columnar.text import csv_header, csv_lines, json_lines
 
     out = sys.stdout.buffer
     n = 0
     for batch in batches:
-        lines = json_lines(batch, body)
+        if fmt is Format.CSV:
+            if n == 0:
+                out.write(csv_header(batch).encode())
+            lines = csv_lines(batch, body)
+        else:
+            lines = json_lines(batch, body)
         offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
         out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
         out.flush()
@@ -306,8 +312,9 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
         batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
                                check_crc=check_crc, decompress=decompress, progress=progress)
-        if out is Format.JSONL and (body or "base64") != "text" and not body_dir and FIELDS_META not in ctx.meta:
-            n = _write_jsonl_batches(batches, enc)
+        if out in (Format.JSONL, Format.CSV) and (body or "base64") != "text" and not body_dir \
+                and FIELDS_META not in ctx.meta:
+            n = _write_text_batches(batches, enc, out)
         else:
             from rmqtool.ops.grep import hit_rows
             n = write_records(hit_rows(batches, enc), out, tablefmt, columns, body=body, charset=charset,

@@ -7,7 +7,10 @@ CSV cells are what ``write_rows`` prints (maps and lists as JSON, None as an emp
 from __future__ import annotations
 
 import binascii
+import csv
+import io
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -123,13 +126,17 @@ class Bare:
         self.values, self.open, self.close = values, open_, close
 
 
+def text_names(batch: pa.RecordBatch) -> list[str]:
+    """The row fields of a batch's records, in row order."""
+    return [n for n in RECORD_FIELDS + ["crc_ok"] if n in batch.schema.names or n == "body_encoding"]
+
+
 def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
                  bare: bool = False) -> dict[str, pa.Array | Bare]:
     """The row fields of ``entry_row`` as text (JSON literals when ``json_text``, else CSV cells).
     ``bare``: JSON columns without nulls that need only quotes or brackets come as ``Bare``."""
     cols: dict[str, pa.Array] = {}
-    names = [n for n in RECORD_FIELDS + ["crc_ok"] if n in batch.schema.names or n == "body_encoding"]
-    for name in names:
+    for name in text_names(batch):
         if name == "body_encoding":
             col = pc.if_else(pc.equal(batch.column("type"), "message"),
                              pa.scalar(None if body_encoding == "none" else body_encoding, pa.string()),
@@ -180,3 +187,38 @@ def json_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array
 
 def csv_table(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Table:
     return pa.table(text_columns(batch, body_encoding, json_text=False))
+
+
+def _csv_specials() -> str:
+    """The characters that make Python's csv writer (lineterminator "\\n") quote a cell: the delimiter,
+    the quote, "\\n" and, from Python 3.12, "\\r"."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    specials = ""
+    for c in ',"\n\r':
+        out.seek(0)
+        out.truncate()
+        writer.writerow([f"a{c}", "b"])
+        specials += c if out.getvalue().startswith('"') else ""
+    return specials
+
+
+_CSV_QUOTE_RX = "[" + re.escape(_csv_specials()) + "]"
+
+
+def csv_header(batch: pa.RecordBatch) -> str:
+    return ",".join(text_names(batch)) + "\n"
+
+
+def csv_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
+    """One CSV line per record, each ending in a newline: byte-for-byte the rows ``cli.output``'s csv
+    writer prints for the record (cells quoted only where needed, None as an empty cell)."""
+    cells = []
+    for col in text_columns(batch, body_encoding, json_text=False).values():
+        if not pa.types.is_string(col.type):
+            col = col.cast(pa.string())
+        elif len(col) and pc.any(pc.match_substring_regex(col, _CSV_QUOTE_RX)).as_py():
+            quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
+            col = pc.if_else(pc.match_substring_regex(col, _CSV_QUOTE_RX), quoted, col)
+        cells.append(col.fill_null(""))
+    return pc.binary_join_element_wise(pc.binary_join_element_wise(*cells, ","), "\n", "")
