@@ -5,6 +5,7 @@ maintenance scan with its byte offset."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,3 +145,15 @@ def test_csv_lines_are_the_row_writers_bytes(tmp_path_factory, msgs, topics, val
     _write_csv(hit_rows(batches, encoding), None, want)
     got = csv_header(batches[0]) + "".join("".join(csv_lines(b, encoding).to_pylist()) for b in batches)
     assert got == want.getvalue()
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-dledger-5x", "dev-lmq-5x"])
+def test_cat_commitlog_csv_batches_are_the_row_path(name):
+    """The batch path (any count) prints what the record-at-a-time path (-n up to 100) prints."""
+    from conftest import run, store_path
+
+    for extra in ([], ["--no-headers"], ["--check-crc", "--body", "hex"]):
+        rows = run("cat-commitlog", store_path(name), "-f", "csv", "-n", "100", *extra)
+        batches = run("cat-commitlog", store_path(name), "-f", "csv", *extra)
+        assert rows.exit_code == batches.exit_code == 0
+        assert batches.stdout.startswith(rows.stdout) and rows.stdout.count("\n") >= 100

@@ -17,8 +17,9 @@ from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (check_crc_option, count_option, filter_options, jobs_option, option,
                                  record_filter, record_options, since_until)
-from rmqtool.cli.output import (FIELDS_META, PEOPLE, TIMESTAMP, Format, check_fields, format_timestamp,
-                                output_options, progress_bar, resolve_format, write_record, write_rows)
+from rmqtool.cli.output import (FIELDS_META, NO_HEADERS_META, PEOPLE, TIMESTAMP, Format, check_fields,
+                                format_timestamp, output_options, progress_bar, resolve_format, write_record,
+                                write_rows)
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank
 from rmqtool.format.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
@@ -210,7 +211,7 @@ def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = 
             yield row
 
 
-def _write_text_batches(batches, body: str, fmt: Format) -> int:
+def _write_text_batches(batches, body: str, fmt: Format, headers: bool = True) -> int:
     """JSON lines or CSV straight from the columnar decoder, a batch at a time (the same bytes as the row
     path)."""
     import numpy as np
@@ -221,7 +222,7 @@ def _write_text_batches(batches, body: str, fmt: Format) -> int:
     n = 0
     for batch in batches:
         if fmt is Format.CSV:
-            if n == 0:
+            if n == 0 and headers:
                 out.write(csv_header(batch).encode())
             lines = csv_lines(batch, body)
         else:
@@ -314,7 +315,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
                                check_crc=check_crc, decompress=decompress, progress=progress)
         if out in (Format.JSONL, Format.CSV) and (body or "base64") != "text" and not body_dir \
                 and FIELDS_META not in ctx.meta:
-            n = _write_text_batches(batches, enc, out)
+            n = _write_text_batches(batches, enc, out, NO_HEADERS_META not in ctx.meta)
         else:
             from rmqtool.ops.grep import hit_rows
             n = write_records(hit_rows(batches, enc), out, tablefmt, columns, body=body, charset=charset,
