@@ -399,7 +399,7 @@ def test_query_key_window_is_on_the_store_time(name):
     q = index_queries(readback(name))[0]
     t = by_offset[min(q["phyOffsets"])]["storeTimestamp"]
     found = jsonl(run("query-key", path_of(name, "store"), q["topic"], q["key"], "--since", t, "--until", t,
-                      "-f", "jsonl", "--body", "none"))
+                      "-f", "jsonl", "--body-encoding", "none"))
     assert min(q["phyOffsets"]) in [r["physical_offset"] for r in found]
 
 
