@@ -157,3 +157,18 @@ def test_cat_commitlog_csv_batches_are_the_row_path(name):
         batches = run("cat-commitlog", store_path(name), "-f", "csv", *extra)
         assert rows.exit_code == batches.exit_code == 0
         assert batches.stdout.startswith(rows.stdout) and rows.stdout.count("\n") >= 100
+
+
+def test_kernel_works_where_numba_finds_no_cache_location():
+    """A read-only install with an unwritable home: numba has no cache locator, the kernel compiles in
+    memory instead of failing at import."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = ("import numba.core.caching as caching; caching.CacheImpl._locator_classes = []\n"
+             "import numpy as np\nfrom rmqtool.columnar.kernel import scan_window\n"
+             "print(scan_window(np.zeros(64, np.uint8), 0, 64).bad)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr

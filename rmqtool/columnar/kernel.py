@@ -9,10 +9,10 @@ and value at the first \\x01, both non-empty): the value spans of the properties
 when asked, the span of every item (for the ``properties`` map). ``gather`` copies spans of the mapped
 file into one Arrow-ready buffer.
 
-Compiled code is cached beside this module (``__pycache__``, numba's ``cache=True``), built once per
-install on first use (about 2 s). Where that directory cannot be written (a read-only install), numba
-uses ``NUMBA_CACHE_DIR`` if set, else a per-user cache directory, and compiles in memory once per process
-if no cache location is writable.
+Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (about 3
+CPU seconds): under ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a
+read-only install) in the user's cache directory; where none is writable it is compiled in memory once
+per process.
 """
 
 from __future__ import annotations
@@ -52,25 +52,34 @@ def _crc_tables() -> np.ndarray:
     return t
 
 
+def _jit(fn):
+    """Compiled with numba, its machine code cached on disk; where numba finds no writable cache location
+    (a read-only install, an unwritable home and no NUMBA_CACHE_DIR) it is compiled once per process."""
+    try:
+        return njit(cache=True, nogil=True)(fn)
+    except RuntimeError:          # numba's "cannot cache function ...: no locator available"
+        return njit(nogil=True)(fn)
+
+
 _CRC_T = _crc_tables()
 _M8 = np.uint64(0xFF)
 _ONES = np.uint64(0xFFFFFFFF)
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _i32(d, p):
     v = (np.int64(d[p]) << 24) | (np.int64(d[p + 1]) << 16) | (np.int64(d[p + 2]) << 8) | np.int64(d[p + 3])
     return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _i64(d, p):
     hi = _i32(d, p)
     lo = _i32(d, p + 4) & 0xFFFFFFFF
     return (hi << 32) | lo
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _crc32(d, d64, shift, p, n, t):
     """zlib.crc32 of d[p:p+n]; ``d64`` is d[shift:] viewed as little-endian uint64 words (aligned reads)."""
     crc = _ONES
@@ -90,7 +99,7 @@ def _crc32(d, d64, shift, p, n, t):
     return np.int64(crc ^ _ONES)
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _same(d, a, b, n):
     for i in range(n):
         if d[a + i] != d[b + i]:
@@ -98,7 +107,7 @@ def _same(d, a, b, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off):
     """(cols, props, items, heap, n, next, bad): see ``scan_window``; with ``want_items`` bodies, topics and
     properties are copied while the record is in cache, each kind one after another into its buffer of
@@ -202,7 +211,7 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
     return cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used]), n, pos, bad
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _put(buf, used, d, at, ln):
     """Append d[at:at+ln] to ``buf`` (grown when full): (buf, bytes used)."""
     if used + ln > len(buf):
@@ -214,7 +223,7 @@ def _put(buf, used, d, at, ln):
     return buf, used + ln
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _same_name(d, a, names, s, n):
     for i in range(n):
         if d[a + i] != names[s + i]:
@@ -222,7 +231,7 @@ def _same_name(d, a, names, s, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _grow(items):
     grown = np.empty((3, 2 * items.shape[1]), np.int64)
     for r in range(3):
@@ -231,7 +240,7 @@ def _grow(items):
     return grown
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
     the first \\x01, both non-empty): the value span of each name in ``names`` into column ``row`` of
@@ -269,7 +278,7 @@ def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
     return items, m, repeated
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def _scan_properties(d, offsets, want_items, names, name_off):
     """``_properties`` over every value of a binary array (data ``d``, value offsets ``offsets``)."""
     n = len(offsets) - 1
@@ -285,7 +294,7 @@ def _scan_properties(d, offsets, want_items, names, name_off):
     return props, items, ends, repeated
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def gather_spans(d, starts, ends):
     """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
     n = len(starts)
@@ -311,7 +320,7 @@ def gather_spans(d, starts, ends):
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
 
 
-@njit(cache=True, nogil=True)
+@_jit
 def msg_ids(d, host_pos, sys_flag, stored_offset):
     """offsetMsgId text of every record: store address and port, then the stored PHYSICALOFFSET, as
     upper-case hex (MessageDecoder.createMessageId)."""
