@@ -273,7 +273,7 @@ def test_verify_parity_on_damage_and_only_findings_travel(spark, generated, dama
     assert list(verify_store(damaged, deep=deep, run_files=runner)) == want
     kinds = {f.kind for f in want}
     assert {"cq_file_size", "index_entry_no_record", "cq_missing_unit"} <= kinds
-    assert {"bad_magic", "data_after_end"} <= kinds
+    assert "bad_magic" in kinds            # outside the broker's recovery window, behind the queues: no cut
     assert sum(1 for _ in Store.open(generated).commitlog.iter_entries()) > 300    # records: many
     for size, findings in sizes:     # a few hundred bytes of summary per queue, not per record
         assert size < 8000 + 600 * findings

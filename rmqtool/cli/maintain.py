@@ -81,20 +81,26 @@ def _open_for_write(path: str):
 @click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
 @check_crc_option(aliases=("--deep",), help="Also check every body's CRC, and the 5.2+ whole-record "
                                             "CRC property (__CRC32#) where the store writes it.")
+@click.option("--strict", is_flag=True, help="Warnings count too: exit 1 when there is any finding.")
 @jobs_option
 @engine_options
 @output_options
-def verify(stores: tuple[str, ...], check_crc: bool, jobs: int | None, engine: str, master: str | None,
-           fmt: str | None, tablefmt: str) -> None:
-    """Check stores: every problem with its file and byte offset (exit 1 when any is found).
-    Commit-log files are checked in parallel: in worker processes, or one Spark task per file with
-    --engine spark. A RocksDB consume queue is compared with what the commit log dispatches; compaction
-    topics' logs with their commit-log records, the newest-per-key rule and their sparse queues.
+def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | None, engine: str,
+           master: str | None, fmt: str | None, tablefmt: str) -> None:
+    """Check stores: every problem with its file and byte offset, at the broker's verdict level.
+
+    error: the broker refuses the store, or starts and leaves data unreachable (exit 1). warning: the
+    broker handles it on start, and the finding says how (exit 0 unless --strict); broker_start
+    findings say, per broker version (4.9.7, 5.3.3), what starting it will do to the commit log and its
+    dispatch. Commit-log files are checked in parallel: in worker processes, or one Spark task per
+    file with --engine spark. A RocksDB consume queue is compared with what the commit log dispatches;
+    compaction topics' logs with their commit-log records, the newest-per-key rule and their sparse queues.
 
     \b
     Examples:
       rmqtool verify fixtures/dev-sample/store
-      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 1
+      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 0: warnings (the broker recovers it)
+      rmqtool verify fixtures/dev-sample-crash-torn/store --strict   # exit 1
       rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl
       rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
     """
@@ -117,9 +123,11 @@ def verify(stores: tuple[str, ...], check_crc: bool, jobs: int | None, engine: s
                 findings += [f.row() for f in verify_store(path, deep=deep, progress=progress, jobs=jobs)]
     out = resolve_format(fmt)
     write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
+    errors = sum(1 for f in findings if f["severity"] == "error")
     if out in PEOPLE:
-        click.echo(f"{len(findings)} problem(s) found" if findings else "no problems found", err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if findings else ExitCode.OK)
+        click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
+                   err=True)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
 
 
 @cli.command()
@@ -127,16 +135,30 @@ def verify(stores: tuple[str, ...], check_crc: bool, jobs: int | None, engine: s
 @click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
 @click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
                                               "nothing to do, 1 when there is).")
+@click.option("--accept-loss", is_flag=True, help="Carry out a plan that deletes valid messages after a bad "
+              "record (beyond the torn tail), as the broker's recovery would.")
+@click.option("--salvage", is_flag=True, help="Keep every valid record after a bad one (beyond the broker): "
+              "each damaged record before the torn tail becomes a placeholder the broker steps over.")
+@click.option("--limit", type=int, default=50, show_default=True, metavar="N",
+              help="List at most N actions (0: all); the count of the rest is said.")
 @_BACKUP
 @_FORCE
 @output_options
-def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
-           tablefmt: str) -> None:
-    """Do what the broker's crash recovery would: truncate after the last valid record (zeroing the
-    rest), drop dirty consume-queue units, rebuild index entries, fix the checkpoint, remove abort.
+def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: bool, limit: int,
+           backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+    """Do what the broker's recovery would (rmqtool.store.broker_model, per version): truncate after the
+    last valid record, drop dirty consume-queue units, rebuild index entries, fix the checkpoint, remove
+    abort. After a crash what is cut off is zeroed; after a clean shutdown bytes past the recovered end
+    are left (the broker cuts them again, logically, on every start).
+
+    A plan that deletes valid messages beyond the torn tail (a bad record earlier in the log) says how
+    many (a lose_messages row) and is refused unless --accept-loss. --salvage keeps them instead: each
+    damaged record before the torn tail is replaced by a placeholder record of its size (a rollback-type
+    message on topic rmqtool-salvaged, which the broker's dispatch skips), its unit by a blank unit, and
+    the index files from it on are rebuilt.
 
     Without --apply only prints the plan (exit 0 when there is nothing to do, 1 when there is). With
-    --apply, exit 0 when the store verifies clean afterwards; the last line says how to undo it.
+    --apply, exit 0 when no error is left (verify's level); the last line says how to undo it.
 
     \b
     Examples:
@@ -154,11 +176,22 @@ def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: 
     st = _open_for_write(store) if apply_ else Store.open(store)
     with store_write_lock(st.root, force=force) if apply_ else contextlib.nullcontext():
         with _progress(st, "scanning") as progress:
-            plan = plan_repair(st, progress=progress)
+            plan = plan_repair(st, salvage=salvage, progress=progress)
         rows = [a.row() for a in plan.actions]
-        show_plan(rows, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
+        if plan.lost:
+            rows.insert(0, {"action": "lose_messages", "path": "commitlog",
+                            "detail": f"{plan.lost} valid message(s) after offset {plan.process_offset} deleted "
+                                      "(a bad record before the torn tail; --accept-loss to carry it out)"})
+        shown = rows[:limit] if limit > 0 else rows
+        show_plan(shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
+        if len(shown) < len(rows):
+            click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
         if not apply_:
             end_dry_run(rows, "run with --apply")
+        if plan.lost and not accept_loss:
+            click.echo(f"rmqtool: error: refused: the plan deletes {plan.lost} valid message(s) after offset "
+                       f"{plan.process_offset}; --accept-loss accepts it, rebuild-cq/rebuild-index keep them", err=True)
+            raise click.exceptions.Exit(ExitCode.IO_ERROR)
         if plan.empty:
             click.echo("nothing to repair", err=True)
         else:
@@ -166,7 +199,24 @@ def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: 
     left = [f for f in verify_store(st.root) if f.kind != "broker_running"]   # forced past the lock
     for f in left:
         click.echo(f"rmqtool: still: {f}", err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if left else ExitCode.OK)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if any(f.severity == "error" for f in left) else ExitCode.OK)
+
+
+_AS_BROKER = click.option("--as-broker", is_flag=True,
+                          help="Build what the broker builds from this commit log (its recovery cut, its dispatch "
+                               "across a bad record) instead of the correct state.")
+_BROKER_VERSION = click.option("--broker-version", type=click.Choice(["4.9.7", "5.3.3"]),
+                               help="The broker --as-broker mirrors [default: as the store shows].")
+
+
+def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
+    """Plan rows naming the records a rebuild leaves out: never a silent drop."""
+    rows = [{"action": "skip_record", "path": "commitlog", "detail": f"{kind} at offset {at} ({size} bytes stepped "
+             "over): no unit, no index entry"} for at, size, kind in damaged]
+    if cut is not None:
+        rows.append({"action": "broker_cut", "path": "commitlog", "detail": f"the broker truncates the commit log "
+                     f"at {cut}: no record after it is dispatched"})
+    return rows
 
 
 @cli.command("rebuild-cq")
@@ -176,13 +226,23 @@ def repair(store: str, apply_: bool, dry_run: bool, backup: Path | None, force: 
 @click.option("--cq-file-size", type=int, help="Consume-queue file size [default: that of existing queues].")
 @click.option("--bcq-file-size", type=int,
               help="Batch consume-queue file size [default: that of existing batch queues, else 13800000].")
+@_AS_BROKER
+@_BROKER_VERSION
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
 def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: int | None, bcq_file_size: int | None,
-               dry_run: bool, backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+               as_broker: bool, broker_version: str | None, dry_run: bool, backup: Path | None, force: bool,
+               fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
+
+    By default every readable record gets its unit at its stored queue offset: a damaged record is
+    stepped over (by its size field when its header is sound, else to the next record that decodes),
+    listed as a skip_record row, and its place holds a blank unit. --as-broker builds what the broker
+    (--broker-version, default as the store shows) builds after a start with no consume queues: its
+    recovery's cut, its dispatch skipping the rest of a file at a bad record, units appended at each
+    queue's position.
 
     Classic queues, LMQ queues (%LMQ%name/0, from INNER_MULTI_DISPATCH) and the batch queues of BatchCQ
     topics (batchconsumequeue/; a topic is BatchCQ when that directory or config/topics.json says so).
@@ -198,6 +258,7 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
       rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
       rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$ -f plain
     """
+    from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues
     from rmqtool.store.lock import store_write_lock
 
@@ -207,7 +268,8 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topic=topic, out=out, cq_file_size=cq_file_size,
                                          bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
-                                         allow_empty=force, progress=progress)
+                                         allow_empty=force, progress=progress,
+                                         as_broker=version_of(st, broker_version) if as_broker else None)
     if topic is not None and not res.queues and not force:
         click.echo(f"rmqtool: error: no record of topic {topic!r} in the commit log; nothing rebuilt "
                    f"(--force writes an empty queue directory). Topics: {', '.join(res.topics) or 'none'}",
@@ -218,6 +280,7 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
     else:
         rows = [{"action": "write_cq", "path": res.target,
                  "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
+    rows += _skipped_rows(res.damaged, res.cut)
     show_plan(rows, fmt, tablefmt, "consume queues")
     if dry_run:
         end_dry_run(rows)
@@ -229,32 +292,42 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
 @click.argument("store", type=click.Path())
 @click.option("--slots", type=int, help="Hash slots per file [default: that of existing index files].")
 @click.option("--max-entries", type=int, help="Entries per file [default: that of existing index files].")
+@_AS_BROKER
+@_BROKER_VERSION
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
-def rebuild_index(store: str, slots: int | None, max_entries: int | None, dry_run: bool, backup: Path | None,
-                  force: bool, fmt: str | None, tablefmt: str) -> None:
+def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
+                  broker_version: str | None, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
+                  tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
+
+    By default every readable record is indexed (damaged records stepped over and listed as skip_record
+    rows); --as-broker indexes what the broker's dispatch reaches (see rebuild-cq).
 
     \b
     Examples:
       rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain   # exit 1
       rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run   # exit 1
     """
+    from rmqtool.ops.dispatch_plan import DispatchPlan
+    from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_index as run
     from rmqtool.store.lock import store_write_lock
 
     st = _open_store(store) if dry_run else _open_for_write(store)
     before = {ref.name for ref in st.index_files()}
+    plan = DispatchPlan(version_of(st, broker_version) if as_broker else None)
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
-                               progress=progress)
+                               plan=plan, progress=progress)
     rows = [{"action": "write_index", "path": L.index_file(name), "detail": f"{entries} entries"}
             for name, entries, same in files if not same]
     rows += [{"action": "delete_index", "path": L.index_file(name), "detail": "not among the rebuilt files"}
              for name in sorted(before - {name for name, _, _ in files})]
+    rows += _skipped_rows(plan.damaged, plan.cut)
     show_plan(rows, fmt, tablefmt, "index files")
     if dry_run:
         end_dry_run(rows)

@@ -34,6 +34,7 @@ from rmqtool.errors import FormatError
 from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
 from rmqtool.format.rows import entry_row
+from rmqtool.store.broker_model import recovered_tail
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.dledger import DLedgerCommitLog
 from rmqtool.store.filequeue import FileQueue, QueueFile, release_pages
@@ -106,7 +107,12 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
             pos = win.bad                     # a damaged record: decode_entry names the reason
         elif size == 0 and magic == 0:
             return True                       # end of written data
-        entry = _decode_one(buf, f, pos)
+        try:
+            entry = _decode_one(buf, f, pos)
+        except FormatError:
+            if recovered_tail(f.path, buf, pos):
+                return True                   # the torn record a recovered store keeps past its end
+            raise
         yield entries_batch([(f.start + pos, entry)], check_crc)
         if isinstance(entry, Blank):
             return False

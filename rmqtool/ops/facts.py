@@ -25,6 +25,7 @@ from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, Inconsistent
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
+from rmqtool.store.broker_model import step_over
 from rmqtool.store.filequeue import QueueFile, first_nonzero, release_pages
 
 Progress = Callable[[int], None]
@@ -69,6 +70,7 @@ class FileFacts:
     stop: str = "zero"           # "blank", "zero" (end of data), "invalid", "file_end"
     stop_offset: int = 0         # physical offset where the walk stopped (a BLANK's own offset)
     findings: list[Finding] = field(default_factory=list)
+    damaged: list[tuple[int, int, str]] = field(default_factory=list)   # salvage: (offset, bytes skipped, kind)
 
     def __len__(self) -> int:
         return len(self.columns["offset"])
@@ -81,7 +83,7 @@ class FileFacts:
     def select(self, keep: np.ndarray) -> "FileFacts":
         """The same file's facts for the records where ``keep`` is true (columns, key hashes, properties)."""
         out = FileFacts(self.file, {k: v[keep] for k, v in self.columns.items()}, stop=self.stop,
-                        stop_offset=self.stop_offset, findings=self.findings)
+                        stop_offset=self.stop_offset, findings=self.findings, damaged=self.damaged)
         if self.key_offsets is not None:
             counts = np.diff(self.key_offsets)
             out.key_hashes = self.key_hashes[np.repeat(keep, counts)]
@@ -160,9 +162,10 @@ def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
 
 
 def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False, props: bool = False,
-              progress: Progress | None = None, ledger: bool = False) -> FileFacts:
+              progress: Progress | None = None, ledger: bool = False, salvage: bool = False) -> FileFacts:
     """Walk one commit-log file from position 0 (see the module docstring); ``ledger``: a DLedger data
-    file, whose records sit inside entries. ``keys``: index key hashes; ``props``: DISPATCH_PROPERTIES."""
+    file, whose records sit inside entries. ``keys``: index key hashes; ``props``: DISPATCH_PROPERTIES.
+    ``salvage``: go on past a damaged record (``FileFacts.damaged``; ``rmqtool.store.broker_model.step_over``)."""
     got = _Collector(names, deep, keys, props, progress)
     if ledger:
         return got.finish(_scan_ledger_file(f, got))
@@ -206,6 +209,13 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
             else:
                 pos = win.bad
         _stop_at(facts, buf, pos, remaining=len(data) - pos, deep=deep, path=path)
+        if salvage and facts.stop == "invalid":
+            nxt = step_over(mm, pos)
+            facts.damaged.append((f.start + pos, nxt - pos, facts.findings[-1].kind))
+            if nxt < len(data):
+                pos = nxt
+                continue
+            pos, facts.stop = nxt, "file_end"
         break
     facts.stop_offset = f.start + pos
     return got.finish(facts)
@@ -236,13 +246,13 @@ def _scan_ledger_file(f: QueueFile, got: _Collector) -> FileFacts:
                 facts.stop, facts.stop_offset = "invalid", at
                 kind = "crc_mismatch" if got.deep and not batch.column("crc_ok")[ok].as_py() else "bad_delay"
                 facts.findings.append(Finding(ERROR, kind, str(f.path), at,
-                                              f"{kind.replace('_', ' ')}; recovery truncates the commit log here"))
+                                              f"{kind.replace('_', ' ')}; a recovery that reads this file stops here"))
                 break
     except FormatError as exc:
         facts.stop = "invalid"
         facts.stop_offset = exc.offset if exc.offset is not None else facts.stop_offset
         facts.findings.append(Finding(ERROR, _error_kind(exc, 0, 0), exc.path or str(f.path), facts.stop_offset,
-                                      f"{exc.message}; recovery truncates the commit log here"))
+                                      f"{exc.message}; a recovery that reads this file stops here"))
     return facts
 
 
@@ -284,7 +294,7 @@ def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, pat
         elif kind == "record_crosses_file_end":
             expected, actual = remaining, size
         facts.findings.append(Finding(ERROR, kind, path, f.start + pos,
-                                      f"{msg}; recovery truncates the commit log here", expected, actual))
+                                      f"{msg}; a recovery that reads this file stops here", expected, actual))
         return
     raise FormatError("record decodes one at a time but not in a batch (internal error)", path=path,
                       offset=f.start + pos)

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +20,8 @@ import pyarrow as pa
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.indexfile import Geometry
-from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
+from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, valid_facts
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.filequeue import same_content
@@ -29,23 +29,6 @@ from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
-
-
-def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, deep: bool = False,
-                keys: bool = False, props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
-    """The files' records the broker would dispatch, in order, up to the first invalid record
-    (from the file holding ``start``, whose records before it are left out)."""
-    files = [f for f in store.commitlog.queue.files if f.length]
-    ledger = bool(store.commitlog.entry_header_size)
-    if start is not None:
-        files = [f for f in files if f.start + f.length > start]
-    for f in files:
-        facts = scan_file(f, names, deep=deep, keys=keys, props=props, progress=progress, ledger=ledger)
-        if start is not None and f.start < start:
-            facts = facts.select(facts.columns["offset"] >= start)
-        yield facts
-        if facts.stop != "blank":
-            return
 
 
 @dataclass
@@ -57,17 +40,21 @@ class RebuildResult:
     units: int = 0
     target: str = ""
     backup: str | None = None
+    damaged: list[tuple[int, int, str]] = field(default_factory=list)   # records skipped: (offset, bytes, kind)
+    cut: int | None = None                                              # as_broker: the broker's truncation
 
 
 def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path | None = None,
                            cq_file_size: int | None = None, bcq_file_size: int | None = None, dry_run: bool = False,
-                           backup: Path | None = None, allow_empty: bool = True,
+                           backup: Path | None = None, allow_empty: bool = True, as_broker: str | None = None,
                            progress: Progress | None = None) -> RebuildResult:
     """Consume queues (all, or one topic's) rebuilt from the commit log as the broker's dispatch writes
     them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
     ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
     or built beside the store's directories and swapped in. A ``topic`` without records changes nothing
-    unless ``allow_empty`` (``result.topics`` then lists the commit log's topics)."""
+    unless ``allow_empty`` (``result.topics`` then lists the commit log's topics). Every readable record
+    goes at its queue offset (damaged ones listed in ``result.damaged``), or as a broker of version
+    ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan)."""
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
@@ -100,7 +87,10 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
         return base / t / str(qid) if topic is None else base / str(qid)
 
     try:
-        writers, result.topics = dispatch_files(store, directory, sizes, batch, topic=topic, progress=progress)
+        plan = DispatchPlan(as_broker)
+        writers, result.topics = dispatch_files(store, directory, sizes, batch, topic=topic, plan=plan,
+                                                progress=progress)
+        result.damaged, result.cut = plan.damaged, plan.cut
         if topic is not None and not writers and not allow_empty:
             raise _NoRecords
     except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
@@ -155,14 +145,20 @@ Writer = CqFileWriter | BcqFileWriter
 
 
 def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics: set[str], *,
-                   topic: str | None = None,
+                   topic: str | None = None, plan: DispatchPlan | None = None,
                    progress: Progress | None = None) -> tuple[dict[tuple[str, int], Writer], list[str]]:
     """The broker's dispatch over the whole commit log, one file's records at a time: each record's
     consume-queue unit (a batch unit on a BatchCQ topic) and its multi-dispatch (LMQ) units, each queue's
     run put as one block. ``directory(topic, queue_id, is_batch)`` says where a queue's files go.
+    ``plan``: the records of ``rmqtool.ops.dispatch_plan`` (default: those up to the first invalid one),
+    each unit at its queue offset unless ``plan.as_broker``.
     Returns the writers by queue and the topics of the records seen."""
+    from rmqtool.format.dispatch import is_lmq
+
     names = QueueNames()
     writers: dict[int, Writer] = {}
+    records = valid_facts(store, names, props=True, progress=progress) if plan is None else \
+        dispatched_facts(store, names, plan, props=True, progress=progress)
 
     def writer(code: int, is_batch: bool, at: int) -> Writer:
         w = writers.get(code)
@@ -171,9 +167,11 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
             safe_topic_dir(t, at)
             kind = BcqFileWriter if is_batch else CqFileWriter
             w = writers[code] = kind(sizes[is_batch], directory(t, qid, is_batch))
+            if not is_batch and plan is not None and plan.as_broker is None and not is_lmq(t):
+                w.fill_gaps = True           # LMQ offsets are the broker's dispatch, not the record's own
         return w
 
-    for facts in valid_facts(store, names, props=True, progress=progress):
+    for facts in records:
         cols = facts.columns
         rows = np.flatnonzero(facts.gets_cq_unit())
         on_batch = np.isin(cols["queue"][rows], [c for c, (t, _) in enumerate(names.names) if t in batch_topics])
@@ -246,20 +244,22 @@ def _batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | None = None,
-                  dry_run: bool = False, backup: Path | None = None,
+                  dry_run: bool = False, backup: Path | None = None, plan: DispatchPlan | None = None,
                   progress: Progress | None = None) -> tuple[list[tuple[str, int, bool]], Path | None]:
     """All index files rebuilt from the commit log, as (file name, entries, same as the existing file);
     swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/`` (in a
-    temporary directory on a dry run)."""
+    temporary directory on a dry run). ``plan``: which records (rmqtool.ops.dispatch_plan; its damaged
+    records are listed there)."""
     geometry = store.index_geometry(slots, max_entries)
+    plan = plan or DispatchPlan()
     if dry_run:                           # nothing in the store changes, not even a directory's time
         with tempfile.TemporaryDirectory(prefix="rmqtool-index-") as tmp:
-            return _build_index(store, geometry, Path(tmp), progress)[0], None
+            return _build_index(store, geometry, Path(tmp), plan, progress)[0], None
     built = store.path(L.INDEX + BUILD)
     if built.exists():
         shutil.rmtree(built)
     built.mkdir(parents=True)
-    files, builder = _build_index(store, geometry, built, progress)
+    files, builder = _build_index(store, geometry, built, plan, progress)
     txn = Transaction(store.root, backup, label="rebuild-index")
     txn.replace_dir(L.INDEX, built)
     cp = store.checkpoint()
@@ -269,11 +269,11 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     return files, txn.commit()
 
 
-def _build_index(store: Store, geometry: Geometry, built: Path,
+def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPlan,
                  progress: Progress | None) -> tuple[list[tuple[str, int, bool]], IndexBuilder]:
     """Index files for the whole commit log, built in ``built``; each compared with the existing file."""
     builder = IndexBuilder(geometry, directory=built)
-    for facts in valid_facts(store, QueueNames(), keys=True, progress=progress):
+    for facts in dispatched_facts(store, QueueNames(), plan, keys=True, progress=progress):
         builder.add_facts(facts)
     builder.close()
     old = store.index_dir

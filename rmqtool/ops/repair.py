@@ -13,21 +13,24 @@ from __future__ import annotations
 import mmap
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.errors import StoreWarning
+from rmqtool.errors import StoreError, StoreWarning
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
-from rmqtool.format.consumequeue import valid_prefix
+from rmqtool.format.commitlog import Message, encode_message
+from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
+from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.dledger import plan_dledger_recovery
-from rmqtool.ops.facts import FileFacts, Progress, QueueNames
-from rmqtool.ops.rebuild import valid_facts
+from rmqtool.ops.dispatch_plan import valid_facts
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction
-from rmqtool.store.filequeue import cut_copy, first_nonzero
+from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
+from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, map_private
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
@@ -50,6 +53,7 @@ class RepairPlan:
     abnormal: bool
     process_offset: int
     recover_from: int
+    lost: int = 0                 # valid messages after the cut (beyond the torn tail): refused unless accepted
     actions: list[Action] = field(default_factory=list)
     writes: dict[str, bytes | bytearray | mmap.mmap | Path] = field(default_factory=dict)   # bytes-like, or a
     #                                                                       file built in ``scratch``
@@ -62,9 +66,64 @@ class RepairPlan:
         return not (self.writes or self.deletes or self.renames)
 
 
-def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan:
-    """The broker's recovery as a plan. Only the files recovery reads are read: from the start file
-    (chosen from first records and the checkpoint, or the last three files) to the first invalid record."""
+def _cq_max_phy(store: Store) -> int:
+    """The consume queues' highest physical offset (each queue's last file), -1 without any unit."""
+    reach = -1
+    for cq in store.consume_queues():
+        files = list(cq.queue)
+        if files:
+            reach = max(reach, valid_prefix(files[-1].read())[1])
+    return reach
+
+
+def _lost_after(files: list[QueueFile], process: int) -> int:
+    """Valid records at or after ``process`` (a walk that steps over damaged records)."""
+    lost = 0
+    for f in files:
+        if f.start + f.length > process:
+            facts = scan_file(f, QueueNames(), deep=True, salvage=True)
+            lost += int((facts.columns["offset"] >= process).sum())
+    return lost
+
+
+SALVAGED_TOPIC = "rmqtool-salvaged"
+
+
+def placeholder(offset: int, size: int) -> bytes:
+    """A record of exactly ``size`` bytes at ``offset`` that the broker's checks accept and its dispatch
+    leaves alone: a rollback-type message (CommitLogDispatcherBuildConsumeQueue and IndexService.buildIndex
+    skip TRANSACTION_ROLLBACK_TYPE) on topic rmqtool-salvaged, its body zeros."""
+    empty = Message(SALVAGED_TOPIC, sys_flag=int(C.TransactionType.ROLLBACK), physical_offset=offset)
+    room = size - empty.total_size
+    if room < 0:
+        raise StoreError(f"the damaged record at {offset} spans {size} bytes, fewer than a placeholder "
+                         f"record ({empty.total_size}): --salvage cannot keep what follows it")
+    return encode_message(replace(empty, body=bytes(room)))
+
+
+def _salvage_scan(store: Store, files: list[QueueFile], names: QueueNames, keys: bool,
+                  progress: Progress | None) -> tuple[list[FileFacts], list[tuple[int, int]], int]:
+    """Every readable record from the first of ``files`` on (damaged ones stepped over): the facts, the
+    damaged ranges followed by valid records (to be replaced by placeholders), and the end of the data
+    (the last damaged record when nothing valid follows it: the torn tail, cut as the broker does)."""
+    ledger = bool(store.commitlog.entry_header_size)
+    scanned = [scan_file(f, names, deep=True, keys=keys, progress=progress, ledger=ledger, salvage=True)
+               for f in files]
+    last = max((int(fa.columns["offset"][-1]) for fa in scanned if len(fa)), default=-1)
+    ranges = [(at, size) for fa in scanned for at, size, _ in fa.damaged if at < last]
+    tail = [at for fa in scanned for at, _, _ in fa.damaged if at > last]
+    end = tail[0] if tail else next((fa.end for fa in reversed(scanned) if len(fa) or fa.stop == "blank"),
+                                    files[0].start if files else 0)
+    return scanned, ranges, end
+
+
+def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | None = None) -> RepairPlan:
+    """The broker's recovery as a plan (rmqtool.store.broker_model, per version). Only the files recovery
+    reads are read: from the start file (chosen from first records and the checkpoint after a crash, else
+    CommitLog.recoverNormally's) to the first invalid record. ``plan.lost`` counts the valid messages the
+    cut would delete beyond it (a bad record before the torn tail). ``salvage`` (beyond the broker): keep
+    them, each damaged record before the torn tail replaced by a placeholder of its size (``placeholder``),
+    its consume-queue unit by a blank unit."""
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
     abnormal = store.abort_path.exists()
@@ -75,20 +134,31 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                                    "4.9.7's recovery (no abort.bak, confirmPhyOffset left as it is), which "
                                    "drops no record that 5.x would keep"), stacklevel=2)
     files = [f for f in queue if f.length > 0]
-    first = store.commitlog.recovery_start(cp, abnormal)
-    start = next((i for i, f in enumerate(files) if f.start == first), 0)
+    if abnormal:
+        start = abnormal_recovery_start(store)
+    else:
+        start = normal_recovery_start([f.start for f in files], V5 if v5 else V4, _cq_max_phy(store))
     ledger = plan_dledger_recovery(store, broker_5x=v5) if store.commitlog.entry_header_size else None
     names = QueueNames()
     recover_from = files[start].start if files else 0
-    scanned: list[FileFacts] = list(valid_facts(store, names, start=recover_from, deep=True,
-                                                keys=abnormal, progress=progress)) if files else []
-    process = scanned[-1].stop_offset if scanned else 0     # checkCRCOnRecover defaults to true
+    # DLedger: the broker dispatches a body-damaged entry again (no CRC check in the reput), so no CRC stop
+    ranges: list[tuple[int, int]] = []
+    if salvage and ledger is None and files:
+        scanned, ranges, process = _salvage_scan(store, files[start:], names, abnormal, progress)
+    else:
+        scanned = list(valid_facts(store, names, start=recover_from, deep=ledger is None,
+                                   keys=abnormal, progress=progress)) if files else []
+        process = scanned[-1].stop_offset if scanned else 0     # checkCRCOnRecover defaults to true
     if ledger is not None:             # DLedgerCommitLog recovers to DLedger's write position, not a CRC walk
         process = ledger.end_pos
     plan = RepairPlan(store, abnormal, process, recover_from)
     if store.pending_change is not None:       # --apply finishes or undoes it before it plans anything
         plan.actions.append(Action("finish_journal", store.rel(store.pending_change),
                                    "an interrupted change: --apply first finishes or undoes it"))
+    if ledger is None and files:
+        plan.lost = _lost_after(files, process)
+    tidy = abnormal or plan.lost > 0     # zero what is cut off; after a normal start the bytes past the
+    #                                      recovered end are cut again, logically, on every load: left as they are
 
     # -- commit log: delete empty or later files, zero after the cut --------------------------------
     if ledger is not None:
@@ -101,13 +171,21 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
         elif f.start + fsize > process:
             if process >= f.start:
                 cut = process - f.start
-                if f.length != fsize or first_nonzero(f.path, cut) is not None:
+                if f.length != fsize or (tidy and first_nonzero(f.path, cut) is not None):
                     plan.writes[rel] = cut_copy(f.path, cut, fsize)
                     plan.actions.append(Action("truncate_commitlog", rel,
                                                f"keep {cut} bytes (up to offset {process}), zero the rest"))
             else:
                 plan.deletes.append(rel)
                 plan.actions.append(Action("delete_file", rel, f"commit-log file after offset {process}"))
+    for at, size in ranges:
+        f, pos = queue.locate(at)
+        rel = store.rel(f.path)
+        if rel not in plan.writes:
+            plan.writes[rel] = map_private(f.path)
+        plan.writes[rel][pos:pos + size] = placeholder(at, size)
+        plan.actions.append(Action("salvage_record", rel, f"damaged record at {at} ({size} bytes) replaced by a "
+                                   f"placeholder the broker steps over; the records after it are kept"))
 
     # -- consume queues: recover, re-dispatch (abnormal), truncate dirty units ----------------------
     cq_size = store.cq_file_size()
@@ -118,7 +196,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
     for cq in store.consume_queues():
         size = cq.queue.file_size or cq_size
         name = (cq.topic, cq.queue_id)
-        if _untouched(cq, size, process, reach.get(name, -1)):
+        if not ranges and _untouched(cq, size, process, reach.get(name, -1)):
             untouched.add(name)            # most queues of a big store: nothing read but their tails
             continue
         writers[name] = CqWriter.load(cq, size)
@@ -127,6 +205,8 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
         _dispatch(scanned, names, writers, cq_size, skip=untouched)
     for w in writers.values():
         w.truncate_dirty(process)
+        if ranges:
+            _blank_units(w, {at for at, _ in ranges})
     for (topic, qid), w in sorted(writers.items()):
         new = w.file_bytes()
         old = originals.get((topic, qid), {})
@@ -135,7 +215,7 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             if start not in new:
                 plan.deletes.append(rel)
                 plan.actions.append(Action("delete_cq", rel, f"every unit points at or after {process}"))
-            elif old.get(start) != new[start]:
+            elif old.get(start) != new[start] and (tidy or _units_differ(old.get(start), new[start], process)):
                 plan.writes[rel] = new[start]
                 plan.actions.append(Action("rewrite_cq", rel, f"units up to logical offset {w.write_pos}; zero after"))
 
@@ -174,9 +254,13 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
                 new_cp = new_cp._replace(physic_msg_timestamp=last, logics_msg_timestamp=last)
         elif last_cq:
             new_cp = new_cp._replace(logics_msg_timestamp=last_cq[-1])
-    if v5 and ledger is None:
+    if v5 and ledger is None and (abnormal or cp.confirm_phy_offset > process):
         last_msg = next((int(f.columns["offset"][-1]) for f in reversed(scanned) if len(f)), process)
         new_cp = new_cp._replace(confirm_phy_offset=last_msg)
+    if plan.lost and not abnormal:
+        new_cp = _after_cut(plan, store, scanned, new_cp)
+    if ranges and not abnormal:
+        _reindex(plan, store, ranges[0][0], f"holds entries from the salvaged record at {ranges[0][0]} on")
     if store.is_store_root and new_cp != cp and store.path(L.CHECKPOINT).exists():
         plan.writes[L.CHECKPOINT] = encode_checkpoint(new_cp)
         plan.actions.append(Action("checkpoint", L.CHECKPOINT, ", ".join(
@@ -190,6 +274,64 @@ def plan_repair(store: Store, *, progress: Progress | None = None) -> RepairPlan
             plan.actions.append(Action("abort", L.ABORT, "remove"))
         plan.deletes.append(L.ABORT)
     return plan
+
+
+def _blank_units(w: CqWriter, offsets: set[int]) -> None:
+    """Units pointing at a salvaged (replaced) record become blank units, which consumers step over."""
+    for buf in w.files.values():
+        for pos in range(0, len(buf) - C.CQ_STORE_UNIT_SIZE + 1, C.CQ_STORE_UNIT_SIZE):
+            if UNIT.unpack_from(buf, pos)[0] in offsets and UNIT.unpack_from(buf, pos)[1] > 0:
+                buf[pos:pos + C.CQ_STORE_UNIT_SIZE] = UNIT.pack(*FILLER_UNIT)
+
+
+def _units_differ(old: bytes | None, new: bytes, process: int) -> bool:
+    """Whether a rewritten queue file changes a unit recovery keeps (not just zeroes stale ones after
+    them, which ConsumeQueue.recover and truncateDirtyLogicFiles drop on every load)."""
+    if old is None:
+        return True
+    valid = valid_prefix(new)[0] * C.CQ_STORE_UNIT_SIZE
+    return old[:valid] != new[:valid] or valid_prefix(old, process)[0] * C.CQ_STORE_UNIT_SIZE != valid
+
+
+def _reindex(plan: RepairPlan, store: Store, first_bad: int, why: str) -> None:
+    """Index files holding entries at or after ``first_bad`` rebuilt from the readable records before the
+    logical end (damaged ones stepped over), as IndexService.buildIndex would have built them."""
+    process = plan.process_offset
+    refs = store.index_files()
+    stale = [r for r in refs if r.header.end_phy_offset >= first_bad]
+    if not stale:
+        return
+    kept = [(r.name, IndexWriter.from_bytes(map_private(r.path), r.geometry)) for r in refs if r not in stale]
+    builder = IndexBuilder(refs[0].geometry, kept)
+    since = min(r.header.begin_phy_offset for r in stale)
+    for f in store.commitlog.queue:
+        if f.length and f.start + f.length > since and f.start < process:
+            facts = scan_file(f, QueueNames(), deep=True, keys=True, salvage=True)
+            offset = facts.columns["offset"]
+            builder.add_facts(facts.select((offset >= since) & (offset < process)))
+    written = {name for name, _ in builder.files if name in builder.changed}
+    for r in stale:
+        if r.name not in written:          # a rebuilt file may take a deleted one's name
+            rel = store.rel(r.path)
+            plan.deletes.append(rel)
+            plan.actions.append(Action("index_delete", rel, why))
+    for name, w in builder.files:
+        if name in builder.changed:
+            rel = L.index_file(name)
+            plan.writes[rel] = w.buf
+            plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to offset "
+                                       f"{w.header.end_phy_offset}"))
+
+
+def _after_cut(plan: RepairPlan, store: Store, scanned: list[FileFacts], cp: Checkpoint) -> Checkpoint:
+    """After a cut that deletes messages on a normal start: index files reaching the cut are rebuilt up to it
+    and the checkpoint's times brought back to the last kept record (what the cut leaves stale)."""
+    _reindex(plan, store, plan.process_offset, f"holds entries at or after the cut {plan.process_offset}")
+    last = next((int(f.columns["store_timestamp"].max()) for f in reversed(scanned) if len(f)), None)
+    if last is not None:
+        cp = cp._replace(**{k: min(getattr(cp, k), last) for k in
+                            ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp")})
+    return cp
 
 
 def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:

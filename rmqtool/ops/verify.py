@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import struct
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
@@ -33,6 +33,7 @@ from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.ops.workers import default_jobs, process_map
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import pending_journal
+from rmqtool.store.broker_model import VERSIONS, FileSummary, abnormal_recovery_start, level_of, start_outcome
 from rmqtool.store.filequeue import QueueFile, first_nonzero, read_exact
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
@@ -94,6 +95,10 @@ def plan_queues(store: Store, min_offset: int) -> list[QueuePlan]:
         if cq.topic.startswith(C.LMQ_PREFIX):
             continue
         plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
+        for sub in sorted(p for p in plan.directory.iterdir() if p.is_dir() and p.name.isdigit()) \
+                if plan.directory.is_dir() else ():
+            plan.findings.append(Finding(ERROR, "cq_file_size", str(sub), None, "a directory in place of a "
+                                         "consume-queue file: the broker's load fails (MappedFileQueue.load)"))
         for f, problem in cq.queue.problems():
             plan.findings.append(Finding(ERROR, "cq_file_size" if "bytes" in problem else "missing_file",
                                          str(f.path) if f else str(plan.directory), None, problem,
@@ -155,8 +160,8 @@ class _QueueWalk:
             if not self.real_seen:
                 late_fillers = late_fillers[late_fillers > real[0]] if len(real) else late_fillers[:0]
             for i in late_fillers.tolist():
-                self.plan.findings.append(Finding(ERROR, "cq_order", path, (lo + i) * C.CQ_STORE_UNIT_SIZE,
-                                                  "filler unit after real units"))
+                self.plan.findings.append(Finding(ERROR, "cq_filler_unit", path, (lo + i) * C.CQ_STORE_UNIT_SIZE,
+                                                  "blank unit after real units"))
             self.real_seen = self.real_seen or bool(len(real))
             ok = real[phy[real] >= self.min_offset]
             if len(ok):
@@ -330,6 +335,10 @@ class FileResult:
     entry_findings: dict[str, list[Finding]]
     end_timestamps: dict[str, int]                                         # index file -> record's store time
     latest: int
+    summary: FileSummary | None = None                                     # for the broker model
+    unindexed: tuple[int, int, int] | None = None                          # keys without entry, first record, its time
+    damaged: list[int] = field(default_factory=list)                       # offsets of damaged records (salvage walk)
+    salvaged_stop: str = ""                                                 # where the walk past damage ended
 
 
 def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[IndexPlan], min_offset: int,
@@ -338,20 +347,50 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
     """Walk one commit-log file (a DLedger data file with ``ledger``) and join the units and index
     entries in [f.start, hi_phy) to it. Records of ``batch_topics`` have batch units, checked apart."""
     names = QueueNames()
-    facts = scan_file(f, names, deep=deep, keys=bool(index), progress=progress, ledger=ledger)
+    # DLedger: the broker dispatches a body-damaged record (check_dledger names it), so no CRC stop here
+    facts = scan_file(f, names, deep=deep and not ledger, keys=bool(index), progress=progress, ledger=ledger,
+                      salvage=not ledger)
     cols = facts.columns
-    result = FileResult(f, facts.stop, facts.stop_offset, facts.end, bool(len(facts)), facts.findings,
-                        {}, {}, {}, {}, {}, int(cols["store_timestamp"].max()) if len(facts) else 0)
+    stop, stop_offset, end = facts.stop, facts.stop_offset, facts.end
+    summary = FileSummary(f.start, len(facts))
+    if facts.damaged:                 # the broker's walk stops at the first damage; ours went on past it
+        at, _, kind = facts.damaged[0]
+        before = int(np.searchsorted(cols["offset"], at))
+        stop, stop_offset, end = "invalid", at, at
+        summary = FileSummary(f.start, before, at, kind, len(facts) - before, kind == "crc_mismatch")
+    result = FileResult(f, stop, stop_offset, end, bool(len(facts)), facts.findings,
+                        {}, {}, {}, {}, {}, int(cols["store_timestamp"].max()) if len(facts) else 0,
+                        summary, salvaged_stop=facts.stop)
     covered = np.zeros(len(facts), bool)
     own = {(q.topic, q.queue_id) for q in queues}
     _join_queues(queues, f.start, hi_phy, facts, names, covered, min_offset, result)
     _coverage(facts, names, covered, own, batch_topics, result)
     offsets = cols["offset"]
     bounds = [f.start] + offsets[JOIN_RECORDS::JOIN_RECORDS].tolist() + [hi_phy]   # bounded temporaries
+    matched: list[np.ndarray] = []
     for plan in index:
         for lo, hi in zip(bounds, bounds[1:]):
-            _join_index(plan, lo, hi, facts, min_offset, result)
+            _join_index(plan, lo, hi, facts, min_offset, result, matched)
+    if index and len(facts):
+        recovered = cols["offset"] < (facts.damaged[0][0] if facts.damaged else hi_phy)  # past it: the broker cuts
+        result.unindexed = _unindexed(facts, matched, recovered)
+    result.damaged = [at for at, _, _ in facts.damaged]
     return result
+
+
+def _unindexed(facts: FileFacts, matched: list[np.ndarray], recovered: np.ndarray) -> tuple[int, int, int] | None:
+    """(keys, first record offset, its store time) of the file's indexed records' keys that no index entry
+    holds (IndexService.buildIndex puts UNIQ_KEY and each of KEYS of every record but rollbacks)."""
+    counts = np.diff(facts.key_offsets)
+    rec = np.repeat(np.arange(len(facts)), counts)
+    want = (rec.astype(np.int64) << 32) | (facts.key_hashes.astype(np.int64) & 0xFFFFFFFF)
+    want = want[(facts.indexed() & recovered)[rec]]
+    have = np.concatenate(matched) if matched else np.empty(0, np.int64)
+    missing = np.setdiff1d(want, have)
+    if not len(missing):
+        return None
+    first = int(missing.min() >> 32)
+    return len(missing), int(facts.columns["offset"][first]), int(facts.columns["store_timestamp"][first])
 
 
 def _check_item(item: tuple[QueueFile, int], progress: Progress | None, **kw) -> FileResult:
@@ -499,7 +538,8 @@ def _has_key(facts: FileFacts, rec: np.ndarray, key_hash: np.ndarray) -> np.ndar
     return found
 
 
-def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset: int, result: FileResult) -> None:
+def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset: int, result: FileResult,
+                matched: list[np.ndarray]) -> None:
     seg, ref = plan.segment, plan.ref
     if seg is None:
         return
@@ -517,6 +557,7 @@ def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset:
     phy, key_hash = e["phy"].astype(np.int64), e["hash"].astype(np.int64)
     at_c, hit = _locate(cols["offset"], phy)
     ok = hit & _has_key(facts, at_c, key_hash) if len(facts) else hit
+    matched.append((at_c[ok].astype(np.int64) << 32) | (key_hash[ok].astype(np.int64) & 0xFFFFFFFF))
     out = result.entry_findings.setdefault(path, [])
     for i in np.flatnonzero(~ok).tolist():
         n, p = int(idx[i]), int(phy[i])
@@ -535,17 +576,39 @@ FileRunner = Callable[[Callable[[tuple[QueueFile, int]], FileResult], list[tuple
 
 def verify_store(path, deep: bool = False, progress: Progress | None = None,
                  run_files: FileRunner | None = None, jobs: int | None = None) -> Iterator[Finding]:
-    """Every finding of the store at ``path``. The per-file step runs in ``jobs`` worker processes
+    """Every finding of the store at ``path``, at the level the broker model gives it (error: the
+    broker refuses the store or leaves data unreachable; warning: the broker handles it on start), and
+    per broker version what starting it will do. The per-file step runs in ``jobs`` worker processes
     (default: one per core for a large store), or through ``run_files(fn, items)`` (one Spark task per
     commit-log file)."""
     store = Store.open(path)
+    facts: dict = {}
+    for f in _findings(store, deep, progress, run_files, jobs, facts):
+        level, says = level_of(f.kind, f.offset if f.kind in _MISSING else None, facts.get("reput_from", 0))
+        if f.kind == "index_entry_no_record" and facts.get("abnormal") and f.actual >= facts["end"]:
+            level, says = level_of("index_past_end_after_crash")
+        elif f.kind in ("index_entry_no_record", "cq_unit_no_record") and f.actual in facts.get("damaged", ()):
+            level, says = level_of("points_at_damage")
+        if level != f.severity or says:
+            f = replace(f, severity=level, message=f"{f.message} ({says})" if says else f.message)
+        yield f
+    yield from facts.get("predictions", ())
+
+
+_MISSING = ("cq_missing_unit", "cq_missing_queue")
+
+
+def _findings(store: Store, deep: bool, progress: Progress | None, run_files: FileRunner | None,
+              jobs: int | None, facts: dict) -> Iterator[Finding]:
+    """The findings as the checks make them (all errors but the few they mark), and ``facts``: the
+    dispatch start and the broker's predicted actions."""
     root = store.root
     if pending_journal(root):
         yield Finding(ERROR, "interrupted_write", str(pending_journal(root)), None,
                       "an rmqtool change was interrupted; any rmqtool write command completes it")
     if store.abort_path.exists():
         yield Finding(ERROR, "abort_file", str(store.abort_path), None,
-                      "abort file present: the broker did not shut down cleanly (run repair)")
+                      "abort file present: the broker did not shut down cleanly")
     if lock_is_held(store.lock_path):
         yield Finding(WARNING, "broker_running", str(store.lock_path), None,
                       "the lock file is held by another process: a broker may be running")
@@ -571,6 +634,12 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
         if jobs is None:
             jobs = default_jobs(sum(f.length for f in files), len(files))
         results = process_map(check, items, jobs, progress)
+    queue_ends = [seg.last_phy for q in queues for seg in q.segments]
+    facts["reput_from"] = max([p + 1 for p in queue_ends] + [min_offset])
+    facts["end"], facts["abnormal"] = data_end(results), store.abort_path.exists()
+    facts["damaged"] = {at for r in results for at in r.damaged}
+    facts["predictions"] = list(_predictions(store, results, max(queue_ends, default=-1), min_offset)) \
+        if not ledger else []
     yield from _commitlog_sequence(results)
     if deep:
         yield from crc32_property_findings(store)
@@ -590,6 +659,7 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
         yield from feature_queue_findings(store, batch)
     yield from index_findings
     yield from _index_findings(index, results)
+    yield from _unindexed_findings(store, results)
     yield from _verify_checkpoint(store, max((r.latest for r in results), default=0), end)
 
 
@@ -626,6 +696,28 @@ def crc32_property_findings(store: Store) -> Iterator[Finding]:
                                   "forceVerifyPropCRC refuses it", want, record_crc32(record))
 
 
+def _predictions(store: Store, results: list[FileResult], cq_max_phy: int, min_offset: int) -> Iterator[Finding]:
+    """What a broker of each version does on start (rmqtool.store.broker_model.start_outcome), one finding
+    per action; the same action of both versions is said once."""
+    files = [r.summary for r in results if r.summary is not None and (r.has_records or r.summary.damage is not None)]
+    if not files:
+        return
+    abnormal = abnormal_recovery_start(store) if store.abort_path.exists() else None
+    said: dict[str, list[str]] = {}
+    cut: dict[str, int | None] = {}
+    for version in VERSIONS:
+        outcome = start_outcome(version, files, abnormal_start=abnormal, cq_max_phy=cq_max_phy,
+                                min_offset=min_offset)
+        for at, text in outcome.sentences():
+            key = text.replace(f"a {version} broker", "a {} broker", 1)
+            said.setdefault(key, []).append(version)
+            cut[key] = at
+    for key, versions in said.items():
+        where = next(r.file.path for r in reversed(results) if r.file.start <= cut[key])
+        yield Finding(WARNING, "broker_start", str(where), cut[key], key.format(" or ".join(versions)),
+                      expected=" ".join(versions))
+
+
 def data_end(results: list[FileResult]) -> int:
     """Physical offset after the last valid entry of the commit log (as a full scan finds it)."""
     end = results[0].file.start if results else 0
@@ -640,11 +732,10 @@ def _commitlog_sequence(results: list[FileResult]) -> Iterator[Finding]:
     last_data = max((i for i, r in enumerate(results) if r.has_records or r.stop == "blank"), default=-1)
     for i, r in enumerate(results):
         yield from r.findings
-        if i < last_data and r.stop != "blank":
+        if i < last_data and r.salvaged_stop != "blank":
             nxt = results[i + 1].file
             yield Finding(ERROR, "data_after_end", str(nxt.path), nxt.start,
-                          f"later files hold records, but the walk stops at {r.stop_offset} "
-                          "(recovery would drop everything after it)")
+                          f"later files hold records, but the data of the file before ends at {r.stop_offset}")
 
 
 def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileResult], end: int,
@@ -676,6 +767,8 @@ def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileRes
                 before.add(b.count, b.first)
             after.add(a.count, a.first)
             covered_seen = covered_seen or has
+        if covered_seen:                 # records before the queue's first unit too (a lost first file)
+            after.add(before.count, before.first)
         missing = after if covered_seen else before
         if missing.count:
             phy, qoff = missing.first
@@ -747,6 +840,25 @@ def _index_findings(index: list[IndexPlan], results: list[FileResult]) -> Iterat
                           ts, plan.ref.header.end_timestamp)
         entries = [f for r in results for f in r.entry_findings.get(path, ())]
         yield from sorted(entries, key=lambda f: f.offset)
+
+
+def _unindexed_findings(store: Store, results: list[FileResult]) -> Iterator[Finding]:
+    """Record keys no index entry holds (query-key cannot find them), one warning per commit-log file: the
+    broker starts and serves the rest (a 4.9.7 DLedger recovery leaves such records itself); rebuild-index
+    indexes them."""
+    try:
+        cp = store.checkpoint()
+    except FormatError:
+        cp = None
+    for r in results:
+        if r.unindexed is None:
+            continue
+        keys, at, stored = r.unindexed
+        lagging = cp is not None and stored > cp.index_msg_timestamp
+        yield Finding(WARNING, "index_missing_entry", str(r.file.path), at,
+                      f"{keys} key(s) of records from {at} on have no index entry (query-key misses them; "
+                      "rebuild-index adds them)"
+                      + ("; they are newer than the checkpoint's indexMsgTimestamp" if lagging else ""))
 
 
 def _verify_checkpoint(store: Store, latest: int, end: int) -> Iterator[Finding]:

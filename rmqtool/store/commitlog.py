@@ -13,6 +13,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.checkpoint import Checkpoint
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
+from rmqtool.store.broker_model import recovered_tail
 from rmqtool.store.filequeue import FileQueue, QueueFile, is_offset_name
 
 
@@ -66,7 +67,8 @@ class CommitLog:
                      include_blank: bool = True, stop_at_damage: bool = False) -> Iterator[Located]:
         """Entries in commit-log order from ``start`` (default: the first file) to the written end.
 
-        A BLANK moves to the next file; a zero header ends the walk. A damaged record raises a
+        A BLANK moves to the next file; a zero header ends the walk, and so does the torn record a
+        recovered store keeps past its end (broker_model.recovered_tail). A damaged record raises a
         FormatError naming the file and the offset, or with ``stop_at_damage`` ends the walk there,
         as the broker's recovery does (it treats the first invalid record as the end of data).
         """
@@ -88,7 +90,7 @@ class CommitLog:
                 try:
                     entry = decode_entry(buf, pos, check_crc=check_crc)
                 except FormatError as exc:
-                    if stop_at_damage:
+                    if stop_at_damage or recovered_tail(f.path, buf, pos):
                         return
                     exc.offset = f.start + pos
                     raise exc.at(path=str(f.path)) from None

@@ -45,6 +45,8 @@ class CqWriter:
     """One consume queue in memory: full-size files keyed by start offset, a write position and
     maxPhysicOffset, changed as ConsumeQueue.putMessagePositionInfo / recover / truncate would."""
 
+    fill_gaps = False        # True: a unit goes at its queue offset, blank units before it (beyond the broker)
+
     def __init__(self, file_size: int, files: dict[int, bytearray] | None = None):
         if file_size <= 0 or file_size % C.CQ_STORE_UNIT_SIZE:
             raise StoreError(f"consume-queue file size {file_size} is not a positive multiple of 20")
@@ -128,6 +130,9 @@ class CqWriter:
             return                                     # "build consume queue repeatedly"
         expect = queue_offset * C.CQ_STORE_UNIT_SIZE
         last = max(self.files) if self.files else None
+        if last is not None and self.fill_gaps and expect > self.write_pos:
+            self._fill_to(expect)          # a skipped (damaged) record's place: a blank unit consumers step over
+            last = max(self.files)
         if last is None:
             last = expect - expect % self.file_size
             self._new_file(last)
@@ -143,6 +148,15 @@ class CqWriter:
             return                                     # repeated
         self.max_phy = phy + size
         self._append(last, UNIT.pack(phy, size, tags_code))
+
+    def _fill_to(self, expect: int) -> None:
+        filler = UNIT.pack(*FILLER_UNIT)
+        while self.write_pos < expect:
+            last = max(self.files)
+            if self.write_pos >= last + self.file_size:
+                last += self.file_size
+                self._new_file(last)
+            self._append(last, filler)
 
     def _append(self, start: int, units: bytes) -> None:
         pos = self.write_pos - start

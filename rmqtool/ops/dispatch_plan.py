@@ -1,0 +1,77 @@
+"""Which records a rebuild dispatches: the correct state by default, or what the broker would.
+
+Default: every readable record of every commit-log file (a damaged record is stepped over, see
+``rmqtool.store.broker_model.step_over``, and listed in ``DispatchPlan.damaged``); the writers then put
+each unit at its stored queue offset. ``as_broker``: the records a broker of that version dispatches
+after ``load()`` with no consume queues (rmqtool.store.broker_model: normal recovery from its start file,
+cut at the first bad record there; older files read by the dispatch only, which checks no body CRC and
+skips the rest of a file at a bad magic code); the writers then append as ConsumeQueue.putMessagePositionInfo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
+from rmqtool.store.broker_model import V4, V5, VERSIONS, normal_recovery_start, reput_reads_size
+from rmqtool.store.store import Store
+
+
+@dataclass
+class DispatchPlan:
+    as_broker: str | None = None
+    damaged: list[tuple[int, int, str]] = field(default_factory=list)   # (offset, bytes skipped, kind)
+    cut: int | None = None            # as_broker: where the broker's recovery truncates the commit log
+
+
+def broker_version(store: Store, explicit: str | None = None) -> str:
+    """--broker-version, else the version the store's traces show (Store.broker_version)."""
+    if explicit:
+        if explicit not in VERSIONS:
+            raise ValueError(f"broker version {explicit!r}: one of {', '.join(VERSIONS)}")
+        return explicit
+    return V5 if store.is_5x else V4
+
+
+def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, deep: bool = False,
+                keys: bool = False, props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
+    """The files' records the broker would dispatch, in order, up to the first invalid record
+    (from the file holding ``start``, whose records before it are left out)."""
+    files = [f for f in store.commitlog.queue.files if f.length]
+    ledger = bool(store.commitlog.entry_header_size)
+    if start is not None:
+        files = [f for f in files if f.start + f.length > start]
+    for f in files:
+        facts = scan_file(f, names, deep=deep, keys=keys, props=props, progress=progress, ledger=ledger)
+        if start is not None and f.start < start:
+            facts = facts.select(facts.columns["offset"] >= start)
+        yield facts
+        if facts.stop != "blank":
+            return
+
+
+def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, keys: bool = False,
+                     props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
+    """The records to dispatch, file by file; ``plan.damaged`` (and ``plan.cut``) filled as files go."""
+    files = [f for f in store.commitlog.queue.files if f.length]
+    ledger = bool(store.commitlog.entry_header_size)
+    if ledger:               # DLedger: every entry the log holds is dispatched (both versions)
+        yield from valid_facts(store, names, keys=keys, props=props, progress=progress)
+        return
+    start = len(files) if plan.as_broker is None else \
+        normal_recovery_start([f.start for f in files], plan.as_broker, -1)
+    for i, f in enumerate(files):
+        recovered = i >= start                       # read by the broker's recovery (CRC checked)
+        facts = scan_file(f, names, deep=plan.as_broker is None or recovered, keys=keys, props=props,
+                          progress=progress, salvage=True)
+        plan.damaged += facts.damaged
+        if plan.as_broker is not None and facts.damaged:
+            at, _, kind = facts.damaged[0]
+            if recovered:                            # CommitLog.recoverNormally: truncated here
+                plan.cut = at
+                yield facts.select(facts.columns["offset"] < at)
+                return
+            if not reput_reads_size(kind):           # ReputMessageService.doReput: the rest of the file skipped
+                facts = facts.select(facts.columns["offset"] < at)
+        yield facts

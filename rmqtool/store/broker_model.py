@@ -1,0 +1,281 @@
+"""What the broker does with a store when it starts, per version: the one written model.
+
+Versions: ``4.9.7`` (tag rocketmq-all-4.9.7) and ``5.3.3`` (rocketmq-all-5.3.3). Each rule names the broker
+class and method it mirrors; ``RULES`` is the table the README shows. ``verify`` takes its verdict
+levels and predictions from here, ``repair`` its recovery start and ``rebuild-cq``/``rebuild-index
+--as-broker`` the dispatch across a bad record.
+
+Verdict levels: ``ERROR`` the broker refuses the store (``DefaultMessageStore.load`` returns false) or
+starts and leaves data unreachable that only an offline fix brings back; ``WARNING`` the broker handles
+it on start (and the finding says how); nothing else is reported.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from rmqtool import constants as C
+from rmqtool.errors import FormatError
+from rmqtool.format.commitlog import Blank, decode_entry
+
+V4, V5 = "4.9.7", "5.3.3"
+VERSIONS = (V4, V5)
+_MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
+
+
+class Rule(NamedTuple):
+    key: str
+    versions: str
+    says: str
+    source: str
+
+
+RULES = [
+    # -- load checks: what makes the broker refuse to start ------------------------------------------
+    Rule("commitlog_file_size", "both", "a commit-log file whose length is not the configured file size: "
+         "load fails (refuses to start)", "MappedFileQueue.load"),
+    Rule("cq_file_size", "both", "a consume-queue file whose length is not the queue's file size: load fails",
+         "ConsumeQueue.load -> MappedFileQueue.load"),
+    Rule("checkpoint", "both", "the checkpoint is mapped and read at load; a short or unreadable one is refused "
+         "by rmqtool (the broker would read zeros)", "StoreCheckpoint.<init>"),
+    # -- recovery ------------------------------------------------------------------------------------
+    Rule("recover_normal_start", V4, "normal start (no abort file): the commit log is re-checked from the "
+         "third-last file only (CRC on); damage in older files is not seen at load", "CommitLog.recoverNormally"),
+    Rule("recover_normal_start", V5, "normal start: re-checked from the newest file starting at or before the "
+         "consume queues' highest offset (file 0 when there are none)", "CommitLog.recoverNormally"),
+    Rule("recover_abnormal_start", "both", "abort file present: from the newest file whose first record is "
+         "valid and not after the checkpoint; every record read is dispatched again",
+         "CommitLog.recoverAbnormally, isMappedFileMatchedRecover"),
+    Rule("recover_cut", "both", "the walk stops at the first record checkMessageAndReturnSize rejects (bad magic, "
+         "length, body CRC); the commit log is truncated there and every later file deleted",
+         "CommitLog.recoverNormally/recoverAbnormally, MappedFileQueue.truncateDirtyFiles"),
+    Rule("recover_cq", "both", "each consume queue is read from its third-last file to the first invalid unit; "
+         "units at or after the recovered commit-log end are dropped (positions only, bytes stay)",
+         "ConsumeQueue.recover, ConsumeQueue.truncateDirtyLogicFiles"),
+    Rule("recover_stale_tail", "both", "bytes past the recovered end (a torn record, a stale unit) stay on disk and "
+         "are cut again, logically, on every start", "MappedFile.setWrotePosition"),
+    # -- dispatch (reput) across a bad record --------------------------------------------------------
+    Rule("reput_from", "both", "dispatch starts at the consume queues' highest offset (the commit log's minimum "
+         "when there are none)", "DefaultMessageStore.start"),
+    Rule("reput_bad_record", "both", "a record with a bad magic code (size -1) makes the master skip the rest of "
+         "that file; a record whose length disagrees (size > 0) is skipped by its size",
+         "ReputMessageService.doReput"),
+    Rule("reput_no_crc", "both", "dispatch does not check body CRCs: a body-damaged record is dispatched like "
+         "any other", "ReputMessageService.doReput (checkMessageAndReturnSize with checkCRC false)"),
+    Rule("reput_misplaced", "both", "a unit whose queue offset is not the queue's write position is appended at "
+         "the current position ('logic queue order maybe wrong'); a new queue is first filled with blank units",
+         "ConsumeQueue.putMessagePositionInfo, fillPreBlank"),
+    Rule("dledger_body", V4, "DLedger store: DLedger's recovery keeps every entry; no body CRC check",
+         "DLedgerMmapFileStore.recover, DLedgerCommitLog.recover"),
+    Rule("dledger_body", V5, "DLedger store: the body CRC check cuts the consume queues back to the damaged "
+         "record, then dispatch adds every entry again (the damaged one included)",
+         "DLedgerCommitLog.dledgerRecoverAbnormally, ReputMessageService.doReput"),
+]
+
+
+# -- stepping over a bad record --------------------------------------------------------------------
+def _starts_record(buf, at: int, end: int) -> bool:
+    """Whether a record (or the zero end of data, or a file-closing BLANK) starts at ``at``."""
+    if at == end:
+        return True
+    if end - at < 8:
+        return not any(bytes(buf[at:end]))
+    size, magic = struct.unpack_from(">iI", buf, at)
+    if size == 0 and magic == 0:                  # the end of data: zeros to the end of the file
+        import numpy as np
+        return not np.frombuffer(buf, np.uint8, end - at, at).any()
+    if magic == C.BLANK_MAGIC_CODE:
+        return size == end - at
+    if magic not in _MESSAGE_MAGICS or not 0 < size <= end - at:
+        return False
+    try:
+        return not isinstance(decode_entry(buf, at), Blank)
+    except FormatError:
+        return False
+
+
+def step_over(buf, pos: int, end: int | None = None) -> int:
+    """Where reading goes on after the bad record at ``pos`` (salvage, beyond the broker): past it by its
+    size field when that lands on a record start, else at the next position where a record decodes
+    (resynchronised on a magic code), else ``end``."""
+    end = len(buf) if end is None else end
+    size = struct.unpack_from(">i", buf, pos)[0] if end - pos >= 4 else 0
+    if 0 < size <= end - pos and _starts_record(buf, pos + size, end):
+        return pos + size
+    at = pos + 1
+    patterns = [struct.pack(">I", m) for m in _MESSAGE_MAGICS]
+    view = memoryview(buf)
+    while True:
+        hits = [h for h in (_find(view, p, at + 4, end) for p in patterns) if h >= 0]
+        if not hits:
+            return end
+        cand = min(hits) - 4
+        if _starts_record(buf, cand, end):
+            return cand
+        at = cand + 1
+
+
+def _find(view, pattern: bytes, start: int, end: int) -> int:
+    """Position of ``pattern`` in view[start:end], or -1 (in 1 MiB chunks: a resync reads little)."""
+    chunk = 1 << 20
+    while start < end:
+        stop = min(end, start + chunk + len(pattern))
+        hit = bytes(view[start:stop]).find(pattern)
+        if hit >= 0:
+            return start + hit
+        start += chunk
+    return -1
+
+
+def recovered_tail(path, buf, pos: int, end: int | None = None) -> bool:
+    """Whether the bad record at ``pos`` of commit-log file ``path`` ends the data of a store the broker
+    already recovered: no abort file beside commitlog/, nothing readable after the record. The broker's
+    recovery cut there and left the bytes (MappedFile.setWrotePosition); CommitLog.recoverNormally cuts
+    there again on every start, so readers take it as the end of the data."""
+    root = path.parent.parent
+    if path.parent.name != "commitlog" or (root / "abort").exists():
+        return False
+    end = len(buf) if end is None else end
+    nxt = step_over(buf, pos, end)
+    return nxt >= end or (end - nxt >= 8 and struct.unpack_from(">ii", buf, nxt) == (0, 0))
+
+
+# -- recovery and dispatch, per version -------------------------------------------------------------
+def normal_recovery_start(file_starts: list[int], version: str, cq_max_phy: int) -> int:
+    """Index of the first commit-log file the normal-start recovery reads (CommitLog.recoverNormally)."""
+    if version == V4:
+        return max(0, len(file_starts) - 3)
+    for i in range(len(file_starts) - 1, 0, -1):
+        if file_starts[i] <= cq_max_phy:
+            return i
+    return 0
+
+
+def reput_reads_size(kind: str) -> bool:
+    """Whether checkMessageAndReturnSize returns the record's own size for this damage (length mismatch:
+    'read total count not equals msg total size'), so the dispatch steps over just that record."""
+    return kind == "length_mismatch"
+
+
+@dataclass
+class FileSummary:
+    """One commit-log file as the model needs it: its data and its first damaged record."""
+
+    start: int
+    records: int                      # valid records before the damage (all when there is none)
+    damage: int | None = None         # offset of the first record the broker's check rejects
+    kind: str = ""
+    records_after: int = 0            # valid records after the damage (salvage walk)
+    crc_only: bool = False            # the damage is a body CRC mismatch only
+
+
+@dataclass
+class Outcome:
+    """What starting a broker of ``version`` on the store does to the commit log and its dispatch."""
+
+    version: str
+    start_file: int
+    cut: int | None = None            # where recovery truncates the commit log (None: at its end)
+    deleted_files: int = 0
+    lost: int = 0                     # valid messages at or after the cut
+    skips: list[tuple[int, str, int]] = field(default_factory=list)     # dispatch skips: (offset, kind, records)
+    unnoticed: list[int] = field(default_factory=list)                  # body damage dispatched as is
+    already_cut: bool = False         # the queues end before the cut: an earlier start cut here already
+
+    def sentences(self) -> list[tuple[int, str]]:
+        """(offset, sentence) for each thing the broker does that loses or misplaces messages."""
+        b = f"a {self.version} broker"
+        out = []
+        if self.cut is not None and self.already_cut and not self.deleted_files:
+            if self.lost:
+                out.append((self.cut, f"{b}'s recovery stops at {self.cut} as before (the consume queues end "
+                                      f"before it): {self.lost} message(s) after it stay unreachable"))
+        elif self.cut is not None and (self.lost or self.deleted_files):
+            out.append((self.cut, f"{b} will truncate the commit log at {self.cut} and delete {self.deleted_files} "
+                                  f"file(s), {self.lost} message(s)"))
+        for at, kind, n in self.skips:
+            out.append((at, f"{b}'s dispatch meets the {kind.replace('_', ' ')} at {at} and skips "
+                        + ("that record" if reput_reads_size(kind) else f"the rest of its file ({n} message(s) "
+                           "get no consume-queue unit or index entry), then appends later units at each queue's "
+                           "current position instead of their queue offsets")))
+        for at in self.unnoticed:
+            out.append((at, f"{b} does not check the body CRC of the record at {at} (outside the files its "
+                            "recovery reads): it dispatches it as is"))
+        return out
+
+
+def start_outcome(version: str, files: list[FileSummary], *, abnormal_start: int | None, cq_max_phy: int,
+                  min_offset: int) -> Outcome:
+    """The commit log after load() and the dispatch after start(), for a broker of ``version``.
+    ``abnormal_start``: the file crash recovery starts from (None: a normal start)."""
+    starts = [f.start for f in files]
+    first = abnormal_start if abnormal_start is not None else normal_recovery_start(starts, version, cq_max_phy)
+    out = Outcome(version, first)
+    for i in range(first, len(files)):
+        f = files[i]
+        if f.damage is not None:
+            out.cut = f.damage
+            out.lost = f.records_after + sum(g.records + g.records_after for g in files[i + 1:])
+            out.deleted_files = sum(1 for g in files[i + 1:] if g.start > f.damage)
+            out.already_cut = 0 <= cq_max_phy < f.damage
+            break
+    reput_from = max(cq_max_phy, min_offset)
+    for f in files[:first]:
+        if f.damage is None or f.damage < reput_from:
+            continue
+        if f.crc_only:
+            out.unnoticed.append(f.damage)
+        else:
+            out.skips.append((f.damage, f.kind, 1 if reput_reads_size(f.kind) else f.records_after))
+    return out
+
+
+def abnormal_recovery_start(store) -> int:
+    """Index (among the non-empty commit-log files) of the file crash recovery starts from: the newest
+    whose first record is a valid message (CRC checked) stored not after the checkpoint's min timestamp
+    (CommitLog.recoverAbnormally, isMappedFileMatchedRecover; file mode), else 0."""
+    cp = store.checkpoint()
+    files = [f for f in store.commitlog.queue if f.length > 0]
+    for i in range(len(files) - 1, -1, -1):
+        try:
+            entry = decode_entry(files[i].read(), 0, check_crc=True)
+        except FormatError:
+            continue
+        if cp is not None and not isinstance(entry, Blank) and 0 != entry.store_timestamp <= cp.min_timestamp:
+            return i
+    return 0
+
+
+# -- verdict levels of verify's findings -----------------------------------------------------------
+ERROR, WARNING = "error", "warning"
+_RECORD_DAMAGE = ("bad_magic", "crc_mismatch", "length_mismatch", "bad_record", "record_crosses_file_end",
+                  "bad_delay", "torn_tail", "blank_size_mismatch", "data_after_end")
+LEVELS: dict[str, tuple[str, str]] = {
+    **{k: (WARNING, "") for k in _RECORD_DAMAGE},     # the broker starts; broker_start says what it does
+    "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "
+                            "newest file the checkpoint vouches for"),
+    "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue.truncateDirtyLogicFiles"),
+    "cq_stale_unit": (WARNING, "the broker ignores it: ConsumeQueue.recover stops at the first invalid unit"),
+    "cq_filler_unit": (WARNING, "consumers step over blank units"),
+    "checkpoint_ahead": (WARNING, "the broker uses it only to pick the crash-recovery start file"),
+    "dledger_crc_mismatch": (WARNING, "DLedger keeps the entry and the broker dispatches it: 4.9.7 checks no "
+                                      "body CRC, 5.3.3 cuts the queues back to it on recovery and dispatches it again"),
+    "index_past_end_after_crash": (WARNING, "after a crash the broker deletes index files newer than the "
+                                            "checkpoint and indexes the recovered records again: IndexService.load"),
+    "index_missing_entry": (WARNING, ""),
+    "points_at_damage": (WARNING, "it points at a damaged record: see that record's finding and broker_start"),
+    "broker_running": (WARNING, ""),
+    "physical_offset_mismatch": (WARNING, ""),
+    "dledger_checkpoint_missing": (WARNING, ""),
+}
+_DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
+
+
+def level_of(kind: str, missing_from: int | None = None, reput_from: int = 0) -> tuple[str, str]:
+    """(level, what the broker does) of a verify finding kind. Records without a unit are a warning when
+    the broker's dispatch reaches them (at or after ``reput_from``), else an error."""
+    if missing_from is not None:
+        return (WARNING, _DISPATCHED) if missing_from >= reput_from else (ERROR, "")
+    return LEVELS.get(kind, (ERROR, ""))

@@ -1,0 +1,363 @@
+"""The broker model (rmqtool.store.broker_model) against what the real broker did with damaged stores
+(fixtures/dev-damage-*: the damage, the broker's log and result) and with its own recovered stores."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, index_queries
+from helpers_maintain import run, snapshot
+from rmqtool.format.consumequeue import FILLER_UNIT
+from rmqtool.ops.query import query_index
+from rmqtool.store.store import Store
+from rmqtool.ops.verify import verify_store
+from rmqtool.store.broker_model import RULES, V4, V5
+
+CLASSIC_DAMAGE = ["dev-damage-midfile-magic-497", "dev-damage-midfile-crc-497", "dev-damage-midfile-magic-533",
+                  "dev-damage-midfile-crc-533", "dev-damage-oldfile-magic-497", "dev-damage-oldfile-crc-497"]
+DLEDGER_DAMAGE = ["dev-damage-dledger-body-497", "dev-damage-dledger-body-533"]
+RECOVERED = [("dev-sample-crash-torn", "recovered-store"), ("dev-sample-5x-crash-torn", "recovered-store"),
+             ("dev-damage-dledger-body-497", "recovered-store"), ("dev-damage-dledger-body-533", "recovered-store")]
+
+
+@lru_cache(maxsize=None)
+def damage(name: str) -> dict:
+    return json.loads((FIXTURES / name / "damage.json").read_text("utf-8"))
+
+
+def version_of(name: str) -> str:
+    return V4 if name.endswith("497") else V5
+
+
+@pytest.mark.parametrize("name,which", RECOVERED)
+def test_broker_recovered_stores_verify_clean(name, which):
+    """Seen 2: the broker reopens its recovered stores unchanged, so verify has no error (exit 0)."""
+    result = run("verify", FIXTURES / name / which, "--deep", "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert all(r["severity"] == "warning" for r in rows)
+    assert not [r for r in rows if r["kind"] == "broker_start"]      # starting it changes nothing
+
+
+@pytest.mark.parametrize("name", CLASSIC_DAMAGE)
+def test_damage_matrix_verify_names_the_offset_and_the_brokers_action(name):
+    """Damage kind x broker version: the level (warning: the broker starts), the damaged offset, and
+    what a broker of the set's version does, as the real broker's run recorded it."""
+    d = damage(name)
+    at = d["damagedRecord"]["physicalOffset"]
+    findings = list(verify_store(FIXTURES / name / "store", deep=True))
+    assert not [f for f in findings if f.severity == "error"], [str(f) for f in findings if f.severity == "error"]
+    assert [f.kind for f in findings if f.offset == at and f.kind != "broker_start"] == \
+        ["bad_magic" if "magic" in name else "crc_mismatch"]
+    version = version_of(name)
+    said = [f for f in findings if f.kind == "broker_start" and version in f.expected.split()]
+    after = d["brokerRun"]["afterLoad"]
+    deleted = [p for p in next(v for k, v in d.items() if k.startswith("fileDiff"))["onlyInInput"]
+               if p.startswith("commitlog/")]
+    lost_units = d["comparisonWithUndamagedSet"]["commitLogOffsetsReferencedByCQ(undamaged, result, lost)"][2]
+    if after["maxPhyOffset"] == at:                    # the broker truncated at the damage
+        assert [(f.offset, f"truncate the commit log at {at} and delete {len(deleted)} file(s)" in f.message)
+                for f in said] == [(at, True)]
+        assert int(said[0].message.rsplit(", ", 1)[1].split()[0]) >= lost_units - 1
+    elif "magic" in name:                              # 4.9.7, older file: the dispatch skips the rest of it
+        assert [f.offset for f in said] == [at] and "skips the rest of its file (33 message(s)" in said[0].message
+        assert lost_units - 1 == 33
+    else:                                              # 4.9.7, older file, body CRC: not noticed
+        assert [f.offset for f in said] == [at] and "dispatches it as is" in said[0].message
+        assert lost_units == 0
+
+
+@pytest.mark.parametrize("name", DLEDGER_DAMAGE)
+def test_dledger_damaged_body_is_a_warning(name):
+    """The broker keeps and dispatches a DLedger entry with a damaged body (both versions)."""
+    findings = list(verify_store(FIXTURES / name / "store", deep=True))
+    assert not [f for f in findings if f.severity == "error"], [str(f) for f in findings if f.severity == "error"]
+    pos = damage(name)["damagedRecord"]
+    assert any(f.kind == "dledger_crc_mismatch" for f in findings), pos
+
+
+def test_strict_makes_warnings_count():
+    store = FIXTURES / "dev-damage-midfile-magic-533" / "store"
+    assert run("verify", store).exit_code == 0
+    assert run("verify", store, "--strict").exit_code == 1
+
+
+def test_every_rule_cites_a_broker_method():
+    assert all(r.source and r.versions in ("both", V4, V5) for r in RULES)
+
+
+def test_readme_table_is_the_model():
+    from conftest import ROOT
+    readme = (ROOT / "README.md").read_text("utf-8")
+    for r in RULES:
+        assert f"| `{r.key}` | {r.versions} | {r.says} | `{r.source}` |" in readme
+
+
+def _geometry(name: str) -> dict:
+    return damage(name)["geometry"]
+
+
+@pytest.mark.parametrize("name", CLASSIC_DAMAGE)
+def test_rebuild_cq_as_broker_gives_the_brokers_queues(name, tmp_path):
+    """--as-broker reproduces the real broker's consume queues byte for byte (Seen 1: its recovery cut,
+    its dispatch skipping the rest of a file, units appended at each queue's position)."""
+    out = tmp_path / "cq"
+    result = run("rebuild-cq", FIXTURES / name / "store", "--as-broker", "--out", out,
+                 "--cq-file-size", str(_geometry(name)["mappedFileSizeConsumeQueue"]), "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    assert snapshot(out) == snapshot(FIXTURES / name / "result-store" / "consumequeue")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    at = damage(name)["damagedRecord"]["physicalOffset"]
+    skipped = any(r["action"] == "skip_record" and f"offset {at} " in r["detail"] for r in rows)
+    assert skipped == (name != "dev-damage-oldfile-crc-497")     # 4.9.7's dispatch checks no body CRC
+
+
+@pytest.mark.parametrize("name", CLASSIC_DAMAGE)
+def test_rebuild_index_as_broker_gives_the_brokers_index(name, tmp_path):
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES / name / "store", root)
+    g = _geometry(name)
+    result = run("rebuild-index", root, "--as-broker", "--slots", str(g["maxHashSlotNum"]),
+                 "--max-entries", str(g["maxIndexNum"]), "--backup", tmp_path / "bk")
+    assert result.exit_code == 0, result.output
+    refs = Store.open(root).index_files()
+    for q in index_queries(json.loads((FIXTURES / name / "readback.json").read_text("utf-8"))):
+        assert sorted(phy for phy, _ in query_index(refs, q["topic"], q["key"])) == sorted(q["phyOffsets"])
+    # file names are the broker's wall clock; contents are the broker's
+    assert [p.read_bytes() for p in sorted((root / "index").iterdir())] == \
+        [p.read_bytes() for p in sorted((FIXTURES / name / "result-store" / "index").iterdir())]
+
+
+def _units(directory: Path) -> dict[tuple[str, int, int], tuple[int, int, int]]:
+    """(topic, queue, queue offset) -> unit, blank units left out."""
+    out = {}
+    for f in directory.rglob("*"):
+        if f.is_file():
+            topic, qid = f.parent.parent.name, int(f.parent.name)
+            data = f.read_bytes()
+            for i in range(len(data) // 20):
+                unit = struct.unpack_from(">qiq", data, i * 20)
+                if unit[1] > 0 and unit != FILLER_UNIT:
+                    out[(topic, qid, int(f.name) // 20 + i)] = unit
+    return out
+
+
+@pytest.mark.parametrize("name", CLASSIC_DAMAGE)
+def test_rebuild_cq_default_puts_every_readable_record_at_its_queue_offset(name, tmp_path):
+    """Seen 1: the default rebuild drops nothing but the damaged record, listed with its offset; every
+    other record's unit is the undamaged store's unit at the same queue offset."""
+    out = tmp_path / "cq"
+    size = _geometry(name)["mappedFileSizeConsumeQueue"]
+    result = run("rebuild-cq", FIXTURES / name / "store", "--out", out, "--cq-file-size", str(size), "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    rec = damage(name)["damagedRecord"]
+    base = damage(name)["baseSet"]
+    undamaged = FIXTURES / base.split()[0] / ("recovered-store" if "crash" in base else "store") / "consumequeue"
+    end = damage(name)["comparisonWithUndamagedSet"]["maxPhyOffset"][0]
+    want = {k: u for k, u in _units(undamaged).items() if u[0] < end}     # not the stale unit past the end
+    skipped = want.pop((rec["topic"], rec["queueId"], rec["queueOffset"]))
+    assert skipped[0] == rec["physicalOffset"]
+    got = _units(out)
+    assert got == want
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["detail"].split(" (")[0] for r in rows if r["action"] == "skip_record"][0] == \
+        f"{'bad_magic' if 'magic' in name else 'crc_mismatch'} at offset {rec['physicalOffset']}"
+
+
+# -- repair: never beyond the torn tail unasked, fixes all it finds ---------------------------------
+@pytest.mark.parametrize("name,which", [("dev-sample-5x", "store"), ("dev-sample", "store")] + RECOVERED[:2])
+def test_repair_has_nothing_to_do_on_clean_and_broker_recovered_stores(name, which):
+    """Seen 2: a clean 5.x store and the broker's own recovered stores need no repair (dry run exit 0)."""
+    result = run("repair", FIXTURES / name / which, "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+
+
+def _damage_mid_log(root: Path) -> int:
+    """dev-sample's record at 36769 (file 0 of 3, inside 4.9.7's recovery window) gets a bad magic code."""
+    f = root / "commitlog" / "00000000000000000000"
+    data = bytearray(f.read_bytes())
+    struct.pack_into(">I", data, 36769 + 4, 0xDEADBEEF)
+    f.write_bytes(bytes(data))
+    return 36769
+
+
+def test_repair_refuses_to_delete_valid_messages_unless_accepted(store_copy, tmp_path):
+    """Seen 1 and 4: the cut at a mid-log bad record deletes valid messages: the dry run counts them, the
+    write is refused without --accept-loss; with it, index entries past the cut and the checkpoint's times
+    are fixed too, so verify finds no error and a second repair nothing to do."""
+    root = store_copy("dev-sample")
+    at = _damage_mid_log(root)
+    before = snapshot(root)
+    dry = run("repair", root, "-f", "jsonl")
+    assert dry.exit_code == 1
+    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert rows[0]["action"] == "lose_messages" and rows[0]["detail"].startswith(f"133 valid message(s) after offset {at}")
+    refused = run("repair", root, "--apply", "--backup", tmp_path / "bk0")
+    assert refused.exit_code == 4 and "refused" in refused.stderr
+    assert snapshot(root) == before
+    done = run("repair", root, "--apply", "--accept-loss", "--backup", tmp_path / "bk", "-f", "jsonl")
+    assert done.exit_code == 0, done.stderr
+    assert not [f for f in verify_store(root) if f.severity == "error"]
+    assert not [f for f in verify_store(root) if f.kind in ("index_entry_no_record", "checkpoint_ahead")]
+    again = run("repair", root, "-f", "jsonl")
+    assert again.exit_code == 0 and again.stdout == ""
+
+
+def test_repair_listing_is_bounded(store_copy):
+    root = store_copy("dev-sample")
+    _damage_mid_log(root)
+    full = run("repair", root, "-f", "jsonl", "--limit", "0")
+    short = run("repair", root, "-f", "jsonl", "--limit", "2")
+    n = len(full.stdout.splitlines())
+    assert n > 3 and len(short.stdout.splitlines()) == 2
+    assert f"{n - 2} more action(s) not listed" in short.stderr
+
+
+@pytest.mark.parametrize("name", ["dev-sample-crash-torn", "dev-sample-5x-crash-torn"])
+def test_read_commands_work_on_broker_recovered_stores(name, tmp_path):
+    """Seen 2: the torn record the broker's recovery left past the end is the end of the data."""
+    root = FIXTURES / name / "recovered-store"
+    end = json.loads((FIXTURES / name / "recovery-readback.json").read_text("utf-8"))["maxPhyOffset"]
+    rows = run("cat-commitlog", root, "-f", "jsonl")
+    assert rows.exit_code == 0, rows.stderr
+    last = json.loads(rows.stdout.splitlines()[-1])
+    assert last["physical_offset"] + last["total_size"] == end
+    assert run("stats", root).exit_code == 0
+    out = run("export", root, "--to", tmp_path / "x", "-f", "jsonl")
+    assert out.exit_code == 0, out.stderr
+    assert sum(len(p.read_text().splitlines()) for p in (tmp_path / "x").glob("*.jsonl")) == \
+        sum(1 for line in rows.stdout.splitlines() if json.loads(line)["type"] == "message")
+
+
+# -- verify strictness: what rmqtool passed although the broker refuses it or serves less -----------
+def _no_first_cq_file(root: Path) -> None:
+    (root / "consumequeue" / "TopicA" / "0" / "00000000000000000000").unlink()
+
+
+def _dir_for_first_cq_file(root: Path) -> None:
+    f = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
+    f.unlink()
+    f.mkdir()
+
+
+def _zeroed_index_file(root: Path) -> None:
+    f = sorted((root / "index").iterdir())[0]
+    f.write_bytes(bytes(f.stat().st_size))
+
+
+def _deleted_index_file(root: Path) -> None:
+    sorted((root / "index").iterdir())[1].unlink()
+
+
+@pytest.mark.parametrize("damage_fn,kinds,level", [
+    (_no_first_cq_file, {"cq_missing_unit"}, "error"),                 # records no consumer can reach
+    (_dir_for_first_cq_file, {"cq_file_size", "cq_missing_unit"}, "error"),   # MappedFileQueue.load refuses
+    (_zeroed_index_file, {"index_missing_entry"}, "warning"),         # the broker starts; query-key misses them
+    (_deleted_index_file, {"index_missing_entry"}, "warning"),
+])
+def test_verify_reports_what_the_broker_refuses_or_cannot_serve(damage_fn, kinds, level, store_copy):
+    """Seen 3: each of these passed verify --deep before."""
+    root = store_copy("dev-sample")
+    damage_fn(root)
+    findings = list(verify_store(root, deep=True))
+    assert {f.kind for f in findings} == kinds, [str(f) for f in findings]
+    assert level in {f.severity for f in findings}
+    assert run("verify", root, "--strict").exit_code == 1
+
+
+def test_repair_salvage_keeps_every_valid_record_after_a_bad_one(store_copy, tmp_path):
+    """Seen 4: --salvage (beyond the broker) keeps the 133 messages after the bad record: it becomes a
+    placeholder the broker steps over; every other record keeps its unit and its index entries."""
+    root = store_copy("dev-sample")
+    at = _damage_mid_log(root)
+    result = run("repair", root, "--salvage", "--apply", "--backup", tmp_path / "bk")
+    assert result.exit_code == 0, result.stderr
+    assert not [f for f in verify_store(root, deep=True) if f.severity == "error"]
+    assert [f.kind for f in verify_store(root, deep=True)] == ["cq_filler_unit"]     # the salvaged record's place
+    rows = [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl").stdout.splitlines()]
+    original = [json.loads(line) for line in
+                run("cat-commitlog", FIXTURES / "dev-sample" / "store", "-f", "jsonl").stdout.splitlines()]
+    assert [r["physical_offset"] for r in rows] == [r["physical_offset"] for r in original]
+    salvaged = next(r for r in rows if r["physical_offset"] == at)
+    assert salvaged["topic"] == "rmqtool-salvaged" and salvaged["total_size"] == 283
+    refs = Store.open(root).index_files()
+    lost = next(r for r in original if r["physical_offset"] == at)
+    for q in index_queries(json.loads((FIXTURES / "dev-sample" / "readback.json").read_text("utf-8"))):
+        want = sorted(p for p in q["phyOffsets"] if p != at)
+        assert sorted(phy for phy, _ in query_index(refs, q["topic"], q["key"])) == want, (q, lost["topic"])
+    assert run("repair", root).exit_code == 0
+
+
+# -- the damage matrix: damage kind x broker version -> level, offset, repair and rebuild result ------
+def _record_at(root: Path, nth: int) -> tuple[Path, int, int]:
+    """(file, position, size) of the nth message record of commit-log file 0."""
+    from rmqtool.format.commitlog import decode_entry
+    f = root / "commitlog" / "00000000000000000000"
+    data = f.read_bytes()
+    pos = 0
+    for _ in range(nth):
+        pos += decode_entry(data, pos).total_size
+    return f, pos, decode_entry(data, pos).total_size
+
+
+def _damage(f: Path, pos: int, size: int, kind: str) -> None:
+    data = bytearray(f.read_bytes())
+    if kind == "bad_magic":
+        struct.pack_into(">I", data, pos + 4, 0xDEADBEEF)
+    elif kind == "crc_mismatch":                # the body's first byte
+        from rmqtool.format.commitlog import decode_entry
+        msg = decode_entry(data, pos)
+        assert msg.body
+        data[pos + size - (len(msg.body) + 1 + len(msg.topic_bytes) + 2 + len(msg.properties_raw))] ^= 0xFF
+    else:                                      # length_mismatch: the size field lies by 8
+        struct.pack_into(">i", data, pos, size + 8)
+    f.write_bytes(bytes(data))
+
+
+MATRIX = [(base, kind) for base in ("dev-sample", "dev-sample-5x")
+          for kind in ("bad_magic", "crc_mismatch", "length_mismatch")]
+
+
+@pytest.mark.parametrize("base,kind", MATRIX)
+def test_damage_matrix(base, kind, store_copy, tmp_path):
+    """On a store whose file 0 the broker's recovery reads (4.9.7: one of the last three files; 5.3.3: the
+    queues end in later files, so it does not): verify's level and offset, the per-version prediction,
+    the refusal of repair's loss, the default rebuild keeping every other record, --as-broker's cut."""
+    root = store_copy(base)
+    f, pos, size = _record_at(root, 20)
+    _damage(f, pos, size, kind)
+    findings = list(verify_store(root, deep=True))
+    hits = [x for x in findings if x.offset == pos and x.path == str(f)]
+    assert hits and {x.severity for x in hits} == {"warning"}, [str(x) for x in findings]
+    said = {v: [x.message for x in findings if x.kind == "broker_start" and v in x.expected.split()]
+            for v in (V4, V5)}
+    # 4.9.7 reads all three files of dev-sample at load; dev-sample-5x has four, file 0 outside its window.
+    # 5.3.3 starts in the newest file the queues reach. The dispatch starts at the queues' end: with the
+    # queues in place, damage outside the recovery window goes unnoticed
+    v4_cuts = base == "dev-sample"
+    assert [m for m in said[V4] if f"truncate the commit log at {pos}" in m] == said[V4]
+    assert bool(said[V4]) == v4_cuts
+    assert said[V5] == []
+    dry = run("repair", root, "-f", "jsonl")
+    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert (rows[0]["action"] == "lose_messages") == v4_cuts if rows else not v4_cuts
+    out = tmp_path / "cq"
+    cq_size = "160"
+    assert run("rebuild-cq", root, "--out", out, "--cq-file-size", cq_size).exit_code == 0
+    units = _units(out)
+    assert len(units) == len({k: u for k, u in _units(FIXTURES / base / "store" / "consumequeue").items()}) - 1
+    assert all(u[0] != pos for u in units.values())
+    for version in (V4, V5):
+        broker = tmp_path / f"broker-{version}"
+        assert run("rebuild-cq", root, "--out", broker, "--cq-file-size", cq_size, "--as-broker",
+                   "--broker-version", version).exit_code == 0
+        kept = _units(broker)
+        if version == V5 or v4_cuts:           # no consume queues: the recovery starts at file 0 and cuts
+            assert kept and max(u[0] for u in kept.values()) < pos
