@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, index_queries
-from helpers_maintain import run, snapshot
+from conftest import FIXTURES, index_queries, run
+from helpers_maintain import snapshot
 from rmqtool.format.consumequeue import FILLER_UNIT
 from rmqtool.ops.query import query_index
 from rmqtool.store.store import Store
