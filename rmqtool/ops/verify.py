@@ -35,6 +35,7 @@ from rmqtool.store import layout as L
 from rmqtool.store.atomic import pending_journal
 from rmqtool.store.broker_model import VERSIONS, FileSummary, abnormal_recovery_start, level_of, start_outcome
 from rmqtool.store.filequeue import QueueFile, first_nonzero, read_exact
+from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
 
@@ -612,6 +613,8 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     if lock_is_held(store.lock_path):
         yield Finding(WARNING, "broker_running", str(store.lock_path), None,
                       "the lock file is held by another process: a broker may be running")
+    if store.is_store_root:
+        yield from _stray_files(store)
     queue = store.commitlog.queue
     for f, problem in queue.problems():
         kind = "empty_last_file" if "empty" in problem else \
@@ -716,6 +719,17 @@ def _predictions(store: Store, results: list[FileResult], cq_max_phy: int, min_o
         where = next(r.file.path for r in reversed(results) if r.file.start <= cut[key])
         yield Finding(WARNING, "broker_start", str(where), cut[key], key.format(" or ".join(versions)),
                       expected=" ".join(versions))
+
+
+def _stray_files(store: Store) -> Iterator[Finding]:
+    """Entries of the data directories that are not files the broker loads there (staged leftovers, ...);
+    a store whose version cannot be told gets 4.9.7's rules, the stricter."""
+    try:
+        v5 = store.is_5x
+    except FormatError:          # a bad checkpoint is reported on its own
+        v5 = False
+    for path, refused, reason in refused_entries(store.root, broker_5x=v5):
+        yield Finding(ERROR if refused else WARNING, "stray_file", str(path), None, reason)
 
 
 def data_end(results: list[FileResult]) -> int:

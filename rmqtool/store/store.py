@@ -27,6 +27,7 @@ from rmqtool.store import layout as L
 from rmqtool.store.atomic import JOURNAL
 from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
 from rmqtool.store.rocksdbcq import RocksDbConsumeQueues, is_rocksdb_dir
+from rmqtool.store.recognition import is_index_name
 
 
 @dataclass(frozen=True)
@@ -407,7 +408,7 @@ class Store:
         d = self.index_dir
         if not self.is_store_root or not d.is_dir():
             return []
-        paths = sorted((p for p in d.iterdir() if p.is_file()), key=lambda p: p.name)
+        paths = sorted((p for p in d.iterdir() if p.is_file() and is_index_name(p.name)), key=lambda p: p.name)
         return index_refs(paths)
 
     # -- single files -----------------------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""Recognising a store: what a store root is, whether a path lies inside a store's data directories, and
+which entries of those directories the broker refuses to load.
+
+A write touches only a directory that is a store root by its layout (``require_store_root``), and no
+output of a command lands inside a store's data directories (``refuse_inside_data_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+from rmqtool.errors import StoreError
+from rmqtool.store import layout as L
+from rmqtool.store.dledger import find_dledger_dir
+from rmqtool.store.filequeue import is_offset_name
+
+# The directories the broker loads files from (DefaultMessageStore.load and its services): no output there.
+LOADED_DIRS = L.DATA_DIRS + (L.TIMERLOG, L.TIMERWHEEL, L.COMPACTION)
+_JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
+_JAVA_INT = (-(1 << 31), (1 << 31) - 1)
+
+
+def is_store_root(path: Path) -> bool:
+    """A directory holding ``commitlog/`` or a DLedger ``dledger-<id>/data/``."""
+    path = Path(path)
+    return path.is_dir() and ((path / L.COMMITLOG).is_dir() or find_dledger_dir(path) is not None)
+
+
+def require_store_root(path: str | os.PathLike) -> Path:
+    """``path`` when it is a store root; else StoreError (a write never touches anything else)."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreError("no such file or directory", path=str(path))
+    if not is_store_root(path):
+        what = "a file" if not path.is_dir() else "a directory without commitlog/ or dledger-<id>/data/"
+        raise StoreError(f"not a store root ({what}); write commands take the store's root directory",
+                         path=str(path))
+    return path
+
+
+def store_root_above(path: str | os.PathLike) -> tuple[Path, str] | None:
+    """(store root, data directory) when ``path`` lies inside a store's data directory (or is one)."""
+    path = Path(os.path.abspath(path))
+    for parent in path.parents:
+        name = path.relative_to(parent).parts[0]
+        if (name in LOADED_DIRS or name.startswith(L.DLEDGER_PREFIX)) and is_store_root(parent):
+            return parent, name
+    return None
+
+
+def refuse_inside_data_dir(path: str | os.PathLike, what: str) -> None:
+    """StoreError when an output ``path`` would land inside a store's data directories."""
+    found = store_root_above(path)
+    if found is None and Path(path).exists():
+        found = store_root_above(Path(path).resolve())      # through symlinks
+    if found is not None:
+        raise StoreError(f"{what} would land inside {found[1]}/ of the store {found[0]}, where the broker "
+                         "loads its files; choose a path outside the store's data directories", path=str(path))
+
+
+def _parses(name: str, bounds: tuple[int, int]) -> bool:
+    """Java's Long.parseLong / Integer.parseInt accept the name (optional sign, ASCII digits, in range)."""
+    digits = name[1:] if name[:1] in "+-" else name
+    if not digits or not all("0" <= c <= "9" for c in digits):
+        return False
+    return bounds[0] <= int(name) <= bounds[1]
+
+
+def is_index_name(name: str) -> bool:
+    """A name IndexService.load maps as an index file (others it skips)."""
+    return _parses(name, _JAVA_LONG)
+
+
+def refused_entries(root: Path, *, broker_5x: bool) -> Iterator[tuple[Path, bool, str]]:
+    """(path, refused, reason) for every entry of ``commitlog/``, ``consumequeue/``, ``batchconsumequeue/``
+    and ``index/`` that is not a file the broker loads there. ``refused``: the broker fails to start on it;
+    else it skips or deletes the entry.
+
+    MappedFileQueue.load (4.9.7 and 5.x) refuses any entry whose length differs from the file size, and a
+    name Long.parseLong rejects (MappedFile.init throws NumberFormatException, which DefaultMessageStore.load
+    turns into a failed load); 5.x (MappedFileQueue.doLoad) skips directories and deletes an empty last
+    entry. ConsumeQueueStore/DefaultMessageStore.loadConsumeQueue skip queue directories whose name is not an
+    int. IndexService.load skips names that are not a long (it catches NumberFormatException) and refuses a
+    directory (RandomAccessFile throws FileNotFoundException).
+    """
+    root = Path(root)
+    queue_dirs = [root / L.COMMITLOG] if find_dledger_dir(root) is None else []
+    for kind in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE):
+        base = root / kind
+        if base.is_dir():
+            queue_dirs += sorted(q for t in base.iterdir() if t.is_dir() for q in t.iterdir()
+                                 if q.is_dir() and _parses(q.name, _JAVA_INT))
+    for d in queue_dirs:
+        if d.is_dir():
+            yield from _queue_dir_entries(d, broker_5x)
+    index = root / L.INDEX
+    if index.is_dir():
+        for p in sorted(index.iterdir()):
+            if not is_index_name(p.name):
+                yield p, False, "not an index file name: the broker skips it (IndexService.load)"
+            elif p.is_dir():
+                yield p, True, "a directory where the broker maps an index file: it refuses to load the store"
+
+
+def _queue_dir_entries(d: Path, broker_5x: bool) -> Iterator[tuple[Path, bool, str]]:
+    entries = sorted(d.iterdir(), key=lambda p: p.name)
+    for i, p in enumerate(entries):
+        if is_offset_name(p.name) and not p.is_dir():
+            continue                         # file sizes are checked with the queue's files
+        if p.is_dir():
+            if broker_5x:
+                yield p, False, "a directory among the mapped files: the 5.x broker skips it"
+            else:
+                yield p, True, "a directory among the mapped files: the 4.9.7 broker refuses to load the store"
+        elif broker_5x and i == len(entries) - 1 and p.stat().st_size == 0:
+            yield p, False, "an empty last file: the 5.x broker deletes it on start"
+        elif _parses(p.name, _JAVA_LONG):
+            yield p, True, f"misnamed file: the broker maps it at offset {int(p.name)} among the files named " \
+                           "by their 20-digit offsets"
+        else:
+            yield p, True, "not a file the broker maps (its name is not an offset): it refuses to load the store"
