@@ -82,7 +82,7 @@ def test_one_backup_per_put_and_per_import(tmp_path):
     rows = [{"type": "message", "topic": "T", "body": "aGk=", "body_encoding": "base64"}] * 120
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = run("import", root, tmp_path / "in.jsonl")
-    assert result.exit_code == 0 and result.stdout == "imported 120\n"
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"imported": 120}
     assert len(list(tmp_path.glob("store.rmqtool-backup-*"))) == 2
     stored = [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl").stdout.splitlines()]
     assert len(stored) == 121 and stored[0]["keys"] == ["a", "b", "c"] and stored[0]["tags"] == "x"

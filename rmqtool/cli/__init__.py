@@ -6,9 +6,11 @@ Errors become one line on stderr (``rmqtool: error: ...``) and an exit status fr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
+from typing import Iterator
 
 import click
 
@@ -53,7 +55,29 @@ def _message(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc} (rerun with --traceback)"
 
 
+class RmqCommand(click.Command):
+    """A command whose options given twice are refused (click keeps the last value silently); options
+    that take several values say so (``multiple=True``) and match any of them."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            try:
+                _, _, order = self.make_parser(ctx).parse_args(args=list(args))
+            except click.UsageError:
+                order = []                          # reported by the parse below
+            seen = set()
+            for param in order:
+                if isinstance(param, click.Option) and not (param.multiple or param.count):
+                    if param.name in seen:
+                        raise click.UsageError(f"option {param.opts[0]} given more than once (it takes one "
+                                               "value)", ctx=ctx)
+                    seen.add(param.name)
+        return super().parse_args(ctx, args)
+
+
 class RmqGroup(click.Group):
+    command_class = RmqCommand
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -69,6 +93,17 @@ class RmqGroup(click.Group):
             if ctx.obj and ctx.obj.get("traceback"):
                 raise
             raise RmqCliError(_message(exc), exit_code_for(exc)) from None
+
+
+@contextlib.contextmanager
+def stdout_may_close() -> Iterator[None]:
+    """Output that reports work already done (or found): a reader that went away (``| grep -q``, ``| head``)
+    changes nothing; the rest goes to /dev/null and the command ends with the status its work earned."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
 
 
 def _silence_stdout() -> None:

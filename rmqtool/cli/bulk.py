@@ -10,7 +10,7 @@ import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import body_encoding_option, check_crc_option, filter_options, record_filter
+from rmqtool.cli.options import body_encoding_option, check_crc_option, filter_options, output_path, record_filter
 from rmqtool.cli.pipeline import engine_options
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -33,7 +33,7 @@ class Size(click.ParamType):
 
 @cli.command()
 @click.argument("stores", nargs=-1, required=True, type=click.Path())
-@click.option("--to", "to", required=True, type=click.Path(),
+@click.option("--to", "to", required=True, type=click.Path(), callback=output_path("--to"),
               help="Output file, or a dataset directory (a name without extension, a URI such as "
                    "s3://bucket/dir, or with --partition-by): one part per commit-log file.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["parquet", "jsonl", "csv"]), default=None,
@@ -133,7 +133,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
 
 
 @cli.command()
-@click.argument("directory", type=click.Path())
+@click.argument("directory", type=click.Path(), callback=output_path("the generated store"))
 @click.option("--size", type=Size(), default="1G", show_default=True, help="Commit-log bytes to write.")
 @click.option("--file-size", type=Size(), default="1G", show_default=True, help="Commit-log file size.")
 @click.option("--topics", type=click.IntRange(1), default=16, show_default=True, help="Number of topics.")

@@ -18,15 +18,16 @@ from pathlib import Path
 
 import click
 
-from rmqtool.cli import cli
+from rmqtool.cli import cli, stdout_may_close
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import check_crc_option, jobs_option, option
+from rmqtool.cli.options import check_crc_option, jobs_option, option, output_path
 from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 from rmqtool.store import layout as L
 
 _FORCE = click.option("--force", is_flag=True, help="Write even if the store's lock file is held by another process.")
 _BACKUP = click.option("--backup", "backup", type=click.Path(path_type=Path), default=None,
+                       callback=output_path("the backup"),
                        help="Backup directory [default: <store>.rmqtool-backup-<time> beside the store].")
 
 
@@ -41,8 +42,17 @@ _DRY_RUN = click.option("--dry-run", is_flag=True,
 
 
 def show_plan(rows: list[dict], fmt: str | None, tablefmt: str, title: str = "plan") -> None:
-    """The plan of a write, in the one format every write command uses."""
-    write_rows(rows, resolve_format(fmt), columns=PLAN_COLUMNS, tablefmt=tablefmt, title=title)
+    """The plan of a write (before a dry run's exit, after a change is made), in the one format every
+    write command uses; a closed stdout changes neither the change nor the exit status."""
+    with stdout_may_close():
+        write_rows(rows, resolve_format(fmt), columns=PLAN_COLUMNS, tablefmt=tablefmt, title=title)
+
+
+def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt: str, title: str) -> None:
+    """The plan's first ``shown`` rows (repair --limit), and how many more there are."""
+    show_plan(shown, fmt, tablefmt, title)
+    if len(shown) < len(rows):
+        click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
 
 
 def end_dry_run(rows: list[dict], how: str = "run without --dry-run") -> None:
@@ -58,6 +68,14 @@ def say_undo(what: str, backup, store) -> None:
                f"{shlex.quote(str(store))} --apply", err=True)
 
 
+def _open_target(path: str):
+    """The store a write command was given: its root directory, nothing else (StoreError: exit 4)."""
+    from rmqtool.store.recognition import require_store_root
+    from rmqtool.store.store import Store
+
+    return Store.open(require_store_root(path))
+
+
 def _open_for_write(path: str):
     """The store, with an interrupted earlier change completed (journal) or dropped (no journal)."""
     from rmqtool.errors import StoreWarning
@@ -66,7 +84,7 @@ def _open_for_write(path: str):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoreWarning)     # the pending change is dealt with right here
-        store = Store.open(path)
+        store = _open_target(path)
         if store.commitlog_dirs:
             from rmqtool.errors import UnsafeWrite
             raise UnsafeWrite("a commit log over several directories is read-only here", path=str(store.root))
@@ -122,7 +140,8 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
             with _progress(st, "verifying") as progress:
                 findings += [f.row() for f in verify_store(path, deep=deep, progress=progress, jobs=jobs)]
     out = resolve_format(fmt)
-    write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
+    with stdout_may_close():            # the status says what was found, whoever stopped reading
+        write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
     errors = sum(1 for f in findings if f["severity"] == "error")
     if out in PEOPLE:
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
@@ -158,7 +177,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     the index files from it on are rebuilt.
 
     Without --apply only prints the plan (exit 0 when there is nothing to do, 1 when there is). With
-    --apply, exit 0 when no error is left (verify's level); the last line says how to undo it.
+    --apply, prints the actions once they are done; exit 0 when no error is left (verify's level); the
+    last line says how to undo it.
 
     \b
     Examples:
@@ -171,9 +191,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     from rmqtool.ops.repair import apply_plan, plan_repair
     from rmqtool.ops.verify import verify_store
     from rmqtool.store.lock import store_write_lock
-    from rmqtool.store.store import Store
 
-    st = _open_for_write(store) if apply_ else Store.open(store)
+    st = _open_for_write(store) if apply_ else _open_target(store)
     with store_write_lock(st.root, force=force) if apply_ else contextlib.nullcontext():
         with _progress(st, "scanning") as progress:
             plan = plan_repair(st, salvage=salvage, progress=progress)
@@ -183,19 +202,19 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                             "detail": f"{plan.lost} valid message(s) after offset {plan.process_offset} deleted "
                                       "(a bad record before the torn tail; --accept-loss to carry it out)"})
         shown = rows[:limit] if limit > 0 else rows
-        show_plan(shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
-        if len(shown) < len(rows):
-            click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
         if not apply_:
+            _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
             end_dry_run(rows, "run with --apply")
         if plan.lost and not accept_loss:
             click.echo(f"rmqtool: error: refused: the plan deletes {plan.lost} valid message(s) after offset "
                        f"{plan.process_offset}; --accept-loss accepts it, rebuild-cq/rebuild-index keep them", err=True)
             raise click.exceptions.Exit(ExitCode.IO_ERROR)
-        if plan.empty:
-            click.echo("nothing to repair", err=True)
-        else:
-            say_undo("repaired", apply_plan(plan, backup), st.root)
+        saved = None if plan.empty else apply_plan(plan, backup)     # the change first, then the report
+    _show_limited(rows, shown, fmt, tablefmt, f"repaired (logical end {plan.process_offset})")
+    if saved is None:
+        click.echo("nothing to repair", err=True)
+    else:
+        say_undo("repaired", saved, st.root)
     left = [f for f in verify_store(st.root) if f.kind != "broker_running"]   # forced past the lock
     for f in left:
         click.echo(f"rmqtool: still: {f}", err=True)
@@ -221,8 +240,11 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
 
 @cli.command("rebuild-cq")
 @click.argument("store", type=click.Path())
-@click.option("--topic", help="Rebuild only this topic's queues.")
-@click.option("--out", type=click.Path(path_type=Path), help="Write the queues here instead of into the store.")
+@click.option("--topic", "topics", multiple=True, help="Rebuild only this topic's queues (repeatable: any of them).")
+@click.option("--allow-no-records", is_flag=True,
+              help="Write an empty queue directory for a --topic with no record in the commit log.")
+@click.option("--out", type=click.Path(path_type=Path), callback=output_path("--out"),
+              help="Write the queues here instead of into the store.")
 @click.option("--cq-file-size", type=int, help="Consume-queue file size [default: that of existing queues].")
 @click.option("--bcq-file-size", type=int,
               help="Batch consume-queue file size [default: that of existing batch queues, else 13800000].")
@@ -232,8 +254,9 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
 @_BACKUP
 @_FORCE
 @output_options
-def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: int | None, bcq_file_size: int | None,
-               as_broker: bool, broker_version: str | None, dry_run: bool, backup: Path | None, force: bool,
+def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out: Path | None,
+               cq_file_size: int | None, bcq_file_size: int | None, as_broker: bool, broker_version: str | None,
+               dry_run: bool, backup: Path | None, force: bool,
                fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
 
@@ -247,7 +270,7 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
     Classic queues, LMQ queues (%LMQ%name/0, from INNER_MULTI_DISPATCH) and the batch queues of BatchCQ
     topics (batchconsumequeue/; a topic is BatchCQ when that directory or config/topics.json says so).
     Files are written sparse at full size, as the broker pre-allocates them. A --topic with no record in
-    the commit log is refused (exit 1, the topics listed) unless --force. A RocksDB consume queue
+    the commit log is refused (exit 1, the topics listed) unless --allow-no-records. A RocksDB consume queue
     (storeType=defaultRocksDB) is never written into: only --out DIR, which writes classic file queues.
 
     \b
@@ -263,17 +286,17 @@ def rebuild_cq(store: str, topic: str | None, out: Path | None, cq_file_size: in
     from rmqtool.store.lock import store_write_lock
 
     writes = not (dry_run or out)
-    st = _open_for_write(store) if writes else _open_store(store)
+    st = _open_for_write(store) if writes else _open_target(store)
     with store_write_lock(st.root, force=force) if writes else contextlib.nullcontext():
         with _progress(st, "rebuilding consume queues") as progress:
-            res = rebuild_consume_queues(st, topic=topic, out=out, cq_file_size=cq_file_size,
+            res = rebuild_consume_queues(st, topics=topics, out=out, cq_file_size=cq_file_size,
                                          bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
-                                         allow_empty=force, progress=progress,
+                                         allow_empty=allow_no_records, progress=progress,
                                          as_broker=version_of(st, broker_version) if as_broker else None)
-    if topic is not None and not res.queues and not force:
-        click.echo(f"rmqtool: error: no record of topic {topic!r} in the commit log; nothing rebuilt "
-                   f"(--force writes an empty queue directory). Topics: {', '.join(res.topics) or 'none'}",
-                   err=True)
+    if res.missing and not allow_no_records:
+        click.echo(f"rmqtool: error: no record of topic(s) {', '.join(map(repr, res.missing))} in the commit log; "
+                   f"nothing rebuilt (--allow-no-records writes an empty queue directory). Topics: "
+                   f"{', '.join(res.topics) or 'none'}", err=True)
         raise click.exceptions.Exit(ExitCode.FINDINGS)
     if dry_run:          # the queues whose files would change
         rows = [{"action": a, "path": p, "detail": d} for a, p, d in res.changes]
@@ -316,7 +339,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     from rmqtool.ops.rebuild import rebuild_index as run
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_store(store) if dry_run else _open_for_write(store)
+    st = _open_target(store) if dry_run else _open_for_write(store)
     before = {ref.name for ref in st.index_files()}
     plan = DispatchPlan(version_of(st, broker_version) if as_broker else None)
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
@@ -336,7 +359,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
 
 
 @cli.command()
-@click.argument("store", type=click.Path())
+@click.argument("store", type=click.Path(), callback=output_path("the new store"))
 @click.option("--commitlog-file-size", type=int, default=1024 ** 3, show_default=True, metavar="BYTES",
               help="Commit-log file size (the broker's mappedFileSizeCommitLog).")
 @click.option("--cq-file-size", type=int, default=6_000_000, show_default=True, metavar="BYTES",
@@ -409,7 +432,7 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
     if sum(x is not None and x is not False for x in (body, body_file, body_stdin or None)) != 1:
         raise click.UsageError("give exactly one of --body, --body-file, --body-stdin")
     data = body.encode("utf-8") if body is not None else (body_file.read() if body_file else sys.stdin.buffer.read())
-    st = _open_for_write(store) if not dry_run else _open_store(store)
+    st = _open_for_write(store) if not dry_run else _open_target(store)
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
@@ -417,13 +440,14 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
         if dry_run:
             _end_write_dry_run(writer, fmt, tablefmt)
         saved = writer.commit()
-    click.echo(f"{msg.msg_id} physical_offset={msg.physical_offset} queue_offset={msg.queue_offset}")
+    with stdout_may_close():
+        write_rows([{"msg_id": msg.msg_id, "topic": topic, "queue_id": queue_id, "physical_offset": msg.physical_offset,
+                     "queue_offset": msg.queue_offset}], resolve_format(fmt), columns=APPENDED_COLUMNS,
+                   tablefmt=tablefmt, title="appended")
     say_undo("appended 1 message", saved, st.root)
 
 
-def _open_store(path: str):
-    from rmqtool.store.store import Store
-    return Store.open(path)
+APPENDED_COLUMNS = ["msg_id", "topic", "queue_id", "physical_offset", "queue_offset"]
 
 
 def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
@@ -452,7 +476,7 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
     from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store) if not dry_run else _open_store(store)
+    st = _open_for_write(store) if not dry_run else _open_target(store)
     with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         try:
@@ -469,7 +493,9 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
         if dry_run:
             _end_write_dry_run(writer, fmt, tablefmt)
         saved = writer.commit()
-    click.echo(f"imported {writer.count}")
+    with stdout_may_close():
+        write_rows([{"imported": writer.count}], resolve_format(fmt), columns=["imported"], tablefmt=tablefmt,
+                   title="imported")
     if saved:
         say_undo(f"imported {writer.count} message(s)", saved, st.root)
     else:
@@ -506,18 +532,16 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
     if apply_ and dry_run:
         raise click.UsageError("use --apply or --dry-run, not both")
     manifest = read_backup(backup)
-    root = store or Path(manifest["store"])
-    if apply_:
-        st = _open_for_write(str(root))
-        root = st.root
+    root = (_open_for_write if apply_ else _open_target)(str(store or manifest["store"])).root
     rows = restore_plan(backup, root)
-    show_plan(rows, fmt, tablefmt,
-              f"restore plan ({manifest.get('label', 'change')} of {manifest.get('created', '?')})")
+    title = f"{manifest.get('label', 'change')} of {manifest.get('created', '?')}"
     if not apply_:
+        show_plan(rows, fmt, tablefmt, f"restore plan ({title})")
         end_dry_run(rows, "run with --apply")
     if not rows:
         click.echo("nothing to restore: the store matches the backup", err=True)
         return
     with store_write_lock(root, force=force):
         saved = restore_backup(backup, root, undo_dir(backup))
+    show_plan(rows, fmt, tablefmt, f"restored ({title})")
     say_undo(f"restored {len(rows)} path(s) from {backup}", saved, root)

@@ -120,14 +120,14 @@ def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
 # -- offsets ----------------------------------------------------------------------------------------
 @cli.command()
 @click.argument("store", type=click.Path())
-@click.option("--group", "-g", help="Only this consumer group.")
-@click.option("--topic", "-t", help="Only this topic.")
+@click.option("--group", "-g", "groups", multiple=True, help="Only this consumer group (repeatable: any of them).")
+@click.option("--topic", "-t", "topics", multiple=True, help="Only this topic (repeatable: any of them).")
 @click.option("--by", type=click.Choice(["queue", "topic", "group"]), default="queue", show_default=True,
               help="One row per queue, or lag summed per group and topic, or per group.")
 @output_options
 @click.pass_context
-def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None, by: str, fmt: str | None,
-            tablefmt: str) -> None:
+def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tuple[str, ...], by: str,
+            fmt: str | None, tablefmt: str) -> None:
     """Consumer offsets with lag (as mqadmin consumerProgress): the committed offset of each group, topic
     and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
     files (batchconsumequeue for BatchCQ topics). A broker with enableLmq keeps every group's offsets in
@@ -150,12 +150,12 @@ def offsets(ctx: click.Context, store: str, group: str | None, topic: str | None
     from rmqtool.ops.metadata import OFFSET_FIELDS, offset_rows, totals
 
     st = Store.open(store)
-    rows = offset_rows(_loaded(st, "consumerOffset.json"), st, group=group, topic=topic,
+    rows = offset_rows(_loaded(st, "consumerOffset.json"), st, groups=set(groups), topics=set(topics),
                        phy_end=_crash_end(st))
     if by != "queue":
         rows = totals(rows, ("group", "topic") if by == "topic" else ("group",))
     _write(ctx, rows, resolve_format(fmt), tablefmt, OFFSET_FIELDS if by == "queue" else None,
-           "no committed offsets" + (" match" if group or topic else ""))
+           "no committed offsets" + (" match" if groups or topics else ""))
 
 
 @cli.command("topic-status")

@@ -133,6 +133,7 @@ def _charset(_ctx, _param, value: str) -> str:
 def record_options(fn: Callable) -> Callable:
     """How records print: --body-encoding, --charset, --body-file, --decompress."""
     fn = click.option("--body-file", "body_dir", type=click.Path(file_okay=False), metavar="DIR",
+                      callback=output_path("--body-file"),
                       help="Also write each body to DIR/<msg_id>.bin (decompressed with --decompress).")(fn)
     fn = click.option("--decompress", is_flag=True,
                       help="Decompress ZLIB/LZ4/ZSTD bodies (sysFlag COMPRESSED) before printing.")(fn)
@@ -140,3 +141,14 @@ def record_options(fn: Callable) -> Callable:
                       help="Character set of text bodies in table, plain and record (e.g. gbk); json, jsonl "
                            "and csv carry UTF-8 text, or base64 for a body that is not UTF-8.")(fn)
     return body_encoding_option()(fn)
+
+
+def output_path(what: str) -> Callable:
+    """A callback refusing an output path inside a store's data directories (exit 4): the broker would
+    refuse to load the store, or read the output as its own files. URIs (s3://...) pass."""
+    def check(_ctx, _param, value):
+        if value is not None and "://" not in str(value):
+            from rmqtool.store.recognition import refuse_inside_data_dir
+            refuse_inside_data_dir(value, what)
+        return value
+    return check

@@ -63,11 +63,15 @@ def body_field(body: bytes, encoding: str) -> tuple[str | None, str | None]:
 
 
 def decode_body(text: str | None, encoding: str) -> bytes:
-    """The inverse of body_field."""
+    """The inverse of body_field (ValueError for an unknown encoding or text that does not decode)."""
+    if encoding not in BODY_ENCODINGS:
+        raise ValueError(f"unknown body_encoding {encoding!r} (expected one of {', '.join(BODY_ENCODINGS)})")
     if text is None or encoding == "none":
         return b""
+    if not isinstance(text, str):
+        raise ValueError(f"body must be a string, got {type(text).__name__}")
     if encoding == "base64":
-        return base64.b64decode(text)
+        return base64.b64decode(text, validate=True)
     if encoding == "hex":
         return bytes.fromhex(text)
     return text.encode("utf-8")

@@ -4,7 +4,7 @@ and the config files themselves (which file was read, data version)."""
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Collection, Iterator
 
 from rmqtool import constants as C
 from rmqtool.format.fastjson import DataVersion
@@ -63,17 +63,18 @@ def crash_recovered_end(store: Store) -> int | None:
     return store.commitlog.recovered_end(store.checkpoint() or Checkpoint(), abnormal=True)
 
 
-def offset_rows(loaded: Loaded[Table], store: Store, *, group: str | None = None,
-                topic: str | None = None, phy_end: int | None = None) -> Iterator[dict]:
+def offset_rows(loaded: Loaded[Table], store: Store, *, groups: Collection[str] = (),
+                topics: Collection[str] = (), phy_end: int | None = None) -> Iterator[dict]:
     """Committed offset, the queue's max offset, lag = max - committed and the store time of the last
     consumed message (mqadmin consumerProgress's LastTime: getMessageStoreTimeStamp at offset - 1), per
-    group/topic/queue. max_offset and lag are None when the store has no such queue (e.g. an unused retry
-    topic); ``phy_end`` caps the maxima (see crash_recovered_end)."""
+    group/topic/queue (of any of ``groups`` and ``topics`` when given). max_offset and lag are None when the
+    store has no such queue (e.g. an unused retry topic); ``phy_end`` caps the maxima (see
+    crash_recovered_end)."""
     from rmqtool.ops.mqadmin import store_time_at
 
     maxima: dict[tuple[str, int], int | None] = {}
     for (t, g), queues in sorted(loaded.value.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if (group is not None and g != group) or (topic is not None and t != topic):
+        if (groups and g not in groups) or (topics and t not in topics):
             continue
         for queue_id in sorted(queues):
             if (t, queue_id) not in maxima:

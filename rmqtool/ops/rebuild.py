@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,30 +43,34 @@ class RebuildResult:
     backup: str | None = None
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # records skipped: (offset, bytes, kind)
     cut: int | None = None                                              # as_broker: the broker's truncation
+    missing: list[str] = field(default_factory=list)    # topics asked for without a record
 
 
-def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path | None = None,
+def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Path | None = None,
                            cq_file_size: int | None = None, bcq_file_size: int | None = None, dry_run: bool = False,
                            backup: Path | None = None, allow_empty: bool = True, as_broker: str | None = None,
                            progress: Progress | None = None) -> RebuildResult:
-    """Consume queues (all, or one topic's) rebuilt from the commit log as the broker's dispatch writes
-    them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
+    """Consume queues (all, or those of ``topics``) rebuilt from the commit log as the broker's dispatch
+    writes them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
     ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
-    or built beside the store's directories and swapped in. A ``topic`` without records changes nothing
-    unless ``allow_empty`` (``result.topics`` then lists the commit log's topics). Every readable record
-    goes at its queue offset (damaged ones listed in ``result.damaged``), or as a broker of version
-    ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan)."""
+    or built beside the store's directories and swapped in. When one of ``topics`` has no records, nothing
+    changes unless ``allow_empty`` (``result.missing`` names them, ``result.topics`` lists the commit
+    log's topics). Every readable record goes at its queue offset (damaged ones listed in
+    ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan)."""
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
     sizes = (store.cq_file_size(cq_file_size), store.bcq_file_size(bcq_file_size))
     batch = batch_cq_topics(store)
-    if topic is not None:
-        safe_topic_dir(topic)
-    kinds = [topic in batch] if topic is not None else [False] + ([True] if batch or store.batch_consumequeue_dir.is_dir() else [])
-    rels = {kind: L.queue_dir(topic, batch=kind) if topic is not None else
-            (L.BATCHCONSUMEQUEUE if kind else L.CONSUMEQUEUE) for kind in kinds}
-    result = RebuildResult(target=str(out or store.root / rels[kinds[0]]))
+    topics = list(dict.fromkeys(topics))
+    for t in topics:
+        safe_topic_dir(t)
+    if topics:        # one directory per topic, keyed by topic
+        rels = {t: L.queue_dir(t, batch=t in batch) for t in topics}
+    else:             # one directory per kind, keyed by is_batch
+        kinds = [False] + ([True] if batch or store.batch_consumequeue_dir.is_dir() else [])
+        rels = {kind: L.BATCHCONSUMEQUEUE if kind else L.CONSUMEQUEUE for kind in kinds}
+    result = RebuildResult(target=str(out or store.root / next(iter(rels.values()))))
     if out is not None and not dry_run:
         out = Path(out)
         if out.exists() and any(out.iterdir()):
@@ -83,15 +88,15 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
             return scratch / L.queue_dir(t, qid, batch=is_batch)
         if out is not None:
             return out / t / str(qid)
-        base = built[is_batch]
-        return base / t / str(qid) if topic is None else base / str(qid)
+        return built[t] / str(qid) if topics else built[is_batch] / t / str(qid)
 
     try:
         plan = DispatchPlan(as_broker)
-        writers, result.topics = dispatch_files(store, directory, sizes, batch, topic=topic, plan=plan,
-                                                progress=progress)
+        writers, result.topics = dispatch_files(store, directory, sizes, batch, topics=set(topics) or None,
+                                                plan=plan, progress=progress)
         result.damaged, result.cut = plan.damaged, plan.cut
-        if topic is not None and not writers and not allow_empty:
+        result.missing = [t for t in topics if not any(wt == t for wt, _ in writers)]
+        if result.missing and not allow_empty:
             raise _NoRecords
     except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
         made = list(built.values()) + (list(out.iterdir()) if out is not None and out.exists() else [])
@@ -104,14 +109,14 @@ def rebuild_consume_queues(store: Store, *, topic: str | None = None, out: Path 
     result.units = sum(w.write_pos // C.CQ_STORE_UNIT_SIZE for w in writers.values())
     if scratch is not None:
         try:
-            result.changes = _queue_changes(store, scratch, [rels[kind] for kind in kinds])
+            result.changes = _queue_changes(store, scratch, list(rels.values()))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     if dry_run or out is not None:
         return result
     txn = Transaction(store.root, backup, label="rebuild-cq")
-    for kind, path in built.items():
-        txn.replace_dir(rels[kind], path)
+    for key, path in built.items():
+        txn.replace_dir(rels[key], path)
     result.backup = str(txn.commit())
     return result
 
@@ -145,7 +150,7 @@ Writer = CqFileWriter | BcqFileWriter
 
 
 def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics: set[str], *,
-                   topic: str | None = None, plan: DispatchPlan | None = None,
+                   topics: set[str] | None = None, plan: DispatchPlan | None = None,
                    progress: Progress | None = None) -> tuple[dict[tuple[str, int], Writer], list[str]]:
     """The broker's dispatch over the whole commit log, one file's records at a time: each record's
     consume-queue unit (a batch unit on a BatchCQ topic) and its multi-dispatch (LMQ) units, each queue's
@@ -178,8 +183,8 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
         queue, rec, offset = _with_multi_dispatch(facts, names, rows[~on_batch])
         for is_batch, (queue, rec, offset) in ((False, (queue, rec, offset)),
                                                 (True, _batch_units(facts, rows[on_batch]))):
-            if topic is not None:
-                keep = np.isin(queue, [c for c, (t, _) in enumerate(names.names) if t == topic])
+            if topics is not None:
+                keep = np.isin(queue, [c for c, (t, _) in enumerate(names.names) if t in topics])
                 queue, rec, offset = queue[keep], rec[keep], offset[keep]
             order = np.lexsort((rec, queue))
             queue, rec, offset = queue[order], rec[order], offset[order]

@@ -395,24 +395,52 @@ def build_message(topic: str, body: bytes, *, queue_id: int = 0, tags: str | Non
                    prepared_transaction_offset=prepared_transaction_offset, magic_code=magic_code)
 
 
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+# The integer fields of a row and their ranges (the broker's int and long fields; queueId is a directory).
+_ROW_INTS = {"queue_id": (0, _INT32[1]), "flag": _INT32, "sys_flag": _INT32, "reconsume_times": _INT32,
+             "born_timestamp": _INT64, "store_timestamp": _INT64, "prepared_transaction_offset": _INT64}
+
+
+def _row_int(row: dict[str, Any], name: str) -> int | None:
+    value = row.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    lo, hi = _ROW_INTS[name]
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} {value} is outside {lo}..{hi}")
+    return value
+
+
 def message_from_row(row: dict[str, Any]) -> Message | None:
-    """A jsonl row as written by cat-commitlog (see rmqtool.format.rows); None for a BLANK row."""
+    """A jsonl row as written by cat-commitlog (see rmqtool.format.rows); None for a BLANK row. Every field is
+    checked (EncodeError): nothing is guessed, truncated or dropped."""
+    if not isinstance(row, dict):
+        raise EncodeError(f"not a JSON object: {type(row).__name__}")
     if row.get("type") == "blank":
         return None
     try:
+        ints = {name: _row_int(row, name) for name in _ROW_INTS}
+        topic, props = row.get("topic"), row.get("properties") or {}
+        if not isinstance(topic, str) or not topic:
+            raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+        if not isinstance(props, dict) or not all(isinstance(v, str) for v in props.values()):
+            raise ValueError("properties must be an object of strings")
         body = decode_body(row.get("body"), row.get("body_encoding") or "base64")
         magic = row.get("magic_code")
         msg = build_message(
-            row["topic"], body, queue_id=int(row.get("queue_id") or 0), properties=row.get("properties") or {},
-            flag=int(row.get("flag") or 0), sys_flag=int(row.get("sys_flag") or 0),
+            topic, body, queue_id=ints["queue_id"] or 0, properties=props,
+            flag=ints["flag"] or 0, sys_flag=ints["sys_flag"] or 0,
             born_host=Host.parse(row["born_host"]) if row.get("born_host") else DEFAULT_HOST,
             store_host=Host.parse(row["store_host"]) if row.get("store_host") else DEFAULT_HOST,
-            born_timestamp=row.get("born_timestamp"), store_timestamp=int(row.get("store_timestamp") or 0),
-            reconsume_times=int(row.get("reconsume_times") or 0),
-            prepared_transaction_offset=int(row.get("prepared_transaction_offset") or 0),
+            born_timestamp=ints["born_timestamp"], store_timestamp=ints["store_timestamp"] or 0,
+            reconsume_times=ints["reconsume_times"] or 0,
+            prepared_transaction_offset=ints["prepared_transaction_offset"] or 0,
             magic_code=int(magic, 16) if magic else None)
         if row.get("properties_raw") is not None:   # the stored bytes: exact even for repeated keys
-            msg = dataclasses.replace(msg, properties_raw=base64.b64decode(row["properties_raw"]))
+            msg = dataclasses.replace(msg, properties_raw=base64.b64decode(row["properties_raw"], validate=True))
         elif msg.properties_raw and row.get("total_size") == msg.total_size + 1:   # the row's record had a
             msg = dataclasses.replace(msg, properties_raw=msg.properties_raw + b"\x02")   # trailing \x02
         return msg
@@ -421,9 +449,14 @@ def message_from_row(row: dict[str, Any]) -> Message | None:
 
 
 def read_rows(lines: Iterable[str]) -> Iterator[tuple[int, dict]]:
+    """(line number, row) of each non-empty jsonl line; EncodeError for a line that is not a JSON object."""
+    where = getattr(lines, "name", None)
     for n, line in enumerate(lines, start=1):
         if line.strip():
             try:
-                yield n, json.loads(line)
+                row = json.loads(line)
             except ValueError as exc:
-                raise EncodeError(f"line {n}: not JSON: {exc}") from None
+                raise EncodeError(f"line {n}: not JSON: {exc}", path=where) from None
+            if not isinstance(row, dict):
+                raise EncodeError(f"line {n}: not a JSON object", path=where)
+            yield n, row

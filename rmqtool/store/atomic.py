@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import signal
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from rmqtool.errors import UnsafeWrite
 from rmqtool.store.filequeue import data_extents, read_exact
@@ -311,13 +311,29 @@ def _walk(root: Path):
             yield Path(d) / name
 
 
+def confined(base: Path, rel) -> Path:
+    """``base / rel`` for a manifest path that stays inside ``base``: relative, no ``..``, no symbolic
+    link on the way (a backup is untrusted input; UnsafeWrite otherwise)."""
+    parts = PurePosixPath(rel).parts if isinstance(rel, str) else ()
+    if not parts or PurePosixPath(rel).is_absolute() or any(p in ("..", ".") for p in parts) or "\\" in rel:
+        raise UnsafeWrite(f"backup manifest path {rel!r} is not a plain path inside the store", path=str(base))
+    path = Path(base)
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            raise UnsafeWrite("a symbolic link where a backup puts a path back", path=str(path))
+    return path
+
+
 def read_backup(backup: Path) -> dict:
-    """A backup's manifest, every file checked against its recorded SHA-256 (UnsafeWrite when one
-    is missing or differs: such a backup is not put back)."""
+    """A backup's manifest, every path confined to the backup and the store, every file checked against
+    its recorded SHA-256 (UnsafeWrite when one is missing or differs: such a backup is not put back)."""
     backup = Path(backup)
     try:
         manifest = json.loads((backup / "manifest.json").read_text("utf-8"))
         entries = manifest["entries"]
+        if not all(isinstance(e, dict) and e.get("kind") in ("file", "dir", "absent") for e in entries):
+            raise ValueError("an entry is not {path, kind: file|dir|absent}")
     except FileNotFoundError:
         raise UnsafeWrite("not an rmqtool backup (no manifest.json)", path=str(backup)) from None
     except (ValueError, KeyError, TypeError) as exc:
@@ -327,7 +343,11 @@ def read_backup(backup: Path) -> dict:
         if not blob.is_file() or _sha256(blob) != manifest.get("preimages_sha256"):
             raise UnsafeWrite("backup file missing or changed since the backup was made", path=str(blob))
     for entry in entries:
-        path = backup / entry["path"]
+        path = confined(backup, entry.get("path"))
+        if entry["kind"] == "dir" and path.is_dir():
+            links = [p for p in _walk(path) if p.is_symlink()]
+            if links:
+                raise UnsafeWrite("a symbolic link inside a backed-up directory", path=str(links[0]))
         if entry["kind"] == "file" and (not path.is_file() or _sha256(path) != entry["sha256"]):
             raise UnsafeWrite("backup file missing or changed since the backup was made", path=str(path))
         if entry["kind"] == "dir" and not path.is_dir():
@@ -341,7 +361,7 @@ def restore_plan(backup: Path, root: Path) -> list[dict]:
     rows = []
     for entry in read_backup(backup)["entries"]:
         rel, kind = entry["path"], entry["kind"]
-        target = Path(root) / rel
+        target = confined(Path(root), rel)
         if kind == "file":
             if not target.is_file() or _sha256(target) != entry["sha256"]:
                 rows.append({"action": "restore_file", "path": rel, "detail": "put back the backed-up file"})
@@ -407,6 +427,7 @@ def restore_backup(backup: Path, root: Path, undo: Path | None = None) -> Path |
     txn = Transaction(Path(root), undo or undo_dir(backup), label="restore")
     for entry in manifest["entries"]:
         rel = entry["path"]
+        confined(Path(root), rel)
         if entry["kind"] == "file":
             txn.write(rel, (backup / rel).read_bytes())
         elif entry["kind"] == "dir":
