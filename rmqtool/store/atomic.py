@@ -325,6 +325,9 @@ def confined(base: Path, rel) -> Path:
     return path
 
 
+_KINDS = ("file", "dir", "absent", "ranges", "created_dir", "removed")   # the entries a backup manifest holds
+
+
 def read_backup(backup: Path) -> dict:
     """A backup's manifest, every path confined to the backup and the store, every file checked against
     its recorded SHA-256 (UnsafeWrite when one is missing or differs: such a backup is not put back)."""
@@ -332,18 +335,20 @@ def read_backup(backup: Path) -> dict:
     try:
         manifest = json.loads((backup / "manifest.json").read_text("utf-8"))
         entries = manifest["entries"]
-        if not all(isinstance(e, dict) and e.get("kind") in ("file", "dir", "absent") for e in entries):
-            raise ValueError("an entry is not {path, kind: file|dir|absent}")
+        if not all(isinstance(e, dict) and e.get("kind") in _KINDS for e in entries):
+            raise ValueError(f"an entry is not {{path, kind: {'|'.join(_KINDS)}}}")
     except FileNotFoundError:
         raise UnsafeWrite("not an rmqtool backup (no manifest.json)", path=str(backup)) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise UnsafeWrite(f"unreadable backup manifest: {exc}", path=str(backup / "manifest.json")) from None
     if "preimages" in manifest:
-        blob = backup / manifest["preimages"]
+        blob = confined(backup, manifest["preimages"])
         if not blob.is_file() or _sha256(blob) != manifest.get("preimages_sha256"):
             raise UnsafeWrite("backup file missing or changed since the backup was made", path=str(blob))
     for entry in entries:
         path = confined(backup, entry.get("path"))
+        if entry["kind"] == "removed":
+            confined(backup, entry.get("kept"))
         if entry["kind"] == "dir" and path.is_dir():
             links = [p for p in _walk(path) if p.is_symlink()]
             if links:
@@ -733,7 +738,7 @@ def _restore_ranges(manifest: dict, backup: Path, root: Path, undo: Path) -> Pat
     txn = PatchTransaction(root, undo, label="restore")
     try:
         for entry in manifest["entries"]:
-            rel, target = entry["path"], root / entry["path"]
+            rel, target = entry["path"], confined(root, entry["path"])
             if entry["kind"] == "removed" and not target.exists() and (backup / entry["kept"]).is_file():
                 _put_back(txn, rel, backup / entry["kept"])
             if entry["kind"] != "ranges" or not target.exists():
@@ -747,7 +752,7 @@ def _restore_ranges(manifest: dict, backup: Path, root: Path, undo: Path) -> Pat
             if target.stat().st_size != entry["size"]:
                 txn.resize(rel, entry["size"])
         for entry in reversed(manifest["entries"]):
-            path = root / entry["path"]
+            path = confined(root, entry["path"])
             if entry["kind"] == "created_dir" and path.is_dir() and not any(path.iterdir()):
                 txn.remove(entry["path"])
         return txn.commit()
