@@ -704,6 +704,9 @@ def _undo(root: Path, steps: list[dict], backup: Path) -> None:
                 path = root / step["range"]
                 if not path.exists() or not step["length"]:
                     continue
+                if step["at"] is not None and pre is None:
+                    raise UnsafeWrite("the pre-images an interrupted change needs to be undone are missing "
+                                      "(was its backup removed?)", path=str(blob))
                 old = bytes(step["length"]) if step["at"] is None else read_exact(pre, step["length"], step["at"])
                 with open(path, "r+b") as fh:
                     fh.seek(step["offset"])
