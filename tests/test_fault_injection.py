@@ -392,7 +392,11 @@ def test_enospc_and_eio_at_each_call(command, tmp_path, rows_file, monkeypatch):
                 _Faults(m, (kind, i, code))
                 result = run(*_args(command, root, rows_file))
             what = (kind, i, errno.errorcode[code], result.stderr)
-            lines = result.stderr.strip().splitlines()
+            if result.exit_code == 0:        # a call the change does not depend on (a scratch file's cleanup)
+                assert not _leftovers(root) and _view(command, root, original) == after, what
+                shutil.rmtree(case)
+                continue
+            lines = [x for x in result.stderr.splitlines() if x.startswith("rmqtool: error:")]
             assert result.exit_code == 4 and len(lines) == 1 and os.strerror(code) in lines[0], what
             if str(case) not in lines[0]:
                 known.add(f"a failed {kind} is reported without its path")
