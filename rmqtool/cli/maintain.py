@@ -76,23 +76,30 @@ def _open_target(path: str):
     return Store.open(require_store_root(path))
 
 
-def _open_for_write(path: str):
-    """The store, with an interrupted earlier change completed (journal) or dropped (no journal)."""
-    from rmqtool.errors import StoreWarning
+@contextlib.contextmanager
+def _store(path: str, *, write: bool, force: bool = False):
+    """The store a command was given (its root only). To ``write``: under the broker's lock (refused while
+    another process holds it, unless ``force``), with an interrupted earlier change completed (journal)
+    or dropped (no journal) first."""
+    from rmqtool.errors import StoreWarning, UnsafeWrite
     from rmqtool.store.atomic import complete_pending
+    from rmqtool.store.lock import store_write_lock
     from rmqtool.store.store import Store
 
+    if not write:
+        yield _open_target(path)
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoreWarning)     # the pending change is dealt with right here
-        store = _open_target(path)
-        if store.commitlog_dirs:
-            from rmqtool.errors import UnsafeWrite
-            raise UnsafeWrite("a commit log over several directories is read-only here", path=str(store.root))
-        done = complete_pending(store.root)
+        st = _open_target(path)
+    if st.commitlog_dirs:
+        raise UnsafeWrite("a commit log over several directories is read-only here", path=str(st.root))
+    with store_write_lock(st.root, force=force):
+        done = complete_pending(st.root)
         if done:
             click.echo(f"rmqtool: {done} an interrupted earlier change", err=True)
-            store = Store.open(path)
-    return store
+            st = Store.open(st.root)
+        yield st
 
 
 @cli.command()
@@ -190,10 +197,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
         raise click.UsageError("use --apply or --dry-run, not both")
     from rmqtool.ops.repair import apply_plan, plan_repair
     from rmqtool.ops.verify import verify_store
-    from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store) if apply_ else _open_target(store)
-    with store_write_lock(st.root, force=force) if apply_ else contextlib.nullcontext():
+    with _store(store, write=apply_, force=force) as st:
         with _progress(st, "scanning") as progress:
             plan = plan_repair(st, salvage=salvage, progress=progress)
         rows = [a.row() for a in plan.actions]
@@ -283,11 +288,8 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     """
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues
-    from rmqtool.store.lock import store_write_lock
 
-    writes = not (dry_run or out)
-    st = _open_for_write(store) if writes else _open_target(store)
-    with store_write_lock(st.root, force=force) if writes else contextlib.nullcontext():
+    with _store(store, write=not (dry_run or out), force=force) as st:
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topics=topics, out=out, cq_file_size=cq_file_size,
                                          bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
@@ -337,12 +339,10 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     from rmqtool.ops.dispatch_plan import DispatchPlan
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_index as run
-    from rmqtool.store.lock import store_write_lock
 
-    st = _open_target(store) if dry_run else _open_for_write(store)
-    before = {ref.name for ref in st.index_files()}
-    plan = DispatchPlan(version_of(st, broker_version) if as_broker else None)
-    with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
+    with _store(store, write=not dry_run, force=force) as st:
+        before = {ref.name for ref in st.index_files()}
+        plan = DispatchPlan(version_of(st, broker_version) if as_broker else None)
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
                                plan=plan, progress=progress)
@@ -427,13 +427,11 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
       rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi
     """
     from rmqtool.ops.write import StoreWriter, build_message
-    from rmqtool.store.lock import store_write_lock
 
     if sum(x is not None and x is not False for x in (body, body_file, body_stdin or None)) != 1:
         raise click.UsageError("give exactly one of --body, --body-file, --body-stdin")
     data = body.encode("utf-8") if body is not None else (body_file.read() if body_file else sys.stdin.buffer.read())
-    st = _open_for_write(store) if not dry_run else _open_target(store)
-    with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
+    with _store(store, write=not dry_run, force=force) as st:
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
                                           properties=properties))
@@ -474,10 +472,8 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
     """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
-    from rmqtool.store.lock import store_write_lock
 
-    st = _open_for_write(store) if not dry_run else _open_target(store)
-    with store_write_lock(st.root, force=force) if not dry_run else contextlib.nullcontext():
+    with _store(store, write=not dry_run, force=force) as st:
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         try:
             for n, row in read_rows(file):
@@ -527,21 +523,20 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
       cp -r fixtures/dev-sample-crash/store /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
     """
     from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
-    from rmqtool.store.lock import store_write_lock
 
     if apply_ and dry_run:
         raise click.UsageError("use --apply or --dry-run, not both")
     manifest = read_backup(backup)
-    root = (_open_for_write if apply_ else _open_target)(str(store or manifest["store"])).root
-    rows = restore_plan(backup, root)
     title = f"{manifest.get('label', 'change')} of {manifest.get('created', '?')}"
-    if not apply_:
-        show_plan(rows, fmt, tablefmt, f"restore plan ({title})")
-        end_dry_run(rows, "run with --apply")
-    if not rows:
-        click.echo("nothing to restore: the store matches the backup", err=True)
-        return
-    with store_write_lock(root, force=force):
+    with _store(str(store or manifest["store"]), write=apply_, force=force) as st:
+        root = st.root
+        rows = restore_plan(backup, root)
+        if not apply_:
+            show_plan(rows, fmt, tablefmt, f"restore plan ({title})")
+            end_dry_run(rows, "run with --apply")
+        if not rows:
+            click.echo("nothing to restore: the store matches the backup", err=True)
+            return
         saved = restore_backup(backup, root, undo_dir(backup))
     show_plan(rows, fmt, tablefmt, f"restored ({title})")
     say_undo(f"restored {len(rows)} path(s) from {backup}", saved, root)
