@@ -29,7 +29,7 @@ def test_verify_reports_staged_leftovers_and_stray_files(store_copy, name):
     (root / "index" / "notes.txt").write_bytes(b"hello")
     result, rows = _findings(root)
     assert result.exit_code == 1
-    stray = {r["path"]: r["severity"] for r in rows if r["kind"] == "stray_file"}
+    stray = {r["path"]: r["severity"] for r in rows if r["kind"] in ("stray_file", "skipped_file")}
     assert stray == {str(root / "commitlog" / "00000000000000000000.rmqtool-new"): "error",
                      str(queue / "00000000000000000000.rmqtool-new"): "error",
                      str(queue / "notes.txt"): "error",
@@ -37,12 +37,11 @@ def test_verify_reports_staged_leftovers_and_stray_files(store_copy, name):
 
 
 def test_verify_directory_in_commitlog_depends_on_version(store_copy):
-    for name, severity in (("dev-sample", "error"), ("dev-sample-5x", "warning")):
+    for name, kind, severity in (("dev-sample", "stray_file", "error"), ("dev-sample-5x", "skipped_file", "warning")):
         root = store_copy(name)
         (root / "commitlog" / "bk").mkdir()
         _, rows = _findings(root)
-        assert [(r["kind"], r["severity"]) for r in rows if r["path"].endswith("/commitlog/bk")] == \
-            [("stray_file", severity)]
+        assert [(r["kind"], r["severity"]) for r in rows if r["path"].endswith("/commitlog/bk")] == [(kind, severity)]
 
 
 def test_verify_tolerates_what_the_broker_skips(store_copy):
@@ -111,13 +110,16 @@ def test_repair_into_a_closed_pipe_still_repairs(store_copy, tmp_path):
     assert b"Traceback" not in result.stderr and b"undo: rmqtool restore" in result.stderr
 
 
-@pytest.mark.parametrize("args,status", [(["verify", "{torn}", "-f", "jsonl"], 1),
-                                         (["verify", "{torn}", "-f", "plain"], 1),
+@pytest.mark.parametrize("args,status", [(["verify", "{bad}", "-f", "jsonl"], 1),
+                                         (["verify", "{bad}", "-f", "plain"], 1),
                                          (["repair", "{torn}", "-f", "jsonl"], 1),
                                          (["rebuild-index", "{torn}", "--dry-run"], 1),
                                          (["verify", "{clean}"], 0)])
-def test_exit_status_does_not_depend_on_the_reader(args, status):
-    args = [a.format(torn=store_path("dev-sample-crash-torn"), clean=store_path("dev-sample")) for a in args]
+def test_exit_status_does_not_depend_on_the_reader(store_copy, args, status):
+    bad = store_copy("dev-sample")
+    (bad / "commitlog" / "00000000000000000000.rmqtool-new").write_bytes(b"x")      # an error finding
+    args = [a.format(torn=store_path("dev-sample-crash-torn"), clean=store_path("dev-sample"), bad=bad)
+            for a in args]
     for _ in range(2):
         result = run_process(*args, closed_stdout=True)
         assert result.returncode == status, result.stderr

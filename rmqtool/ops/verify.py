@@ -729,7 +729,8 @@ def _stray_files(store: Store) -> Iterator[Finding]:
     except FormatError:          # a bad checkpoint is reported on its own
         v5 = False
     for path, refused, reason in refused_entries(store.root, broker_5x=v5):
-        yield Finding(ERROR if refused else WARNING, "stray_file", str(path), None, reason)
+        yield Finding(ERROR, "stray_file", str(path), None, reason) if refused else \
+            Finding(WARNING, "skipped_file", str(path), None, reason)
 
 
 def data_end(results: list[FileResult]) -> int:

@@ -269,6 +269,7 @@ LEVELS: dict[str, tuple[str, str]] = {
     "broker_running": (WARNING, ""),
     "physical_offset_mismatch": (WARNING, ""),
     "dledger_checkpoint_missing": (WARNING, ""),
+    "skipped_file": (WARNING, ""),           # a data-directory entry the broker skips or deletes (recognition)
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
 
