@@ -107,8 +107,8 @@ def refused_entries(root: Path, *, broker_5x: bool) -> Iterator[tuple[Path, bool
 def _queue_dir_entries(d: Path, broker_5x: bool) -> Iterator[tuple[Path, bool, str]]:
     entries = sorted(d.iterdir(), key=lambda p: p.name)
     for i, p in enumerate(entries):
-        if is_offset_name(p.name) and not p.is_dir():
-            continue                         # file sizes are checked with the queue's files
+        if is_offset_name(p.name):
+            continue                         # checked with the queue's files (sizes, a directory in its place)
         if p.is_dir():
             if broker_5x:
                 yield p, False, "a directory among the mapped files: the 5.x broker skips it"
