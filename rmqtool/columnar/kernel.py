@@ -421,6 +421,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     (``Window.heap``: three buffers, each record's at ``body_off``, ``topic_off``, ``props_off``). ``data64``: ``words(data)``, computed once per file.
     """
     d64, shift = words(data) if data64 is None else data64
+    limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
     cols, props, its, heap, n, nxt, bad = _scan(data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T,
                                                 _NAME_BYTES, _NAME_OFF)
     return Window(cols, props, its, heap if items else (), n, nxt, bad)

@@ -269,7 +269,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     "broker_running": (WARNING, ""),
     "physical_offset_mismatch": (WARNING, ""),
     "dledger_checkpoint_missing": (WARNING, ""),
-    "skipped_file": (WARNING, ""),           # a data-directory entry the broker skips or deletes (recognition)
+    "skipped_file": (WARNING, ""),
+    "prop_crc_mismatch": (WARNING, ""),      # refused only with forceVerifyPropCRC (off by default)           # a data-directory entry the broker skips or deletes (recognition)
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
 
