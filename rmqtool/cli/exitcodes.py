@@ -7,7 +7,7 @@ import enum
 
 @enum.unique
 class ExitCode(enum.IntEnum):
-    OK = 0            # success; found; verify clean
+    OK = 0            # success; found; verify clean; a change made whose last flush to disk failed (warned)
     FINDINGS = 1      # nothing found (queries), problems found (verify), something to do (dry runs)
     USAGE = 2         # bad options or arguments
     BAD_INPUT = 3     # input that does not decode (or encode)
@@ -17,7 +17,8 @@ class ExitCode(enum.IntEnum):
 
 
 EXIT_STATUS_HELP = {
-    ExitCode.OK: "success (for queries: something was found; for verify: no problem)",
+    ExitCode.OK: "success (for queries: something was found; for verify: no problem; for a write whose "
+                 "final flush to disk failed after the change was made: a warning names the path)",
     ExitCode.FINDINGS: "nothing found (queries), problems found (verify), or something to do (dry runs of "
                        "write commands, which exit 0 when there is nothing to do)",
     ExitCode.USAGE: "usage error: bad option or argument",

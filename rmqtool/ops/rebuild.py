@@ -264,7 +264,11 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     if built.exists():
         shutil.rmtree(built)
     built.mkdir(parents=True)
-    files, builder = _build_index(store, geometry, built, plan, progress)
+    try:
+        files, builder = _build_index(store, geometry, built, plan, progress)
+    except BaseException:                 # leave nothing half-built behind
+        shutil.rmtree(built, ignore_errors=True)
+        raise
     txn = Transaction(store.root, backup, label="rebuild-index")
     txn.replace_dir(L.INDEX, built)
     cp = store.checkpoint()

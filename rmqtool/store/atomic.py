@@ -19,9 +19,10 @@ import json
 import os
 import shutil
 import signal
+import warnings
 from pathlib import Path, PurePosixPath
 
-from rmqtool.errors import UnsafeWrite
+from rmqtool.errors import RmqError, StoreWarning, UnsafeWrite
 from rmqtool.store.filequeue import data_extents, read_exact
 
 JOURNAL = ".rmqtool-journal.json"
@@ -42,34 +43,71 @@ def fault_point() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+@contextlib.contextmanager
+def named(path) -> None:
+    """An OSError raised inside names ``path`` (one from a write or an fsync on an open file names none)."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+
+
+def fsync_dir(path: Path) -> None:
+    with named(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with named(path), open(path, "rb") as fh:
+        os.fsync(fh.fileno())
 
 
 def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as fh:
+    with named(path), open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _flush_committed(path: Path) -> None:
+    """The last fsync of a change already made: a failure is a warning (the change stands; the exit
+    status says it was made), never an error that would say it was not."""
+    try:
+        fsync_dir(path)
+    except OSError as exc:
+        warnings.warn(StoreWarning(f"{exc.filename}: the change is applied, but could not be flushed to disk "
+                                   f"({exc.strerror or exc}); a power loss may undo it"))
+
+
+def _best_effort(clean_up, *args) -> None:
+    """Clean-up after an error: a failure here must not hide the error being reported."""
+    with contextlib.suppress(OSError, RmqError):
+        clean_up(*args)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace one file: temp file beside it, fsync, rename, fsync the directory."""
     path = Path(path)
     tmp = path.with_name(path.name + STAGED)
-    _write_synced(tmp, data)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    try:
+        _write_synced(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        _best_effort(_remove, tmp)
+        raise
+    _flush_committed(path.parent)
 
 
 def preallocate(path: Path, size: int) -> None:
     """A new file of ``size`` zero bytes, sparse (as the broker's MappedFile pre-allocates: no data block
     until written), made durable."""
-    with open(path, "xb") as fh:
+    with named(path), open(path, "xb") as fh:
         fh.truncate(size)
         os.fsync(fh.fileno())
     fsync_dir(Path(path).parent)
@@ -108,7 +146,8 @@ class Transaction:
             self.deletes.append(rel)
 
     def replace_dir(self, rel: str, built: Path) -> None:
-        """Swap in ``built`` (a directory on the same file system) as ``rel``."""
+        """Swap in ``built`` (a directory on the same file system) as ``rel``; the transaction owns it from
+        here (a commit that fails before its commit point removes it)."""
         self.dirs[rel] = Path(built)
 
     @property
@@ -125,24 +164,25 @@ class Transaction:
         if pending_journal(self.root):
             raise UnsafeWrite("an interrupted change is pending; complete it first", path=str(self.root / JOURNAL))
         backup = self.backup_dir or default_backup_dir(self.root)
-        self._backup(backup)
         ops: list[list[str]] = []
         try:
+            self._backup(backup)
             self._stage(ops)
+            ops += [["delete", rel] for rel in self.deletes]
+            for parent in {(self.root / op[-1]).parent for op in ops}:
+                if parent.exists():
+                    fsync_dir(parent)
+            journal = {"label": self.label, "backup": str(backup), "ops": ops}
+            _write_synced(self.root / (JOURNAL + STAGED), json.dumps(journal).encode())
+            with named(self.root / JOURNAL):
+                os.replace(self.root / (JOURNAL + STAGED), self.root / JOURNAL)
         except BaseException:                  # before the commit point: no staged file stays behind
-            for op in ops:
-                _remove(self.root / op[1])
-            for rel in self.dirs:
-                _remove(self.root / (rel + STAGED))
+            for staged in [self.root / op[1] for op in ops if op[0] != "delete"] + [
+                    self.root / (rel + STAGED) for rel in self.dirs] + list(self.dirs.values()) + [
+                    self.root / (JOURNAL + STAGED)]:
+                _best_effort(_remove, staged)
             raise
-        ops += [["delete", rel] for rel in self.deletes]
-        for parent in {(self.root / op[-1]).parent for op in ops}:
-            if parent.exists():
-                fsync_dir(parent)
-        journal = {"label": self.label, "backup": str(backup), "ops": ops}
-        _write_synced(self.root / (JOURNAL + STAGED), json.dumps(journal).encode())
-        os.replace(self.root / (JOURNAL + STAGED), self.root / JOURNAL)
-        fsync_dir(self.root)
+        fsync_dir(self.root)                   # an error here leaves the journal: the next command rolls forward
         fault_point()
         _roll_forward(self.root, ops)
         return backup
@@ -156,8 +196,7 @@ class Transaction:
             staged = target.with_name(target.name + STAGED)
             if isinstance(data, Path):               # a file built elsewhere: its data regions copied
                 copy_sparse(data, staged)
-                with open(staged, "rb") as fh:
-                    os.fsync(fh.fileno())
+                _fsync_file(staged)
             else:
                 _write_synced(staged, data)
             fault_point()
@@ -167,7 +206,8 @@ class Transaction:
                 shutil.rmtree(staged)
             staged.parent.mkdir(parents=True, exist_ok=True)
             _fsync_tree(built)
-            os.rename(built, staged)
+            with named(staged):
+                os.rename(built, staged)
             fault_point()
             ops.append(["swapdir", rel + STAGED, rel])
 
@@ -184,8 +224,7 @@ class Transaction:
             elif src.exists():
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 link_or_copy(src, dst)
-                with open(dst, "rb") as fh:
-                    os.fsync(fh.fileno())
+                _fsync_file(dst)
                 entries.append({"path": rel, "kind": "file", "sha256": _sha256(dst)})
             else:
                 entries.append({"path": rel, "kind": "absent"})
@@ -208,7 +247,7 @@ def link_or_copy(src, dst) -> None:
 
 def copy_sparse(src, dst) -> None:
     """Copy a file's data regions only (holes stay holes), with its times and mode."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
+    with named(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
         for lo, hi in data_extents(fin.fileno(), 0, size):
             fin.seek(lo)
@@ -222,8 +261,7 @@ def copy_sparse(src, dst) -> None:
 def _fsync_tree(path: Path) -> None:
     for d, _, files in os.walk(path):
         for f in files:
-            with open(os.path.join(d, f), "rb") as fh:
-                os.fsync(fh.fileno())
+            _fsync_file(Path(d) / f)
         fsync_dir(Path(d))
 
 
@@ -270,7 +308,7 @@ def _roll_forward(root: Path, ops: list[list[str]]) -> None:
                 fsync_dir(path.parent)
         fault_point()
     (root / JOURNAL).unlink(missing_ok=True)
-    fsync_dir(root)
+    _flush_committed(root)
 
 
 def pending_journal(root: Path) -> Path | None:
@@ -553,14 +591,17 @@ class PatchTransaction:
             self._journal = open(self.root / JOURNAL, "w", encoding="utf-8")
             self._journal.write(json.dumps({"label": self.label, "backup": str(self.backup), "mode": "undo"}) + "\n")
             fsync_dir(self.root)
-        self._journal.write(json.dumps(step) + "\n")
+        with named(self.root / JOURNAL):
+            self._journal.write(json.dumps(step) + "\n")
 
     def _sync_journal(self) -> None:
         if self._journal is not None:
-            self._blob.flush()
-            os.fsync(self._blob.fileno())
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
+            with named(self.backup / PREIMAGES):
+                self._blob.flush()
+                os.fsync(self._blob.fileno())
+            with named(self.root / JOURNAL):
+                self._journal.flush()
+                os.fsync(self._journal.fileno())
 
     def _begin_file(self, rel: str) -> None:
         if rel in self.sizes:
@@ -598,13 +639,14 @@ class PatchTransaction:
                     at = None
                     if any(old):
                         at = self._blob.seek(0, os.SEEK_END)
-                        self._blob.write(old)
+                        with named(self.backup / PREIMAGES):
+                            self._blob.write(old)
                     self.ranges.setdefault(rel, []).append([offset, len(old), at])
                     self._log({"range": rel, "offset": offset, "length": len(old), "at": at})
         self._sync_journal()
         fault_point()
         for rel, writes in self.pending.items():
-            with open(self.root / rel, "r+b") as fh:
+            with named(self.root / rel), open(self.root / rel, "r+b") as fh:
                 for offset, data in sorted(writes.items()):
                     fh.seek(offset)
                     fh.write(data)
@@ -613,7 +655,7 @@ class PatchTransaction:
 
     @staticmethod
     def _truncate(path: Path, size: int) -> None:
-        with open(path, "ab") as fh:
+        with named(path), open(path, "ab") as fh:
             fh.truncate(size)
 
     # -- the end ----------------------------------------------------------------------------------------
@@ -624,18 +666,17 @@ class PatchTransaction:
         try:
             self.flush()
             for rel in self.sizes:
-                with open(self.root / rel, "rb") as fh:
-                    os.fsync(fh.fileno())
+                _fsync_file(self.root / rel)
             for parent in {(self.root / rel).parent for rel in self.sizes}:
                 fsync_dir(parent)
             fault_point()
             self._write_manifest()
         except BaseException:
-            self.rollback()
+            _best_effort(self.rollback)   # what stays, the next command undoes
             raise
         self._close()
-        (self.root / JOURNAL).unlink()
-        fsync_dir(self.root)
+        (self.root / JOURNAL).unlink()         # the commit point
+        _flush_committed(self.root)
         fault_point()
         return self.backup
 
@@ -708,7 +749,7 @@ def _undo(root: Path, steps: list[dict], backup: Path) -> None:
                     raise UnsafeWrite("the pre-images an interrupted change needs to be undone are missing "
                                       "(was its backup removed?)", path=str(blob))
                 old = bytes(step["length"]) if step["at"] is None else read_exact(pre, step["length"], step["at"])
-                with open(path, "r+b") as fh:
+                with named(path), open(path, "r+b") as fh:
                     fh.seek(step["offset"])
                     fh.write(old)
                     os.fsync(fh.fileno())
@@ -717,7 +758,7 @@ def _undo(root: Path, steps: list[dict], backup: Path) -> None:
                 if step["size"] < 0:
                     path.unlink(missing_ok=True)
                 elif path.exists():
-                    with open(path, "r+b") as fh:
+                    with named(path), open(path, "r+b") as fh:
                         fh.truncate(step["size"])
                         os.fsync(fh.fileno())
                 if path.parent.exists():
