@@ -76,12 +76,16 @@ def _open_target(path: str):
     return Store.open(require_store_root(path))
 
 
+_MULTI_PATH_READ_ONLY = "a commit log over several directories is read-only here"
+
+
 @contextlib.contextmanager
 def _store(path: str, *, write: bool, force: bool = False):
     """The store a command was given (its root only). To ``write``: under the broker's lock (refused while
     another process holds it, unless ``force``), with an interrupted earlier change completed (journal)
     or dropped (no journal) first."""
     from rmqtool.errors import StoreWarning, UnsafeWrite
+    from rmqtool.store.store import MULTI_PATH_SPLITTER
     from rmqtool.store.atomic import complete_pending
     from rmqtool.store.lock import store_write_lock
     from rmqtool.store.store import Store
@@ -89,11 +93,13 @@ def _store(path: str, *, write: bool, force: bool = False):
     if not write:
         yield _open_target(path)
         return
+    if MULTI_PATH_SPLITTER in str(path):             # checked before the root: the message says why
+        raise UnsafeWrite(_MULTI_PATH_READ_ONLY, path=str(path))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoreWarning)     # the pending change is dealt with right here
         st = _open_target(path)
     if st.commitlog_dirs:
-        raise UnsafeWrite("a commit log over several directories is read-only here", path=str(st.root))
+        raise UnsafeWrite(_MULTI_PATH_READ_ONLY, path=str(st.root))
     with store_write_lock(st.root, force=force):
         done = complete_pending(st.root)
         if done:
