@@ -58,9 +58,11 @@ def crash_recovered_end(store: Store) -> int | None:
     keeps every entry DLedger holds."""
     if not store.is_store_root or not store.abort_path.exists() or store.commitlog.entry_header_size:
         return None
-    from rmqtool.format.checkpoint import Checkpoint
+    from rmqtool.store.broker_model import abnormal_recovery_start
 
-    return store.commitlog.recovered_end(store.checkpoint() or Checkpoint(), abnormal=True)
+    files = [f for f in store.commitlog.queue if f.length > 0]
+    return store.commitlog.recovered_end(files[abnormal_recovery_start(store)].start if files
+                                         else store.commitlog.min_offset)
 
 
 def offset_rows(loaded: Loaded[Table], store: Store, *, groups: Collection[str] = (),

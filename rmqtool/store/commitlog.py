@@ -11,7 +11,6 @@ from typing import Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
-from rmqtool.format.checkpoint import Checkpoint
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
 from rmqtool.store.broker_model import recovered_tail
 from rmqtool.store.filequeue import FileQueue, QueueFile, is_offset_name
@@ -107,22 +106,11 @@ class CommitLog:
         for loc in self.iter_entries(start, check_crc=check_crc, include_blank=False):
             yield loc.entry  # type: ignore[misc]
 
-    def recovery_start(self, cp: Checkpoint, abnormal: bool) -> int:
-        """Where the broker's recovery starts reading (the start of a file): CommitLog.recoverNormally
-        reads the last three files; recoverAbnormally the last file whose first record passes
-        isMappedFileMatchedRecover (4.6+ / 5.x file mode), else the first file."""
-        files = [f for f in self.queue if f.length > 0]
-        if not files:
-            return self.min_offset
-        if not abnormal:
-            return files[max(0, len(files) - 3)].start
-        return next((f.start for f in reversed(files) if first_record_matches(f, cp)), files[0].start)
-
-    def recovered_end(self, cp: Checkpoint, abnormal: bool) -> int:
-        """The commit log's end after the broker's recovery (its processOffset): from recovery_start
-        to the first record that fails checkMessageAndReturnSize with the CRC check (checkCRCOnRecover
-        defaults to true)."""
-        end = self.recovery_start(cp, abnormal)
+    def recovered_end(self, start: int) -> int:
+        """The commit log's end after the broker's recovery (its processOffset): from ``start`` (where
+        recovery starts reading: broker_model) to the first record that fails checkMessageAndReturnSize
+        with the CRC check (checkCRCOnRecover defaults to true)."""
+        end = start
         try:
             for loc in self.iter_entries(end, check_crc=True, stop_at_damage=True):
                 if isinstance(loc.entry, Message):
@@ -175,14 +163,3 @@ class CommitLog:
 
 
 _HEADER = struct.Struct(">iI")          # TOTALSIZE, MAGICCODE
-
-def first_record_matches(f: QueueFile, cp: Checkpoint) -> bool:
-    """CommitLog.isMappedFileMatchedRecover (4.6+ / 5.x file mode): the first record is a valid
-    message (CRC checked), its store time is set and not after the checkpoint's min timestamp."""
-    try:
-        entry = decode_entry(f.read(), 0, check_crc=True)
-    except FormatError:
-        return False
-    if isinstance(entry, Blank):
-        return False
-    return entry.store_timestamp != 0 and entry.store_timestamp <= cp.min_timestamp
