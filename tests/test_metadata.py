@@ -271,6 +271,25 @@ def test_offsets_after_a_crash_cap_at_the_recovered_end(tmp_path, name):
     assert [(r["queue_id"], r["max_offset"]) for r in rows] == [(0, want[("TopicB", 0)])]
 
 
+@pytest.mark.parametrize("name", ["dev-sample-crash-torn", "dev-sample-5x-crash-torn", "dev-sample-5x-crash"])
+def test_topic_status_after_a_crash_caps_at_the_recovered_end(name):
+    """The same rule as offsets (crash_recovered_end): topic-status gives the recovered queues' maxima and
+    says so; the last message's store time is that of the recovered queue's last unit."""
+    want = {(q["topic"], q["queueId"]): q["maxOffsetInQueue"] for q in readback(name)["consumeQueues"]
+            if (store_path(name) / "consumequeue" / q["topic"]).is_dir()}
+    result = run("topic-status", store_path(name), *sorted({t for t, _ in want}), "-f", "jsonl")
+    rows = jsonl(result)
+    assert {(r["topic"], r["queue_id"]): r["max_offset"] for r in rows} == want
+    assert result.stderr.startswith("rmqtool: warning: abort file present (the broker did not shut down cleanly)")
+    assert f"offset {readback(name)['maxPhyOffset']} left out" in result.stderr
+    stamps = {x["physicalOffset"]: x.get("storeTimestamp") for x in readback(name)["commitlogRecords"]}
+    for q in readback(name)["consumeQueues"]:
+        units = q["units[queueOffset,commitLogOffset,size,tagsCode]"]
+        row = next((r for r in rows if (r["topic"], r["queue_id"]) == (q["topic"], q["queueId"])), None)
+        if row is not None and units:
+            assert row["last_updated_timestamp"] == stamps[units[-1][1]]
+
+
 def test_lmq_consumer_offsets_in_query_id_track(lmq_store):
     """query-id --track reads the same offsets (LmqConsumerOffsetManager's file when the broker wrote it)."""
     rec = next(r for r in readback("dev-lmq-5x")["commitlogRecords"]

@@ -167,7 +167,8 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: s
     """Per queue of each topic (as mqadmin topicStatus): min and max offset and the store time of the last
     message (last_updated_timestamp), from the consume-queue files (batchconsumequeue for BatchCQ topics).
 
-    Without TOPIC, every topic with queue files. Exits 1 when no queue matches.
+    Without TOPIC, every topic with queue files. With an abort file present (a crash), max offsets are
+    what the broker's recovery keeps, with a warning (as in offsets). Exits 1 when no queue matches.
 
     \b
     Examples:
@@ -178,7 +179,7 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: s
 
     st = Store.open(store)
     names = topics or sorted(set(st.topics()) | set(st.batch_topics()))
-    _write(ctx, topic_status_rows(st, names), resolve_format(fmt), tablefmt, TOPIC_STATUS_FIELDS, "no queues")
+    _write(ctx, topic_status_rows(st, names, _crash_end(st)), resolve_format(fmt), tablefmt, TOPIC_STATUS_FIELDS, "no queues")
 
 
 @cli.command()

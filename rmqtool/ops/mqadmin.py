@@ -47,13 +47,14 @@ def _min_offset(store: Store, topic: str, queue_id: int) -> int:
     return first
 
 
-def topic_status_rows(store: Store, topics: Iterable[str]) -> Iterator[dict]:
+def topic_status_rows(store: Store, topics: Iterable[str], phy_end: int | None = None) -> Iterator[dict]:
     """mqadmin topicStatus: per queue its min and max offset and the store time of its last message
-    (AdminBrokerProcessor.getTopicStatsInfo: getMessageStoreTimeStamp(topic, queue, max - 1) when max > 0)."""
+    (AdminBrokerProcessor.getTopicStatsInfo: getMessageStoreTimeStamp(topic, queue, max - 1) when max > 0).
+    ``phy_end`` caps the maxima after a crash (rmqtool.ops.metadata.crash_recovered_end)."""
     for topic in topics:
         queues = store.batch_consume_queues(topic) if _batch(store, topic) else store.consume_queues(topic)
         for queue_id in sorted(q.queue_id for q in queues):
-            high = cq_max_offset(store, topic, queue_id) or 0
+            high = cq_max_offset(store, topic, queue_id, phy_end) or 0
             yield {"topic": topic, "queue_id": queue_id, "min_offset": _min_offset(store, topic, queue_id),
                    "max_offset": high,
                    "last_updated_timestamp": store_time_at(store, topic, queue_id, high - 1) if high else None}
