@@ -1,17 +1,23 @@
 """Man pages generated from the click commands: ``python -m rmqtool._manpages man/``.
 
 One page per registered command (``rmqtool.1``, ``rmqtool-<command>.1``) with NAME, SYNOPSIS,
-DESCRIPTION, OPTIONS, ENVIRONMENT, EXIT STATUS, FILES, EXAMPLES and SEE ALSO. A command's examples are
-the ``Examples:`` block of its help text: command lines that work from the source checkout, on the
-bundled fixture stores (a trailing ``# exit N`` gives a status other than 0; a test runs them all). The output is deterministic (no date), so a test can regenerate
-the pages and compare them with the committed ones.
+DESCRIPTION, OPTIONS, OUTPUT FIELDS, ENVIRONMENT, EXIT STATUS, FILES, EXAMPLES and SEE ALSO. A command's
+examples are the ``Examples:`` block of its help text: command lines that work from the source checkout,
+on the bundled fixture stores (a trailing ``# exit N`` gives a status other than 0). Generating the pages
+runs each example (``run_example``) and shows what it prints under it; tests/test_docs.py runs them again
+and compares. The output fields are the README's "Output fields" table, which a test checks against what
+the commands print. The pages are deterministic (no date, variable parts normalised), so a test can
+regenerate them from the committed outputs and compare.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -21,6 +27,7 @@ from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import EXIT_STATUS_HELP
 
 PROG = "rmqtool"
+CHECKOUT = Path(__file__).resolve().parent.parent     # the source checkout: fixtures/, README.md
 FILES = [
     ("STORE/commitlog/", "commit-log files, named by the 20-digit physical offset they start at"),
     ("STORE/consumequeue/TOPIC/QUEUE_ID/", "consume-queue files of 20-byte units"),
@@ -32,15 +39,69 @@ FILES = [
 ]
 TOP_EXAMPLES = [
     "rmqtool info fixtures/dev-sample/store",
-    "rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA -n 10",
+    "rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA -n 3 -f plain",
     "rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33",
 ]
 
 
+# What differs between runs of an example and is not the tool's output: the wall clock in names of backups
+# and undo directories, the speed of an export, the shell's process id in /tmp/NAME-$$ paths.
+VARIABLE = [(re.compile(r"(rmqtool-backup|\.undo)-\d{8}-\d{6}-\d{6}"), r"\1-<time>"),
+            (re.compile(r" in \d+\.\d\d s, \d+ MB/s "), " in <seconds> s, <rate> MB/s ")]
+FIELD_ROW = re.compile(r"^\| `rmqtool ([^`]+)` \| ([a-z_0-9, ]+) \|$", re.M)
+
+
+def normalise(text: str, pid: int | None = None) -> str:
+    """An example's output with what is truly variable replaced (VARIABLE; the shell's pid as ``$$``)."""
+    if pid is not None:
+        text = re.sub(rf"(/tmp/[\w.-]*?){pid}(?!\d)", r"\1$$", text)
+    for pattern, repl in VARIABLE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def expected_status(line: str) -> int:
+    """The exit status an example documents with a trailing ``# exit N`` (0 without one)."""
+    return int(m.group(1)) if (m := re.search(r"#\s*exit (\d+)\b", line)) else 0
+
+
+def run_example(line: str) -> tuple[int, str]:
+    """(exit status, what it prints: stdout and stderr as a terminal shows them) of an example line, run
+    by bash in a fresh directory where ``fixtures/`` is the checkout's, ``/tmp/`` a fresh directory and
+    ``rmqtool`` this checkout's (in UTC). Paths and variable parts are normalised (``normalise``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        bin_dir, work = Path(tmp, "bin"), Path(tmp, "work")
+        (work / "tmp").mkdir(parents=True)
+        bin_dir.mkdir()
+        (bin_dir / PROG).write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {PROG} "$@"\n')
+        (bin_dir / PROG).chmod(0o755)
+        (work / "fixtures").symlink_to(CHECKOUT / "fixtures")
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(CHECKOUT), "TZ": "UTC"}
+        proc = subprocess.Popen(["bash", "-c", line.replace("/tmp/", f"{work}/tmp/")], cwd=work, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, _ = proc.communicate(timeout=300)
+        return proc.returncode, normalise(out.replace(f"{work}/tmp/", "/tmp/").replace(f"{work}/", ""), proc.pid)
+
+
+def output_fields(readme: Path = CHECKOUT / "README.md") -> list[tuple[str, list[str]]]:
+    """(command line, fields) of the README's "Output fields" table (checked against the commands)."""
+    text = readme.read_text("utf-8") if readme.exists() else ""
+    return [(args, fields.split(", ")) for args, fields in FIELD_ROW.findall(text.split("### Output fields", 1)[-1])]
+
+
 def esc(text: str) -> str:
-    """Escape text for groff: backslashes, and a leading dot or quote."""
+    """Escape text for groff: backslashes, dashes, characters beyond ASCII, and a leading dot or quote."""
     text = text.replace("\\", "\\e").replace("-", "\\-")
+    text = re.sub(r"[^\x00-\x7f]", lambda m: f"\\[u{ord(m.group()):04X}]", text)
     return "\\&" + text if text[:1] in (".", "'") else text
+
+
+UNESCAPE = re.compile(r"\\(?:(e)|(-)|(&)|\[u([0-9A-F]{4,6})\])")
+
+
+def unesc(text: str) -> str:
+    """What ``esc`` escaped."""
+    return UNESCAPE.sub(lambda m: "\\" if m[1] else "-" if m[2] else "" if m[3] else chr(int(m[4], 16)), text)
 
 
 def _paragraphs(help_text: str) -> tuple[list[tuple[bool, list[str]]], list[str]]:
@@ -93,15 +154,41 @@ def _sections(*pairs) -> list[str]:
     return out
 
 
-def _common_sections(examples: list[str], see_also: list[str]) -> list[tuple[str, list[str]]]:
+EXAMPLES_INTRO = ("Each command runs on the bundled fixture stores from the source checkout; below it is what it "
+                  "prints in a pipe (standard output and error), which the test suite checks.")
+
+
+def _examples(examples: list[str], outputs: dict[str, str]) -> list[str]:
+    if not examples:
+        return []
+    out = [".PP", esc(EXAMPLES_INTRO)]
+    for line in examples:
+        out += [".PP", ".nf", f"\\fB$ {esc(line)}\\fR"]
+        text = outputs.get(line, "")
+        out += [esc(row) for row in (text[:-1] if text.endswith("\n") else text).split("\n") if text] + [".fi"]
+    return out
+
+
+def page_examples(page: str) -> list[tuple[str, str]]:
+    """(command line, output) of every example of a page's text, groff escapes undone."""
+    section = page.split("\n.SH EXAMPLES\n", 1)[-1].split("\n.SH ", 1)[0] if "\n.SH EXAMPLES\n" in page else ""
+    found = []
+    for block in section.split("\n.PP\n.nf\n")[1:]:
+        command, *lines = block.split("\n.fi", 1)[0].split("\n")
+        found.append((unesc(command.removeprefix("\\fB$ ").removesuffix("\\fR")),
+                      "".join(unesc(line) + "\n" for line in lines)))
+    return found
+
+
+def _common_sections(examples: list[str], see_also: list[str],
+                     outputs: dict[str, str]) -> list[tuple[str, list[str]]]:
     status = []
     for code, text in EXIT_STATUS_HELP.items():
         status += [".TP", f"\\fB{int(code)}\\fR", esc(text)]
     files = []
     for name, text in FILES:
         files += [".TP", f"\\fI{esc(name)}\\fR", esc(text)]
-    example_lines = [".nf"] + [esc(line) for line in examples] + [".fi"] if examples else []
-    return [("EXIT STATUS", status), ("FILES", files), ("EXAMPLES", example_lines),
+    return [("EXIT STATUS", status), ("FILES", files), ("EXAMPLES", _examples(examples, outputs)),
             ("SEE ALSO", [esc(", ".join(f"{page}(1)" for page in see_also))])]
 
 
@@ -116,7 +203,20 @@ def _head(title: str) -> list[str]:
             f'.TH "{title.upper()}" 1 "" "{PROG} {__version__}" "{PROG} manual"']
 
 
-def command_page(name: str, cmd: click.Command, root: click.Context) -> str:
+FIELDS_INTRO = ("The fields each of these command lines prints, in order (the keys of -f jsonl, the headers of "
+                "-f csv and tsv; --fields picks among them):")
+
+
+def _fields(name: str, fields: list[tuple[str, list[str]]]) -> list[str]:
+    out = []
+    for args, names in fields:
+        if args.split()[0] == name:
+            out += [".TP", f"\\fB{PROG} {esc(args)}\\fR", esc(", ".join(names))]
+    return [".PP", esc(FIELDS_INTRO)] + out if out else []
+
+
+def command_page(name: str, cmd: click.Command, root: click.Context, outputs: dict[str, str] | None = None,
+                 fields: list[tuple[str, list[str]]] = ()) -> str:
     ctx = click.Context(cmd, info_name=name, parent=root)
     paragraphs, examples = _paragraphs(cmd.help)
     options, env = _options(cmd, ctx)
@@ -127,13 +227,14 @@ def command_page(name: str, cmd: click.Command, root: click.Context) -> str:
         ("SYNOPSIS", [f"\\fB{PROG} {esc(name)}\\fR {esc(usage)}"]),
         ("DESCRIPTION", _description(paragraphs)),
         ("OPTIONS", options),
+        ("OUTPUT FIELDS", _fields(name, fields)),
         ("ENVIRONMENT", env),
-        *_common_sections(examples, [PROG]),
+        *_common_sections(examples, [PROG], outputs or {}),
     )
     return "\n".join(head + body) + "\n"
 
 
-def main_page(group: click.Group, root: click.Context, names: list[str]) -> str:
+def main_page(group: click.Group, root: click.Context, names: list[str], outputs: dict[str, str] | None = None) -> str:
     paragraphs, _ = _paragraphs(group.help)
     options, env = _options(group, root)
     commands = []
@@ -148,25 +249,46 @@ def main_page(group: click.Group, root: click.Context, names: list[str]) -> str:
         ("OPTIONS", options),
         ("COMMANDS", commands),
         ("ENVIRONMENT", env),
-        *_common_sections(TOP_EXAMPLES, [f"{PROG}-{n}" for n in names]),
+        *_common_sections(TOP_EXAMPLES, [f"{PROG}-{n}" for n in names], outputs or {}),
     )
     return "\n".join(head + body) + "\n"
 
 
-def render_pages(group: click.Group = cli) -> dict[str, str]:
-    """File name -> page text for the group and every visible command registered on it."""
+def example_lines(group: click.Group = cli) -> list[str]:
+    """Every example command line of the pages, once."""
+    lines = list(TOP_EXAMPLES)
+    for cmd in group.commands.values():
+        lines += _paragraphs(cmd.help)[1]
+    return list(dict.fromkeys(lines))
+
+
+def render_pages(group: click.Group = cli, outputs: dict[str, str] | None = None) -> dict[str, str]:
+    """File name -> page text for the group and every visible command registered on it; ``outputs`` maps
+    an example line to what it prints (``run_example``)."""
     root = click.Context(group, info_name=PROG, **group.context_settings)
     names = sorted(n for n, c in group.commands.items() if not c.hidden)
-    pages = {f"{PROG}.1": main_page(group, root, names)}
+    fields = output_fields()
+    pages = {f"{PROG}.1": main_page(group, root, names, outputs)}
     for name in names:
-        pages[f"{PROG}-{name}.1"] = command_page(name, group.commands[name], root)
+        pages[f"{PROG}-{name}.1"] = command_page(name, group.commands[name], root, outputs, fields)
     return pages
 
 
-def write_pages(directory: Path) -> list[Path]:
-    """Write every page into ``directory`` and remove stale rmqtool pages there."""
+def committed_outputs(directory: Path) -> dict[str, str]:
+    """Example line -> output, as the pages in ``directory`` show them."""
+    return {line: out for page in sorted(directory.glob(f"{PROG}*.1"))
+            for line, out in page_examples(page.read_text("utf-8"))}
+
+
+def write_pages(directory: Path, outputs: dict[str, str] | None = None) -> list[Path]:
+    """Write every page into ``directory`` and remove stale rmqtool pages there, with the examples'
+    ``outputs``; an example without one is run for it."""
     directory.mkdir(parents=True, exist_ok=True)
-    pages = render_pages()
+    outputs = dict(outputs or {})
+    for line in example_lines():
+        if line not in outputs:
+            outputs[line] = run_example(line)[1]
+    pages = render_pages(outputs=outputs)
     for stale in directory.glob(f"{PROG}*.1"):
         if stale.name not in pages:
             stale.unlink()
@@ -179,6 +301,9 @@ def write_pages(directory: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "man")
-    for page in write_pages(target):
+    # python -m rmqtool._manpages [DIR] [--reuse]: --reuse keeps the outputs DIR's pages show and runs only
+    # new examples (after a change of help text); without it every example runs again.
+    args = [a for a in sys.argv[1:] if a != "--reuse"]
+    target = Path(args[0] if args else "man")
+    for page in write_pages(target, committed_outputs(target) if "--reuse" in sys.argv else None):
         print(page)

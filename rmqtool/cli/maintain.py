@@ -287,10 +287,10 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     \b
     Examples:
       rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 0: the queues are as the broker wrote them
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$ -f plain
-      rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$ -f plain
+      rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$
+      rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$
       rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
-      rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$ -f plain
+      rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$
     """
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues

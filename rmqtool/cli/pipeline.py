@@ -169,8 +169,8 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
     \b
     Examples:
       rmqtool grep 'fixtures/dev-sample*/store' --key key-95 --body-regex rocket -f plain   # exit 3: torn stores
-      rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -f jsonl
-      rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -f csv
+      rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
+      rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f csv
     """
     from rmqtool.ops.grep import grep_local, hit_rows
     from rmqtool.ops.scan import list_files

@@ -273,11 +273,11 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
 
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store --count 5
-      rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -f jsonl
+      rmqtool cat-commitlog fixtures/dev-sample/store --count 3 -f plain
+      rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
       rmqtool cat-commitlog fixtures/dev-sample/store --offset 257 -n 1 -f record
       rmqtool cat-commitlog fixtures/dev-sample/store --key key-82 -f plain
-      rmqtool cat-commitlog fixtures/dev-sample/store --since '2026-11-20 23:13:09' --until '2026-11-20 23:13:10' -f csv
+      rmqtool cat-commitlog fixtures/dev-sample/store --since '2026-11-20 23:13:09' --until '2026-11-20 23:13:10' -n 2 -f csv
       rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
       rmqtool cat-commitlog fixtures/dev-batchcq-5x/store --topic BatchTopic --unwrap -n 8 -f plain
       rmqtool cat-commitlog fixtures/dev-dledger/store -n 3 -f plain
