@@ -115,6 +115,32 @@ def test_transactions_in_doubt_and_rolled_back(store_copy):
     assert doubt["half_offset"] == rows[4]["half_offset"] and doubt["age_ms"] == newest - doubt["store_timestamp"]
 
 
+def test_op_bodies_of_both_broker_versions():
+    """4.9.7: one offset per op body ("12"); 5.x: "offset," per closed half, batched ("3,7,8,"); a part
+    Long.parseLong refuses closes nothing."""
+    from rmqtool.ops.mqadmin import op_half_offsets
+
+    assert op_half_offsets(b"12") == [12] and op_half_offsets(b"3,") == [3]
+    assert op_half_offsets(b"3,7,8,") == [3, 7, 8]
+    assert op_half_offsets(b"x,5,,-1, 6,+9") == [5, 9] and op_half_offsets(None) == op_half_offsets(b"") == []
+
+
+def test_transactions_closed_by_a_batched_5x_op_body(store_copy):
+    """A 5.x broker's TransactionalOpBatchService closes several halves with one op record: two of three new
+    halves closed by "4,6," are rolled back, the third stays in doubt."""
+    store = store_copy("dev-sample-5x")
+    for i, args in enumerate((["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicA", "--body", "a"],
+                              ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicB", "--body", "b"],
+                              ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicA", "--body", "c"],
+                              ["--topic", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "--tag", "d", "--body", "4,6,"])):
+        assert run("put", store, *args, "--backup", store.parent / f"bk{i}").exit_code == 0
+    rows = jsonl(run("transactions", store, "--all", "-f", "jsonl"))
+    assert [(r["state"], r["queue_offset"]) for r in rows[4:]] == [("rolled_back", 4), ("in_doubt", 5),
+                                                                    ("rolled_back", 6)]
+    assert rows[4]["op_offset"] == rows[6]["op_offset"]                   # one op record closed both
+    assert [r["queue_offset"] for r in jsonl(run("transactions", store, "-f", "jsonl"))] == [5]
+
+
 # -- progress ---------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _recording(seen: list):

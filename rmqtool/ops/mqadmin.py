@@ -4,6 +4,7 @@ transaction check works from."""
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Iterator
 
 from rmqtool import constants as C
@@ -73,13 +74,30 @@ def track_rows(records: Iterable[dict], offsets: dict[tuple[str, str], dict[int,
                        "consumed": committed > r["queue_offset"]}
 
 
+def op_half_offsets(body: bytes | None) -> list[int]:
+    """The half queue offsets an op record's body closes, as the broker's transaction check reads them.
+
+    4.9.7 writes one offset per op record, its decimal digits alone (TransactionalMessageBridge.
+    addRemoveTagInTransactionOp: ``String.valueOf(queueOffset)``, op queue = the half's queue id). 5.x queues
+    ``offset + ","`` per closed half (TransactionalMessageServiceImpl.deletePrepareMessage, OFFSET_SEPARATOR)
+    and TransactionalOpBatchService writes them per half queue id as one body, up to
+    transactionOpMsgMaxSize (getOpMessage: "3,7,8,"; TransactionalMessageBridge.writeOp(queueId) ->
+    getOpQueueByHalf: the same queue id, tag "d" in both). 5.x's fillOpRemoveMap splits on "," (Java's split
+    drops the trailing empty part) and parses each part with Long.parseLong, a part that does not parse
+    being -1 and so below every queue's minimum: skipped. 4.9.7's fillOpRemoveMap parses the whole body as
+    one number, the same on every body a 4.x broker writes."""
+    offsets = []
+    for part in bytes(body or b"").decode("utf-8", "replace").split(","):
+        if re.fullmatch(r"\+?\d+", part):
+            offsets.append(int(part))
+    return offsets
+
+
 def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: bool = False) -> Iterator[dict]:
     """Half messages (RMQ_SYS_TRANS_HALF_TOPIC) and how they ended, in commit-log order.
 
-    An op record (RMQ_SYS_TRANS_OP_HALF_TOPIC, tag "d", same queue id) names in its body the half queue
-    offsets it closes, comma-separated (4.x writes one offset per op record, TransactionalMessageBridge.
-    addRemoveTagInTransactionOp; 5.x batches "offset," entries, TransactionalMessageServiceImpl.
-    deletePrepareMessage). A commit is the real message EndTransactionProcessor writes: sysFlag
+    An op record (RMQ_SYS_TRANS_OP_HALF_TOPIC, tag "d", the half's queue id) names in its body the half
+    queue offsets it closes (``op_half_offsets``). A commit is the real message EndTransactionProcessor writes: sysFlag
     TRANSACTION_COMMIT_TYPE, preparedTransactionOffset = the half's physical offset; a closed half without
     one was rolled back. An open half at or after the check's progress in its queue (group CID_RMQ_SYS_TRANS,
     ``half_offsets``) is in doubt: the broker's transaction check asks the producer about it; an open half
@@ -110,9 +128,8 @@ def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: 
                 halves.append(r)
             elif r["topic"] == C.RMQ_SYS_TRANS_OP_HALF_TOPIC:
                 if r["tags"] == C.TRANS_OP_REMOVE_TAG:
-                    for part in bytes(r["body"] or b"").decode("utf-8", "replace").split(","):
-                        if part.strip().isdigit():
-                            closed.setdefault((r["queue_id"], int(part)), r["physical_offset"])
+                    for offset in op_half_offsets(r["body"]):
+                        closed.setdefault((r["queue_id"], offset), r["physical_offset"])
             else:
                 commits.setdefault(r["prepared_transaction_offset"], r["physical_offset"])
     for h in halves:
