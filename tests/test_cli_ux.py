@@ -457,3 +457,7 @@ def test_sizes_are_rich_decimal_sizes():
     shown = dict((topic, size.strip()) for topic, size in (line.split(None, 1) for line in plain))
     assert shown == {t: decimal(b) for t, b in rows.items()}
     assert any(b < 1000 for b in rows.values())            # "… bytes", as rich writes it
+    # what rich writes (powers of 1000, one decimal): the sizes the README and man pages show
+    assert (shown["RawTopic"], shown["TopicA"], rows["RawTopic"], rows["TopicA"]) == ("454 bytes", "45.5 kB", 454, 45497)
+    assert [decimal(n) for n in (0, 1, 999, 1000, 65536, 66999793)] == [
+        "0 bytes", "1 byte", "999 bytes", "1.0 kB", "65.5 kB", "67.0 MB"]
