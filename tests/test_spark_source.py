@@ -18,13 +18,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, readback, run, store_path
+from pathlib import Path
+
+from conftest import FIXTURES, ROOT, readback, run, store_path
 
 pytest.importorskip("pyspark.sql.datasource")
 from pyspark.sql.datasource import DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, Not  # noqa: E402
 
 from rmqtool.ops import scan  # noqa: E402
-from rmqtool.spark.datasource import PushdownReader, RocketMQDataSource  # noqa: E402
+from rmqtool.spark.datasource import PushdownReader, RocketMQDataSource, _topic_offsets  # noqa: E402
 
 
 def rows(reader) -> list[dict]:
@@ -64,6 +66,81 @@ def test_pushed_filters_read_fewer_files_and_keep_the_rows(generated):
     want = [r for r in everything if r["topic"] == "Topic-01" and r["queue_id"] in (0, 2)
             and r["store_timestamp"] > _at(cut) and r["physical_offset"] < 5 * 65536]
     assert rows(reader) == want and want
+
+
+def with_late_topic(generated, where) -> str:
+    """A copy of the generated store (6 files, five topics in every file) and three messages of a topic
+    ``Late`` appended to its last file by rmqtool's writer (with their consume-queue units)."""
+    import shutil
+
+    store = where / "late" / "store"
+    shutil.copytree(generated, store)
+    for i in range(3):
+        assert run("put", store, "--topic", "Late", "--body", f"late-{i}", "--backup", where / f"bk{i}").exit_code == 0
+    return str(store)
+
+
+def _pushed(path: str, *filters) -> PushdownReader:
+    reader = PushdownReader([path], "commitlog", False, False, False)
+    assert list(reader.pushFilters(list(filters))) == []
+    return reader
+
+
+def test_a_topic_filter_reads_only_the_files_its_queues_point_into(generated, tmp_path):
+    store = with_late_topic(generated, tmp_path)
+    files = scan.list_files([store])
+    everything = rows(RocketMQDataSource({"path": store}).reader(None))
+    late = [r for r in everything if r["topic"] == "Late"]
+    assert len(files) == 6 and len(late) == 3
+    reader = _pushed(store, EqualTo(("topic",), "Late"))
+    assert [p.value.name for p in reader.partitions()] == [files[5].name]     # 5 of 6 files never opened
+    assert rows(reader) == late
+    option = RocketMQDataSource({"path": store, "topics": " Late"}).reader(None)     # no pushdown needed
+    assert type(option).pushFilters is DataSourceReader.pushFilters
+    assert [p.value.name for p in option.partitions()] == [files[5].name] and rows(option) == late
+    both = _pushed(store, In(("topic",), ("Late", "Topic-01")))
+    assert len(both.partitions()) == 6
+    assert rows(both) == [r for r in everything if r["topic"] in ("Late", "Topic-01")]
+    assert len(_pushed(store, EqualTo(("topic",), "Late"), LessThan(("physical_offset",), files[5].start))
+               .partitions()) == 1                                                 # the empty partition
+    # records past the furthest unit of any queue may not be dispatched yet: their files stay
+    cq = Path(store) / "consumequeue" / "Late" / "0" / "00000000000000000000"
+    cq.write_bytes(bytes(cq.stat().st_size))
+    assert [p.value.name for p in _pushed(store, EqualTo(("topic",), "Late")).partitions()] == [files[5].name]
+    assert rows(_pushed(store, EqualTo(("topic",), "Late"))) == late
+
+
+@pytest.mark.parametrize("change", ["abort", "no queues", "missing queue file"])
+def test_topic_pruning_reads_every_file_when_the_queues_cannot_tell(generated, tmp_path, change):
+    import shutil
+
+    store = with_late_topic(generated, tmp_path)
+    if change == "abort":                               # a crashed store (or a running broker)
+        (Path(store) / "abort").write_bytes(b"")
+    elif change == "no queues":                         # e.g. 5.x RocksDB queues
+        shutil.rmtree(Path(store) / "consumequeue" / "Late")
+    else:                                               # a gap in one of Topic-01's queues (file 1000 gone)
+        queue = Path(store) / "consumequeue" / "Topic-01" / "0"
+        (queue / "00000000000000001000").rename(queue / "00000000000000002000")
+    everything = rows(RocketMQDataSource({"path": store}).reader(None))
+    unknown = {"abort": {"Late", "Topic-01"}, "no queues": {"Late"}, "missing queue file": {"Topic-01"}}[change]
+    assert {topic for topic in ("Late", "Topic-01") if _topic_offsets(store, {topic}) is None} == unknown
+    for topic in ("Late", "Topic-01"):
+        reader = _pushed(store, EqualTo(("topic",), topic))
+        assert len(reader.partitions()) == (1 if topic == "Late" and change == "missing queue file" else 6)
+        assert rows(reader) == [r for r in everything if r["topic"] == topic]
+
+
+def test_topic_pruning_never_drops_a_matching_row():
+    """Every topic of every fixture store (clean, crashed, torn, damaged, DLedger, LMQ, batch, timer,
+    compaction, RocksDB queues)."""
+    for store in sorted(FIXTURES.glob("dev-*/store")):
+        path = str(store)
+        everything = rows(RocketMQDataSource({"path": path, "mode": "permissive"}).reader(None))
+        for topic in sorted({r["topic"] for r in everything}):
+            reader = PushdownReader([path], "commitlog", False, False, True)
+            list(reader.pushFilters([EqualTo(("topic",), topic)]))
+            assert rows(reader) == [r for r in everything if r["topic"] == topic], (store, topic)
 
 
 def test_time_options_prune_without_pushdown(generated):
@@ -125,7 +202,7 @@ from pyspark.sql import SparkSession
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.sql.session.timeZone", "UTC").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
-path, cut = sys.argv[1], int(sys.argv[2])
+path, cut, late = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 df = spark.read.format("rocketmq").load(path)
 out = {"count": df.count(), "partitions": df.rdd.getNumPartitions()}
 where = f"topic = 'Topic-01' AND store_timestamp > timestamp_millis({cut})"
@@ -139,7 +216,15 @@ pushed = base.where(where)
 out["pushed"] = [pushed.rdd.getNumPartitions(), sorted(r.physical_offset for r in pushed.collect())]
 out["after"] = sorted(r.physical_offset for r in df.collect() if r.topic == "Topic-01"
                       and r.store_timestamp.replace(tzinfo=dt.timezone.utc) > dt.datetime.fromtimestamp(cut / 1000, dt.timezone.utc))
-for shape in sys.argv[3:]:        # the export shapes of tests/test_export_schema.py, read back by Spark
+# topic pruning: pushed down, and as the load option; the default on the leak path (filtered, then the whole)
+whole = spark.read.format("rocketmq").load(late)
+out["late"] = [whole.where("topic = 'Late'").count(), whole.count(),
+               sorted(r.physical_offset for r in whole.collect() if r.topic == "Late")]
+for name, reader in (("late_pushed", spark.read.format("rocketmq").option("pushFilters", "true")),
+                     ("late_option", spark.read.format("rocketmq").option("topics", "Late"))):
+    q = reader.load(late).where("topic = 'Late'")
+    out[name] = [q.rdd.getNumPartitions(), sorted(r.physical_offset for r in q.collect())]
+for shape in sys.argv[4:]:        # the export shapes of tests/test_export_schema.py, read back by Spark
     back = spark.read.parquet(shape)
     out[shape] = [{f.name: f.dataType.simpleString() for f in back.schema.fields},
                   sorted([r.store, r.physical_offset, r.topic, int(r.store_timestamp.replace(tzinfo=dt.timezone.utc)
@@ -152,6 +237,9 @@ spark.stop()
 
 @pytest.mark.spark
 def test_plain_session_finds_the_source_and_pushes_filters_down(generated, tmp_path):
+    """A plain session (no rmqtool call) finds format("rocketmq"); pushed-down topic / time filters and the
+    load options read fewer files (partitions counted) and return the rows of the unfiltered read filtered
+    afterwards; with the defaults, a DataFrame read after a filtered query of it still reads every row."""
     files = scan.list_files([generated])
     cut = scan.first_store_timestamp(files[4]) + 1
     script = tmp_path / "plain.py"
@@ -160,7 +248,8 @@ def test_plain_session_finds_the_source_and_pushes_filters_down(generated, tmp_p
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PYTHONPATH": str(ROOT), "TZ": "UTC"}
     shapes = export_shapes(tmp_path)
-    done = subprocess.run([sys.executable, str(script), generated, str(cut), *shapes.values()], capture_output=True, text=True,
+    late = with_late_topic(generated, tmp_path)
+    done = subprocess.run([sys.executable, str(script), generated, str(cut), late, *shapes.values()], capture_output=True, text=True,
                           env=env, timeout=600, cwd=tmp_path)
     result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and result, done.stderr[-3000:]
@@ -170,6 +259,9 @@ def test_plain_session_finds_the_source_and_pushes_filters_down(generated, tmp_p
     assert out["pushed"] == [2, out["after"]] and out["after"]    # on: the last 2 of 6 files, the same rows
     # off by default: PySpark (<= 4.3) would hand the filtered read to the DataFrame it came from
     assert out["default"] == [len(out["after"]), out["count"]]
+    # a topic: 1 of 6 files read, the rows of the whole read filtered afterwards; the default does not leak
+    assert out["late"][:2] == [3, info_messages(late)] and len(out["late"][2]) == 3
+    assert out["late_pushed"] == out["late_option"] == [1, out["late"][2]]
     # Spark reads every export shape with one schema (timestamp, not timestamp_ntz) and the same rows
     one = pq.read_table(shapes["one"])
     millis = one.column("store_timestamp").cast(pa.int64()).to_pylist()

@@ -7,16 +7,21 @@ PySpark (4.0+) finds it by name in any session: it registers the ``DefaultSource
 top-level module named ``pyspark_*`` (``pyspark_rocketmq`` here). Options (README, "The rocketmq data
 source"): ``kind`` = commitlog (default) | consumequeue (both queue layouts) | batchconsumequeue | index;
 ``checkCrc`` and ``decompress``; ``mode`` = failfast | permissive; ``includeBlank`` (BLANK padding
-records, left out by default); ``since`` / ``until``; ``pruneFiles``; ``pushFilters``. One input partition per store
-file that may hold a wanted row; each yields Arrow record batches.
+records, left out by default); ``since`` / ``until`` / ``topics``; ``pruneFiles``; ``pushFilters``. One
+input partition per store file that may hold a wanted row (``may_hold``: by byte range, time range and
+the topics' consume queues); each yields Arrow record batches.
 
 With ``pushFilters`` = true, filters on ``topic``, ``queue_id``, ``store_timestamp`` and
 ``physical_offset`` (=, IN, <, <=, >, >=) are pushed down where PySpark pushes filters to Python data
 sources (4.1+, with ``spark.sql.python.filterPushdown.enabled``): the tasks apply them exactly, and
 commit-log files that cannot hold a matching record are not read at all (``df.rdd.getNumPartitions()``
-counts the files read). It is off by default: PySpark up to 4.3 keeps the pushed-down read on the
-loaded relation, so the unfiltered DataFrame it came from then reads the filtered rows too
-(PythonScanBuilder.pushFilters -> PythonDataSourceV2.setReadInfo; later Spark keeps it per scan).
+counts the files read). It is off by default, and the options ``since`` / ``until`` / ``topics`` prune
+the same way without it: PySpark up to 4.3 keeps the read planned with the pushed filters (read function
+and partitions) on the provider every scan of the loaded DataFrame shares (PythonScanBuilder.pushFilters
+-> PythonDataSourceV2.setReadInfo; PythonDataSourceV2.getOrCreateReadInfo hands it to each later
+PythonBatch), so ``df.count()`` after ``df.where(...).count()`` reads the filtered files. Handing every
+filter back to Spark would not help (the files left out are in the partitions), and nothing a task sees
+tells the scans apart; a later Spark keeps the read info per scan (PythonScanBuilder.readInfo).
 """
 
 from __future__ import annotations
@@ -97,8 +102,11 @@ class RocketMQDataSource(DataSource):
             pushed.append(("GreaterThanOrEqual", "store_timestamp", time_option(self.options, "since")))
         if time_option(self.options, "until") is not None:
             pushed.append(("LessThanOrEqual", "store_timestamp", time_option(self.options, "until")))
+        if self.options.get("topics"):
+            names = tuple(n.strip() for n in str(self.options["topics"]).split(",") if n.strip())
+            pushed.append(("In", "topic", names))
         if pushed and kind != "commitlog":
-            raise ValueError(f"options since and until select commit-log records: not with kind {kind}")
+            raise ValueError(f"options since, until and topics select commit-log records: not with kind {kind}")
         pushing = _flag(self.options, "pushFilters") and _planning_with_pushdown()
         cls = PushdownReader if pushing else RocketMQReader
         return cls(paths_option(self.options), kind, _flag(self.options, "checkCrc"),
@@ -209,13 +217,16 @@ def _may_match(op: str, value, lo, hi) -> bool:
 
 def may_hold(files: list[scan.StoreFile], pushed: list) -> list[bool]:
     """For each commit-log file, whether it may hold a record passing the pushed filters on
-    ``physical_offset`` (the file's byte range) and ``store_timestamp``. A file's store times run from
-    its first record's to the next file's first record's: the broker stamps records in commit-log order
-    under its put lock (CommitLog.asyncPutMessage) and its own time look-ups assume the same
-    (ConsumeQueue.getOffsetInQueueByTime); option pruneFiles=false reads every file."""
+    ``physical_offset`` (the file's byte range), ``topic`` (``topic_may_hold``) and ``store_timestamp``. A
+    file's store times run from its first record's to the next file's first record's: the broker stamps
+    records in commit-log order under its put lock (CommitLog.asyncPutMessage) and its own time look-ups
+    assume the same (ConsumeQueue.getOffsetInQueueByTime); option pruneFiles=false reads every file."""
     offsets = [(op, v) for op, column, v in pushed if column == "physical_offset"]
     times = [(op, v) for op, column, v in pushed if column == "store_timestamp"]
     keep = [all(_may_match(op, v, f.start, f.start + f.size - 1) for op, v in offsets) for f in files]
+    for op, column, v in pushed:
+        if column == "topic" and op in ("EqualTo", "In"):
+            keep = [k and t for k, t in zip(keep, topic_may_hold(files, set(v) if op == "In" else {v}))]
     if not times:
         return keep
     firsts = [scan.first_store_timestamp(f) if k else None for f, k in zip(files, keep)]
@@ -228,3 +239,113 @@ def may_hold(files: list[scan.StoreFile], pushed: list) -> list[bool]:
         lo, hi = firsts[i] * 1000, None if nxt is None else nxt * 1000
         keep[i] = all(_may_match(op, v, lo, hi) for op, v in times)
     return keep
+
+
+def topic_may_hold(files: list[scan.StoreFile], topics: set[str]) -> list[bool]:
+    """For each commit-log file, whether it may hold a record of one of ``topics``, by the topics' consume
+    queues: the files their units point into, and every file past the dispatched end (the furthest unit
+    end of any queue; ReputMessageService dispatches in commit-log order, so every record before it has
+    its unit: CommitLogDispatcherBuildConsumeQueue, all but the prepared / rollback transaction types,
+    which 4.3+ brokers no longer write). Every file of a store is kept when that cannot be known: the
+    store crashed or a broker runs (``abort``), a topic has no queue directory (none written, or 5.x
+    RocksDB queues), a queue's files have a gap, or the path is no store root."""
+    import numpy as np
+
+    keep = [True] * len(files)
+    by_store: dict[str, list[int]] = {}
+    for i, f in enumerate(files):
+        by_store.setdefault(f.store, []).append(i)
+    for store, indexes in by_store.items():
+        known = _topic_offsets(store, topics)
+        if known is None:
+            continue
+        offsets, dispatched = known
+        starts = np.array([files[i].start for i in indexes], np.int64)
+        holding = set((np.searchsorted(starts, offsets, side="right") - 1).tolist())
+        for j, i in enumerate(indexes):
+            keep[i] = j in holding or files[i].start + files[i].size > dispatched
+    return keep
+
+
+def _topic_offsets(store: str, topics: set[str]):
+    """(physical offsets of every unit of ``topics``, dispatched end) of a store, or None when unknown."""
+    import numpy as np
+    from pyarrow import fs
+
+    from rmqtool.errors import StoreError
+    from rmqtool.store import layout as L
+
+    fsys, path = scan.filesystem(store)
+    if fsys.get_file_info(f"{path.rstrip('/')}/{L.ABORT}").type != fs.FileType.NotFound:
+        return None
+    try:
+        queue_files = scan.list_files([store], "consumequeue")
+    except StoreError:
+        return None
+    queues: dict[tuple, list[scan.StoreFile]] = {}
+    for f in queue_files:
+        queues.setdefault((f.kind, f.topic, f.queue_id), []).append(f)
+    if not topics <= {topic for _, topic, _ in queues}:
+        return None
+    offsets, dispatched = [], 0
+    for (kind, topic, _), qfiles in queues.items():
+        if topic not in topics:
+            if kind == "consumequeue":
+                dispatched = max(dispatched, _queue_end(qfiles))
+            continue
+        if any(b.start != a.start + a.size for a, b in zip(qfiles, qfiles[1:])):
+            return None                         # a missing file: units of the topic may be gone
+        for i, f in enumerate(qfiles):
+            phys, ends, whole = _units(f, kind)
+            if not whole or (len(phys) < f.size // _UNIT[kind] and i + 1 < len(qfiles)):
+                return None                     # a hole (a lost page after a crash): units may be missing
+            offsets.append(phys)
+            if len(phys):
+                dispatched = max(dispatched, int(ends[-1]))
+    return (np.concatenate(offsets) if offsets else np.zeros(0, np.int64)), dispatched
+
+
+_UNIT = {"consumequeue": 20, "batchconsumequeue": 46}
+
+
+def _units(f: scan.StoreFile, kind: str):
+    """(physical offsets, ends) of a (batch) consume-queue file's units up to the first that fails
+    recovery's test (as ``cq_batch`` / ``bcq_batch`` read them), and whether no valid unit follows it."""
+    import numpy as np
+
+    from rmqtool.spark.schema import BCQ_DTYPE, CQ_DTYPE
+
+    buf = scan.read_bytes(f)
+    dtype = BCQ_DTYPE if kind == "batchconsumequeue" else CQ_DTYPE
+    units = np.frombuffer(buf, dtype, count=len(buf) // dtype.itemsize)
+    valid = (units["physical_offset"] >= 0) & (units["size"] > 0)
+    if kind == "batchconsumequeue":
+        valid &= (units["msg_base_offset"] >= 0) & (units["batch_size"] > 0)
+    bad = np.flatnonzero(~valid)
+    n = int(bad[0]) if len(bad) else len(units)
+    phys = units["physical_offset"][:n].astype(np.int64)
+    return phys, phys + units["size"][:n].astype(np.int64), not valid[n:].any()
+
+
+def _queue_end(qfiles: list[scan.StoreFile]) -> int:
+    """The end (physical offset + size) of a consume queue's last unit, found by bisecting its last written
+    file (units up to the first that fails recovery's test, as ``cq_batch`` reads them; 0: none)."""
+    import struct
+
+    unit = _UNIT["consumequeue"]
+    for f in reversed(qfiles):
+        fsys, path = scan.filesystem(f.uri)
+        with fsys.open_input_file(path) as fh:
+            def at(i: int):
+                phys, size = struct.unpack(">qi", bytes(fh.read_at(12, i * unit)))
+                return phys + size if phys >= 0 and size > 0 else None
+            lo, hi = 0, f.size // unit                 # units [0, lo) valid, [hi, ...) not
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if at(mid) is None:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo:
+                return at(lo - 1)
+    return 0
