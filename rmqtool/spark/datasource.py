@@ -32,6 +32,7 @@ import sys
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from rmqtool import constants as C
 from rmqtool.ops import scan
 
 MODES = ("failfast", "permissive")
@@ -296,8 +297,8 @@ def _topic_offsets(store: str, topics: set[str]):
         if any(b.start != a.start + a.size for a, b in zip(qfiles, qfiles[1:])):
             return None                         # a missing file: units of the topic may be gone
         for i, f in enumerate(qfiles):
-            phys, ends, whole = _units(f, kind)
-            if not whole or (len(phys) < f.size // _UNIT[kind] and i + 1 < len(qfiles)):
+            phys, ends, full, holed = _units(f, kind)
+            if holed or (not full and i + 1 < len(qfiles)):
                 return None                     # a hole (a lost page after a crash): units may be missing
             offsets.append(phys)
             if len(phys):
@@ -305,12 +306,10 @@ def _topic_offsets(store: str, topics: set[str]):
     return (np.concatenate(offsets) if offsets else np.zeros(0, np.int64)), dispatched
 
 
-_UNIT = {"consumequeue": 20, "batchconsumequeue": 46}
-
-
 def _units(f: scan.StoreFile, kind: str):
     """(physical offsets, ends) of a (batch) consume-queue file's units up to the first that fails
-    recovery's test (as ``cq_batch`` / ``bcq_batch`` read them), and whether no valid unit follows it."""
+    recovery's test (as ``cq_batch`` / ``bcq_batch`` read them), whether that is every unit of the file,
+    and whether a valid unit follows a failing one (a hole)."""
     import numpy as np
 
     from rmqtool.spark.schema import BCQ_DTYPE, CQ_DTYPE
@@ -324,7 +323,7 @@ def _units(f: scan.StoreFile, kind: str):
     bad = np.flatnonzero(~valid)
     n = int(bad[0]) if len(bad) else len(units)
     phys = units["physical_offset"][:n].astype(np.int64)
-    return phys, phys + units["size"][:n].astype(np.int64), not valid[n:].any()
+    return phys, phys + units["size"][:n].astype(np.int64), n == len(units), bool(valid[n:].any())
 
 
 def _queue_end(qfiles: list[scan.StoreFile]) -> int:
@@ -332,7 +331,7 @@ def _queue_end(qfiles: list[scan.StoreFile]) -> int:
     file (units up to the first that fails recovery's test, as ``cq_batch`` reads them; 0: none)."""
     import struct
 
-    unit = _UNIT["consumequeue"]
+    unit = C.CQ_STORE_UNIT_SIZE
     for f in reversed(qfiles):
         fsys, path = scan.filesystem(f.uri)
         with fsys.open_input_file(path) as fh:
