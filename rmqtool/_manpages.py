@@ -54,7 +54,7 @@ FIELD_ROW = re.compile(r"^\| `rmqtool ([^`]+)` \| ([a-z_0-9, ]+) \|$", re.M)
 def normalise(text: str, pid: int | None = None) -> str:
     """An example's output with what is truly variable replaced (VARIABLE; the shell's pid as ``$$``)."""
     if pid is not None:
-        text = re.sub(rf"(/tmp/[\w.-]*?){pid}(?!\d)", r"\1$$", text)
+        text = re.sub(rf"(/tmp/[\w.-]*?-){pid}(?!\d)", r"\1$$", text)
     for pattern, repl in VARIABLE:
         text = pattern.sub(repl, text)
     return text
