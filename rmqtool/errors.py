@@ -89,6 +89,10 @@ class UnsafeWrite(RmqError):
     """A write was refused: the store may be in use, or the change could not be made safely."""
 
 
+class WriteFailed(UnsafeWrite):
+    """A write that failed part-way; the message says the state the store is left in and what finishes it."""
+
+
 class SparkUnavailable(RmqError):
     """PySpark or Java is missing."""
 

@@ -192,3 +192,35 @@ def test_cat_cq_takes_a_queue_file_or_directory():
     assert (run("cat-cq", batch, "-f", "jsonl").stdout
             == run("cat-cq", FIXTURES / "dev-batchcq-5x" / "store", "BatchTopic", "0", "-f", "jsonl").stdout)
     assert run("cat-cq", SAMPLE_STORE).exit_code == ExitCode.USAGE
+
+
+
+@pytest.mark.parametrize("command", STORE_COMMANDS, ids=lambda c: c[0])
+def test_an_os_error_without_a_path_names_the_command_path(command, store_copy, monkeypatch):
+    """An OSError from any layer that names no file (a read on an open file, a map) still gives a line
+    that names a path: the command's store."""
+    import errno
+
+    from rmqtool.store.store import Store
+
+    def failing(cls, *args, **kw):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(Store, "open", classmethod(failing))
+    store = store_copy("dev-sample")
+    assert_error(run(*_args(command, store)), ExitCode.IO_ERROR, f"rmqtool: error: {store}: Input/output error")
+
+
+def test_a_write_error_without_a_path_names_the_store_and_its_state(store_copy, monkeypatch):
+    import errno
+
+    from rmqtool.ops.write import StoreWriter
+    from tests.helpers_maintain import snapshot
+
+    def failing(self, msg):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(StoreWriter, "append", failing)
+    store = store_copy("dev-sample")
+    before = snapshot(store)
+    assert_error(run("put", store, "--topic", "T", "--body", "b"), ExitCode.IO_ERROR,
+                 f"rmqtool: error: {store}: No space left on device; the store is unchanged")
+    assert snapshot(store) == before

@@ -286,3 +286,34 @@ def test_outputs_never_land_in_data_directories(store_copy, args):
     assert result.exit_code == 4, result.output
     assert len(result.stderr.strip().splitlines()) == 1 and "inside" in result.stderr
     assert snapshot(root) == before and sorted(p for p in root.rglob("*") if p.is_dir()) == dirs
+
+
+# -- a failed backup leaves no partial backup directory -----------------------------------------------
+@pytest.mark.parametrize("command", ["repair", "put"])
+def test_a_failed_backup_write_leaves_no_backup_directory(store_copy, tmp_path, monkeypatch, command):
+    import errno
+
+    from rmqtool.store import atomic
+
+    root = store_copy("dev-sample-crash-torn" if command == "repair" else "dev-sample")
+    before = snapshot(root)
+    backup = tmp_path / "bk"
+    if command == "repair":          # the second file linked (or copied) into the backup
+        real, calls = atomic.link_or_copy, []
+
+        def failing(src, dst):
+            calls.append(dst)
+            if len(calls) == 2:
+                raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+            real(src, dst)
+        monkeypatch.setattr(atomic, "link_or_copy", failing)
+        args = ["repair", root, "--apply"]
+    else:                            # the manifest that ends an in-place change's backup
+        def failing(self):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.backup / "manifest.json"))
+        monkeypatch.setattr(atomic.PatchTransaction, "_stage_manifest", failing)
+        args = ["put", root, "--topic", "T", "--body", "b"]
+    result = run(*args, "--backup", backup)
+    assert result.exit_code == 4 and f"{backup}/" in result.stderr, result.stderr
+    assert "No space left on device; the store is unchanged" in result.stderr
+    assert not backup.exists() and snapshot(root) == before

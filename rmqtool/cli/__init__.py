@@ -57,7 +57,8 @@ def _message(exc: BaseException) -> str:
 
 class RmqCommand(click.Command):
     """A command whose options given twice are refused (click keeps the last value silently); options
-    that take several values say so (``multiple=True``) and match any of them."""
+    that take several values say so (``multiple=True``) and match any of them. An OSError that names no
+    file names the command's path argument: every error line names its path."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not ctx.resilient_parsing:
@@ -73,6 +74,24 @@ class RmqCommand(click.Command):
                                                "value)", ctx=ctx)
                     seen.add(param.name)
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:      # one that names no file (a read or write on an open file, a map, a
+            if exc.filename is None and not isinstance(exc, RmqError):   # library): the path it worked on
+                exc.filename = _path_argument(self, ctx)
+            raise
+
+
+def _path_argument(command: click.Command, ctx: click.Context) -> str | None:
+    """The command's first path argument (its store, file or directory), as given."""
+    for param in command.params:
+        value = ctx.params.get(param.name)
+        if isinstance(param, click.Argument) and isinstance(param.type, (click.Path, click.File)) and value:
+            value = value[0] if isinstance(value, tuple) else value
+            return str(getattr(value, "name", value))
+    return None
 
 
 class RmqGroup(click.Group):

@@ -86,7 +86,7 @@ def _store(path: str, *, write: bool, force: bool = False):
     or dropped (no journal) first."""
     from rmqtool.errors import StoreWarning, UnsafeWrite
     from rmqtool.store.store import MULTI_PATH_SPLITTER
-    from rmqtool.store.atomic import complete_pending
+    from rmqtool.store.atomic import complete_pending, failed, store_state
     from rmqtool.store.lock import store_write_lock
     from rmqtool.store.store import Store
 
@@ -101,11 +101,14 @@ def _store(path: str, *, write: bool, force: bool = False):
     if st.commitlog_dirs:
         raise UnsafeWrite(_MULTI_PATH_READ_ONLY, path=str(st.root))
     with store_write_lock(st.root, force=force):
-        done = complete_pending(st.root)
-        if done:
-            click.echo(f"rmqtool: {done} an interrupted earlier change", err=True)
-            st = Store.open(st.root)
-        yield st
+        try:
+            done = complete_pending(st.root)
+            if done:
+                click.echo(f"rmqtool: {done} an interrupted earlier change", err=True)
+                st = Store.open(st.root)
+            yield st
+        except OSError as exc:                  # an I/O error of the write: its path and the store's state
+            raise failed(exc, store_state(st.root), st.root) from None
 
 
 @cli.command()
@@ -207,20 +210,29 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     with _store(store, write=apply_, force=force) as st:
         with _progress(st, "scanning") as progress:
             plan = plan_repair(st, salvage=salvage, progress=progress)
-        rows = [a.row() for a in plan.actions]
-        if plan.lost:
-            rows.insert(0, {"action": "lose_messages", "path": "commitlog",
-                            "detail": f"{plan.lost} valid message(s) after offset {plan.process_offset} deleted "
-                                      "(a bad record before the torn tail; --accept-loss to carry it out)"})
-        shown = rows[:limit] if limit > 0 else rows
-        if not apply_:
-            _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
-            end_dry_run(rows, "run with --apply")
-        if plan.lost and not accept_loss:
-            click.echo(f"rmqtool: error: refused: the plan deletes {plan.lost} valid message(s) after offset "
-                       f"{plan.process_offset}; --accept-loss accepts it, rebuild-cq/rebuild-index keep them", err=True)
-            raise click.exceptions.Exit(ExitCode.IO_ERROR)
-        saved = None if plan.empty else apply_plan(plan, backup)     # the change first, then the report
+        try:
+            rows = [a.row() for a in plan.actions]
+            if plan.lost:
+                rows.insert(0, {"action": "lose_messages", "path": "commitlog",
+                                "detail": f"{plan.lost} valid message(s) after offset {plan.process_offset} "
+                                          "deleted (a bad record before the torn tail; --accept-loss to carry it "
+                                          "out)"})
+            shown = rows[:limit] if limit > 0 else rows
+            if not apply_:
+                _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
+                plan.close()
+                end_dry_run(rows, "run with --apply")
+            if plan.lost and not accept_loss:
+                click.echo(f"rmqtool: error: refused: the plan deletes {plan.lost} valid message(s) after offset "
+                           f"{plan.process_offset}; --accept-loss accepts it, rebuild-cq/rebuild-index keep them",
+                           err=True)
+                raise click.exceptions.Exit(ExitCode.IO_ERROR)
+            saved = None if plan.empty else apply_plan(plan, backup)     # the change first, then the report
+        except BaseException:
+            with contextlib.suppress(OSError):   # the error being reported comes first
+                plan.close()
+            raise
+        plan.close()
     _show_limited(rows, shown, fmt, tablefmt, f"repaired (logical end {plan.process_offset})")
     if saved is None:
         click.echo("nothing to repair", err=True)
@@ -439,8 +451,12 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
     data = body.encode("utf-8") if body is not None else (body_file.read() if body_file else sys.stdin.buffer.read())
     with _store(store, write=not dry_run, force=force) as st:
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
-        msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
-                                          properties=properties))
+        try:
+            msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
+                                              properties=properties))
+        except BaseException:
+            writer.abort()                     # bytes already written in place are taken back
+            raise
         if dry_run:
             _end_write_dry_run(writer, fmt, tablefmt)
         saved = writer.commit()

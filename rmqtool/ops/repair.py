@@ -28,7 +28,7 @@ from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.dispatch_plan import valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.store import layout as L
-from rmqtool.store.atomic import Transaction
+from rmqtool.store.atomic import Transaction, failed, remove_scratch
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
 from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, map_private
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
@@ -57,13 +57,19 @@ class RepairPlan:
     actions: list[Action] = field(default_factory=list)
     writes: dict[str, bytes | bytearray | mmap.mmap | Path] = field(default_factory=dict)   # bytes-like, or a
     #                                                                       file built in ``scratch``
-    scratch: tempfile.TemporaryDirectory | None = None
+    scratch: Path | None = None   # outside the store, removed by close()
     deletes: list[str] = field(default_factory=list)
     renames: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.writes or self.deletes or self.renames)
+
+    def close(self) -> None:
+        """Remove the scratch directory (an OSError names the file that could not go)."""
+        if self.scratch is not None:
+            scratch, self.scratch = self.scratch, None
+            remove_scratch(scratch)
 
 
 def _cq_max_phy(store: Store) -> int:
@@ -233,16 +239,16 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
             else:
                 kept.append(ref)
         if refs and (ledger is None or ledger.reindex_from is not None):
-            plan.scratch = tempfile.TemporaryDirectory(prefix="rmqtool-repair-index-")
-            builder = IndexBuilder(refs[0].geometry, continue_copies(kept[-1:], Path(plan.scratch.name)),
-                                   directory=Path(plan.scratch.name))
+            plan.scratch = Path(tempfile.mkdtemp(prefix="rmqtool-repair-index-"))
+            builder = IndexBuilder(refs[0].geometry, continue_copies(kept[-1:], plan.scratch),
+                                   directory=plan.scratch)
             for facts in _reindexed(scanned, ledger):
                 builder.add_facts(facts)
             builder.close()
             for name, w in builder.files:
                 if name in builder.changed:      # built as a sparse file in the scratch directory (streamed)
                     rel = L.index_file(name)
-                    plan.writes[rel] = Path(plan.scratch.name) / name
+                    plan.writes[rel] = plan.scratch / name
                     plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to "
                                                f"offset {w.header.end_phy_offset}"))
             if builder.full_end_timestamp is not None:
@@ -438,10 +444,17 @@ def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[s
 
 
 def apply_plan(plan: RepairPlan, backup: Path | None = None) -> Path | None:
-    """Back up, stage and swap the planned changes in one transaction; the abort file goes last."""
+    """Back up, stage and swap the planned changes in one transaction; the abort file goes last. The
+    plan's scratch directory goes after the commit."""
     txn = Transaction(plan.store.root, backup, label="repair")
     for rel, data in plan.writes.items():
         txn.write(rel, data)
     for rel in plan.deletes:
         txn.delete(rel)
-    return txn.commit()
+    saved = txn.commit()
+    try:
+        plan.close()
+    except OSError as exc:
+        raise failed(exc, f"the change is applied (backup in {saved}); remove this scratch file outside the "
+                          "store by hand") from None
+    return saved

@@ -19,10 +19,9 @@ import json
 import os
 import shutil
 import signal
-import warnings
 from pathlib import Path, PurePosixPath
 
-from rmqtool.errors import RmqError, StoreWarning, UnsafeWrite
+from rmqtool.errors import RmqError, UnsafeWrite, WriteFailed
 from rmqtool.store.filequeue import data_extents, read_exact
 
 JOURNAL = ".rmqtool-journal.json"
@@ -75,14 +74,45 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _flush_committed(path: Path) -> None:
-    """The last fsync of a change already made: a failure is a warning (the change stands; the exit
-    status says it was made), never an error that would say it was not."""
-    try:
-        fsync_dir(path)
-    except OSError as exc:
-        warnings.warn(StoreWarning(f"{exc.filename}: the change is applied, but could not be flushed to disk "
-                                   f"({exc.strerror or exc}); a power loss may undo it"))
+def failed(exc: BaseException, state: str, where: Path | None = None) -> WriteFailed:
+    """An error of a change as one line: the path (``where`` when the error names none), what failed,
+    and the state the store is in."""
+    if isinstance(exc, OSError):
+        path, why = exc.filename, exc.strerror or str(exc)
+    else:
+        path, why = getattr(exc, "path", None), getattr(exc, "message", str(exc))
+    path = path if path is not None else where
+    return WriteFailed(f"{why}; {state}", path=None if path is None else str(path))
+
+
+def remove_scratch(path: Path) -> None:
+    """Remove a scratch directory outside the store (an error names the file that could not go)."""
+    _remove(Path(path))
+
+
+def _unflushed(what: str) -> str:
+    return f"{what}, but could not be flushed to disk: a power loss may undo it (run sync once the disk is sound)"
+
+
+def store_state(root: Path) -> str:
+    """What a write that failed left in ``root``, and what finishes it (for its error line)."""
+    root = Path(root)
+    journal = root / JOURNAL
+    if journal.exists():
+        try:
+            lines = journal.read_text("utf-8").splitlines()
+            head = json.loads(lines[0]) if lines else {"mode": "undo"}     # as complete_pending reads it
+        except (OSError, ValueError):
+            head = {}
+        fix = f"the next write command (or rmqtool repair {root} --apply)"
+        if head.get("mode") != "undo":
+            return f"the change is committed but not finished; {fix} finishes it"
+        if (Path(head.get("backup", "")) / "manifest.json").is_file():
+            return f"the change is applied (backup in {head['backup']}); {fix} removes its journal"
+        return f"the change is half-made; {fix} undoes it"
+    if any(p.name.endswith((STAGED, OLD, BUILD)) for p in _walk(root)):
+        return "the store is unchanged; the next write command removes the staged files left in it"
+    return "the store is unchanged"
 
 
 def _best_effort(clean_up, *args) -> None:
@@ -97,11 +127,15 @@ def atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + STAGED)
     try:
         _write_synced(tmp, data)
-        os.replace(tmp, path)
+        with named(path):
+            os.replace(tmp, path)
     except BaseException:
         _best_effort(_remove, tmp)
         raise
-    _flush_committed(path.parent)
+    try:
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise failed(exc, _unflushed(f"{path} is written")) from None
 
 
 def preallocate(path: Path, size: int) -> None:
@@ -165,6 +199,8 @@ class Transaction:
             raise UnsafeWrite("an interrupted change is pending; complete it first", path=str(self.root / JOURNAL))
         backup = self.backup_dir or default_backup_dir(self.root)
         ops: list[list[str]] = []
+        made = [backup] if not backup.exists() else [backup / rel for rel in self.touched()] + [
+            backup / "manifest.json"]              # a backup directory given: only what goes into it
         try:
             self._backup(backup)
             self._stage(ops)
@@ -179,12 +215,17 @@ class Transaction:
         except BaseException:                  # before the commit point: no staged file stays behind
             for staged in [self.root / op[1] for op in ops if op[0] != "delete"] + [
                     self.root / (rel + STAGED) for rel in self.dirs] + list(self.dirs.values()) + [
-                    self.root / (JOURNAL + STAGED)]:
+                    self.root / (JOURNAL + STAGED)] + made:      # nor a partial backup
                 _best_effort(_remove, staged)
             raise
-        fsync_dir(self.root)                   # an error here leaves the journal: the next command rolls forward
-        fault_point()
-        _roll_forward(self.root, ops)
+        try:                                   # an error from here leaves the journal (the next write rolls
+            fsync_dir(self.root)               # forward) or, once it is gone, an unflushed change
+            fault_point()
+            _roll_forward(self.root, ops)
+        except (OSError, RmqError) as exc:
+            state = store_state(self.root) if pending_journal(self.root) else \
+                _unflushed(f"the change is applied (backup in {backup})")
+            raise failed(exc, state) from None
         return backup
 
     def _stage(self, ops: list[list[str]]) -> None:
@@ -269,7 +310,7 @@ def _remove(path: Path) -> None:
     """Remove a file or a tree; an error names the path that could not go."""
     def named(_func, failed, exc_info) -> None:
         exc = exc_info[1]
-        raise UnsafeWrite(f"cannot remove: {exc.strerror or exc}", path=str(failed)) from None
+        raise OSError(exc.errno, f"cannot remove: {exc.strerror or exc}", str(failed)) from None
 
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, onerror=named)
@@ -277,7 +318,7 @@ def _remove(path: Path) -> None:
         try:
             path.unlink()
         except OSError as exc:
-            raise UnsafeWrite(f"cannot remove: {exc.strerror or exc}", path=str(path)) from None
+            raise OSError(exc.errno, f"cannot remove: {exc.strerror or exc}", str(path)) from None
 
 
 def _roll_forward(root: Path, ops: list[list[str]]) -> None:
@@ -286,7 +327,8 @@ def _roll_forward(root: Path, ops: list[list[str]]) -> None:
         if op[0] == "replace":
             src, dst = root / op[1], root / op[2]
             if src.exists():
-                os.replace(src, dst)
+                with named(dst):
+                    os.replace(src, dst)
                 fsync_dir(dst.parent)
         elif op[0] == "swapdir":
             src, dst = root / op[1], root / op[2]
@@ -295,9 +337,11 @@ def _roll_forward(root: Path, ops: list[list[str]]) -> None:
                 if dst.exists():
                     if old.exists():
                         _remove(old)
-                    os.rename(dst, old)
+                    with named(dst):
+                        os.rename(dst, old)
                     fault_point()
-                os.rename(src, dst)
+                with named(dst):
+                    os.rename(src, dst)
                 fsync_dir(dst.parent)
             if old.exists():
                 _remove(old)
@@ -307,8 +351,9 @@ def _roll_forward(root: Path, ops: list[list[str]]) -> None:
                 _remove(path)
                 fsync_dir(path.parent)
         fault_point()
-    (root / JOURNAL).unlink(missing_ok=True)
-    _flush_committed(root)
+    with named(root / JOURNAL):
+        (root / JOURNAL).unlink(missing_ok=True)
+    fsync_dir(root)
 
 
 def pending_journal(root: Path) -> Path | None:
@@ -325,6 +370,10 @@ def complete_pending(root: Path) -> str:
         lines = journal.read_text("utf-8").splitlines()
         try:
             head = json.loads(lines[0]) if lines else {"mode": "undo"}
+            if head.get("mode") == "undo" and "backup" in head and (Path(head["backup"]) / "manifest.json").is_file():
+                journal.unlink()                 # an in-place change whose commit point was passed: it stands
+                fsync_dir(root)
+                return "completed"
             if head.get("mode") == "undo":
                 _undo(root, _steps(lines[1:]), Path(head["backup"]) if "backup" in head else root)
                 if "backup" in head and not (Path(head["backup"]) / "manifest.json").exists():
@@ -494,9 +543,10 @@ class PatchTransaction:
     JSON line per step, fsynced) holds what is needed to undo it: the file's old size (or that it was
     absent), and each range's old bytes (in ``preimages.bin`` of the backup, or just "zeros"). Writes are
     buffered and applied ``FLUSH_BYTES`` at a time, so any amount of data streams through one transaction.
-    ``commit`` fsyncs the files, writes the backup's manifest and removes the journal: the commit point. A
-    process killed before that leaves the journal, and the next command rolls the store back
-    (``complete_pending``); the backup is proportional to the change.
+    ``commit`` fsyncs the files and renames the backup's manifest in (the commit point), then removes the
+    journal. A process killed before the commit point leaves the journal, and the next command rolls the
+    store back (``complete_pending``); killed after it, the next command only removes the journal. The
+    backup is proportional to the change; a change rolled back leaves none.
     """
 
     FLUSH_BYTES = 16 << 20
@@ -519,6 +569,7 @@ class PatchTransaction:
         self.removed: list[str] = []                        # files moved into the backup
         self._journal = None
         self._blob = None
+        self._made_backup = False
 
     # -- what the writers call -----------------------------------------------------------------------
     def write_at(self, rel: str, offset: int, data: bytes) -> None:
@@ -585,6 +636,7 @@ class PatchTransaction:
         if self._journal is None:
             if (self.backup / "manifest.json").exists():
                 raise UnsafeWrite("the backup directory holds a backup already", path=str(self.backup))
+            self._made_backup = not self.backup.exists()
             self.backup.mkdir(parents=True, exist_ok=True)
             self._blob = open(self.backup / PREIMAGES, "w+b")
             fsync_dir(self.backup.parent)
@@ -660,9 +712,12 @@ class PatchTransaction:
 
     # -- the end ----------------------------------------------------------------------------------------
     def commit(self) -> Path | None:
-        """Apply what is pending, make it durable, record the backup; returns the backup directory."""
+        """Apply what is pending, make it durable, record the backup; returns the backup directory. The
+        commit point is the backup's manifest.json (renamed in): an error before it undoes the change, an
+        error after it says the change stands."""
         if self.empty:
             return None
+        manifest = self.backup / "manifest.json"
         try:
             self.flush()
             for rel in self.sizes:
@@ -670,24 +725,38 @@ class PatchTransaction:
             for parent in {(self.root / rel).parent for rel in self.sizes}:
                 fsync_dir(parent)
             fault_point()
-            self._write_manifest()
+            staged = self._stage_manifest()
+            with named(manifest):
+                os.replace(staged, manifest)
         except BaseException:
             _best_effort(self.rollback)   # what stays, the next command undoes
             raise
         self._close()
-        (self.root / JOURNAL).unlink()         # the commit point
-        _flush_committed(self.root)
+        try:
+            fsync_dir(self.backup)
+            with named(self.root / JOURNAL):
+                (self.root / JOURNAL).unlink()
+            fsync_dir(self.root)
+        except OSError as exc:
+            state = store_state(self.root) if pending_journal(self.root) else \
+                _unflushed(f"the change is applied (backup in {self.backup})")
+            raise failed(exc, state) from None
         fault_point()
         return self.backup
 
     def rollback(self) -> None:
         """Undo everything written so far (after an error in the middle of the change)."""
         self.pending, self.pending_bytes = {}, 0
-        if self._journal is None:
+        if self._blob is None:
             return
-        self._sync_journal()
-        self._close()
-        complete_pending(self.root)
+        try:
+            self._sync_journal()
+        finally:
+            self._close()
+        if pending_journal(self.root):
+            complete_pending(self.root)
+        if not (self.backup / "manifest.json").exists():      # no partial backup stays either
+            _remove(self.backup if self._made_backup else self.backup / PREIMAGES)
 
     def _close(self) -> None:
         for fh in (self._journal, self._blob):
@@ -695,7 +764,7 @@ class PatchTransaction:
                 fh.close()
         self._journal = self._blob = None
 
-    def _write_manifest(self) -> None:
+    def _stage_manifest(self) -> Path:
         entries = [{"path": rel, "kind": "ranges", "size": None if size < 0 else size,
                     "ranges": self.ranges.get(rel, [])} for rel, size in sorted(self.sizes.items())]
         entries += [{"path": d, "kind": "created_dir"} for d in self.dirs]
@@ -704,8 +773,9 @@ class PatchTransaction:
         manifest = {"store": str(self.root.resolve()), "label": self.label,
                     "created": dt.datetime.now(dt.timezone.utc).isoformat(), "preimages": PREIMAGES,
                     "preimages_sha256": _sha256(self.backup / PREIMAGES), "entries": entries}
-        _write_synced(self.backup / "manifest.json", json.dumps(manifest, indent=1).encode())
-        fsync_dir(self.backup)
+        staged = self.backup / ("manifest.json" + STAGED)
+        _write_synced(staged, json.dumps(manifest, indent=1).encode())
+        return staged
 
 
 def _steps(lines: list[str]) -> list[dict]:
