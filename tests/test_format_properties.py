@@ -151,7 +151,8 @@ def test_written_units_stop_where_recovery_stops(units, bad, at, tail):
     raw = encode_units(units) + bytes(20 * tail)
     written = next((i for i, u in enumerate(units) if u.physical_offset < 0 or u.size <= 0), len(units))
     assert decode_written_units(raw) == units[:written]
-    assert valid_prefix(raw)[0] == written
+    last = units[written - 1] if written else None
+    assert valid_prefix(raw) == (written, last.physical_offset + last.size if last else -1)   # across chunks
 
 
 @given(st.integers(1, 40), st.integers(2, 60),

@@ -41,3 +41,15 @@ def test_one_record_commands_import_no_bulk_modules(args):
     probe = json.loads(proc.stderr.strip().splitlines()[-1])
     assert probe["code"] in (0, None) and proc.stdout
     assert probe["heavy"] == []
+
+
+def test_put_imports_no_bulk_modules(store_copy, tmp_path):
+    """A one-message write starts like a one-record read: its commit-log end, queue tail and index slots
+    are found without numpy."""
+    root = store_copy("dev-sample")
+    argv = ["put", str(root), "--topic", "TopicA", "--body", "hi", "--backup", str(tmp_path / "bk")]
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    probe = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert probe["code"] in (0, None) and proc.stdout, proc.stderr
+    assert probe["heavy"] == []

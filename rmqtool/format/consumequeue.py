@@ -140,12 +140,20 @@ _PREFIX_CHUNKS = (1024, 1 << 18)      # units read first and at most at once: re
 
 def valid_prefix(buf, commitlog_end: int | None = None) -> tuple[int, int]:
     """(number of leading units that pass recovery's test, max physical end of them: offset + size,
-    -1 without any), read in growing chunks so that a mostly empty pre-allocated file costs little."""
-    import numpy as np
-
+    -1 without any), read in growing chunks so that a mostly empty pre-allocated file costs little (the
+    first chunk without numpy: a short queue's tail is read without importing it)."""
     n = len(buf) // C.CQ_STORE_UNIT_SIZE
     reach = -1
-    lo, chunk = 0, _PREFIX_CHUNKS[0]
+    first = min(_PREFIX_CHUNKS[0], n)
+    for i, (phy, size, _) in enumerate(UNIT.iter_unpack(memoryview(buf)[:first * C.CQ_STORE_UNIT_SIZE])):
+        if phy < 0 or size <= 0 or commitlog_end is not None and phy >= commitlog_end:
+            return i, reach
+        reach = phy + size
+    if first == n:
+        return n, reach
+    import numpy as np
+
+    lo, chunk = first, _PREFIX_CHUNKS[0] * 4
     while lo < n:
         units = np.frombuffer(buf, UNIT_FIELDS, min(chunk, n - lo), lo * C.CQ_STORE_UNIT_SIZE)
         phy, size = units["phy"].astype(np.int64), units["size"].astype(np.int64)

@@ -113,15 +113,14 @@ def same_content(a: Path, b: Path) -> bool:
 
 def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
     """Position of the first non-zero byte in [start, end) of a file; holes are skipped."""
-    import numpy as np
-
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         for lo, hi in data_extents(fh.fileno(), start, size if end is None else min(end, size)):
             for pos in range(lo, hi, 1 << 20):
-                hit = np.flatnonzero(np.frombuffer(read_exact(fh, min(1 << 20, hi - pos), pos), np.uint8))
-                if len(hit):
-                    return pos + int(hit[0])
+                data = read_exact(fh, min(1 << 20, hi - pos), pos)
+                rest = data.lstrip(b"\0")
+                if rest:
+                    return pos + len(data) - len(rest)
     return None
 
 

@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-import numpy as np
-
 from rmqtool import constants as C
 from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry
+from rmqtool.format.java import index_key_hash
 from rmqtool.store.atomic import copy_sparse
-from rmqtool.store.filequeue import map_private, read_exact, release_pages
+from rmqtool.store.filequeue import map_private, release_pages
 
 
 class RecordInfo(NamedTuple):
@@ -120,6 +119,8 @@ class IndexBuilder:
     def add_facts(self, facts) -> None:
         """``add`` for every record of a file's facts (``rmqtool.ops.facts.FileFacts`` with key hashes), a file's
         worth of keys at a time."""
+        import numpy as np
+
         cols, n = facts.columns, len(facts)
         if not n:
             return
@@ -173,26 +174,34 @@ class ContinuedIndexFile(IndexWriter):
         w = cls.from_bytes(map_private(ref.path), ref.geometry)
         w.path = ref.path
         w.written = w.index_count                # entries up to here are on disk
+        w.slots_set = set()                      # slots set since then
         return w
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        if not super().put_key(key, phy_offset, store_timestamp):
+            return False
+        self.slots_set.add(index_key_hash(key) % self.geometry.hash_slot_num)
+        return True
+
+    def put_hashes(self, key_hash, phy_offset, store_timestamp) -> None:
+        super().put_hashes(key_hash, phy_offset, store_timestamp)
+        self.slots_set.update((key_hash % self.geometry.hash_slot_num).tolist())
 
     def changes(self) -> Iterator[tuple[int, bytes]]:
         g = self.geometry
         if self.index_count == self.written:
             return
         yield 0, bytes(self.buf[:C.INDEX_HEADER_SIZE])
-        slots_end = g.slot_pos(g.hash_slot_num)
-        with open(self.path, "rb") as fh:
-            on_disk = np.frombuffer(read_exact(fh, slots_end - C.INDEX_HEADER_SIZE, C.INDEX_HEADER_SIZE), np.uint32)
-        mine = np.frombuffer(self.buf, np.uint32, len(on_disk), C.INDEX_HEADER_SIZE)
-        changed = np.flatnonzero(mine != on_disk)
-        if len(changed):                              # runs of adjacent slots, one range each
-            breaks = np.flatnonzero(np.diff(changed) > 1) + 1
-            for run in np.split(changed, breaks):
-                lo, hi = C.INDEX_HEADER_SIZE + 4 * int(run[0]), C.INDEX_HEADER_SIZE + 4 * (int(run[-1]) + 1)
+        slots = sorted(self.slots_set)
+        start = 0
+        for i in range(1, len(slots) + 1):             # runs of adjacent slots, one range each
+            if i == len(slots) or slots[i] != slots[i - 1] + 1:
+                lo, hi = g.slot_pos(slots[start]), g.slot_pos(slots[i - 1] + 1)
                 yield lo, bytes(self.buf[lo:hi])
+                start = i
         lo, hi = g.entry_pos(self.written), g.entry_pos(self.index_count)
         yield lo, bytes(self.buf[lo:hi])
-        self.written = self.index_count
+        self.written, self.slots_set = self.index_count, set()
 
     def forget(self) -> None:
         """Drop the private copies of pages now written to the file (they read back from it)."""

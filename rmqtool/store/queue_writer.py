@@ -10,9 +10,7 @@ BatchConsumeQueue.putBatchMessagePositionInfo, streamed the same ways. In place,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
@@ -20,6 +18,9 @@ from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
 from rmqtool.store.filequeue import first_nonzero
 from rmqtool.store.store import BatchConsumeQueue, ConsumeQueue
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Sink(Protocol):
@@ -99,6 +100,8 @@ class CqWriter:
 
     def put_many(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, queue_offset: np.ndarray) -> None:
         """``put`` for each record in order; a run continuing the queue goes in as whole blocks."""
+        import numpy as np
+
         if len(phy) and not self.files:                 # the first unit opens the queue (fillPreBlank)
             self.put(int(phy[0]), int(size[0]), int(tags[0]), int(queue_offset[0]))
             phy, size, tags, queue_offset = phy[1:], size[1:], tags[1:], queue_offset[1:]
@@ -286,8 +289,8 @@ class CqFileWriter(CqWriter):
         self.stream.flush()
 
 
-BCQ_UNIT = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8"), ("store_time", ">i8"), ("base", ">i8"),
-                     ("batch_size", ">i2"), ("compacted", ">i4"), ("reserved", ">i4")])
+BCQ_UNIT = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8"), ("store_time", ">i8"), ("base", ">i8"),
+            ("batch_size", ">i2"), ("compacted", ">i4"), ("reserved", ">i4")]      # a numpy dtype's fields
 
 
 class BcqFileWriter:
@@ -324,6 +327,8 @@ class BcqFileWriter:
     def put(self, unit: BatchCqUnit) -> None:
         """One unit (a message or batch of ``unit.batch_size``): dropped as a repeat unless it starts after
         the last one's physical offset."""
+        import numpy as np
+
         one = lambda v: np.array([v], np.int64)   # noqa: E731
         self.put_many(one(unit.physical_offset), one(unit.size), one(unit.tags_code), one(unit.store_time),
                       one(unit.msg_base_offset), one(unit.batch_size))
@@ -337,6 +342,8 @@ class BcqFileWriter:
         return self.units * C.CQ_STORE_UNIT_SIZE      # counted like consume-queue units in results
 
     def put_many(self, phy, size, tags, store_time, base, batch_size) -> None:
+        import numpy as np
+
         keep = phy > np.maximum.accumulate(np.concatenate([[self.last_phy], phy[:-1]]))
         units = np.zeros(int(keep.sum()), BCQ_UNIT)
         for name, col in (("phy", phy), ("size", size), ("tags", tags), ("store_time", store_time),
