@@ -22,21 +22,29 @@ def _rows(root) -> list[dict]:
             .stdout.splitlines()]
 
 
-def test_an_oversized_end_of_file_blank_costs_no_data(store_copy):
-    root = store_copy("dev-sample")                    # a 4.9.7 store of three commit-log files
-    before = _rows(root)
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+def test_an_oversized_end_of_file_blank_costs_no_data(store_copy, name):
+    """4.9.7 ignores a BLANK's TOTALSIZE, 5.3.x stops its recovery at one beyond the rest of the file and
+    deletes every later file (broker_model "blank_size"): repair rewrites the size, deletes nothing."""
+    root = store_copy(name)
+    if name.endswith("5x"):             # without consume queues 5.x's normal recovery reads from file 0
+        shutil.rmtree(root / "consumequeue")
+    before, files = _rows(root), sorted((root / "commitlog").iterdir())
     blank = next(r for r in before if r["type"] == "blank")
     path = root / "commitlog" / "00000000000000000000"
-    data = bytearray(path.read_bytes())
+    good = path.read_bytes()
+    data = bytearray(good)
     struct.pack_into(">i", data, blank["physical_offset"], blank["total_size"] + 5000)
     path.write_bytes(bytes(data))
     kept = {k: v for k, v in snapshot(root).items() if k.startswith(("commitlog/", "consumequeue/"))}
     plan = run("repair", root, "-f", "jsonl")
     actions = [json.loads(line)["action"] for line in plan.stdout.splitlines()]
+    assert actions.count("fix_blank_size") == 1, actions
     assert not {"truncate_commitlog", "delete_file", "delete_cq", "rewrite_cq"} & set(actions), actions
     assert run("repair", root, "--apply", "--backup", f"{root}.bk").exit_code in (0, 1)
     after = {k: v for k, v in snapshot(root).items() if k.startswith(("commitlog/", "consumequeue/"))}
-    assert after == kept and len(list((root / "commitlog").iterdir())) == 3     # all 161 messages stay
+    assert after == {**kept, "commitlog/00000000000000000000": good}       # the size fixed, nothing else
+    assert _rows(root) == before and sorted((root / "commitlog").iterdir()) == files
 
 
 @pytest.mark.parametrize("damage", ["short", "empty", "missing"])

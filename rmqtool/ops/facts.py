@@ -268,9 +268,10 @@ def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, pat
     f = facts.file
     size, magic = peek_header(buf, pos)
     if magic == C.BLANK_MAGIC_CODE:
-        # The broker ends the file at a BLANK whatever its TOTALSIZE says: CommitLog.checkMessageAndReturnSize
-        # (4.9.7) and checkMagicCode (5.x) return DispatchRequest(0, true) before reading it, and recovery goes
-        # on in the next file. An oversized or undersized size field costs no data.
+        # 4.9.7 ends the file at a BLANK whatever its TOTALSIZE says (CommitLog.checkMessageAndReturnSize checks
+        # the magic first); 5.3.x first rejects a TOTALSIZE beyond the rest of the file, so its recovery stops
+        # at an oversized BLANK (broker_model "blank_size"). The walk goes on in the next file either way, and
+        # repair rewrites a mismatched size (fix_blank_size), which both versions then accept.
         facts.stop = "blank"
         if size != remaining:
             facts.findings.append(Finding(ERROR, "blank_size_mismatch", path, f.start + pos,

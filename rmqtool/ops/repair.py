@@ -11,6 +11,7 @@ abort file goes (5.x: it becomes abort.bak, as the broker's restart leaves it).
 from __future__ import annotations
 
 import mmap
+import struct
 import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, failed, remove_scratch
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
-from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, map_private
+from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, map_private, patched
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
@@ -187,11 +188,13 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     for at, size in ranges:
         f, pos = queue.locate(at)
         rel = store.rel(f.path)
-        if rel not in plan.writes:
-            plan.writes[rel] = map_private(f.path)
-        plan.writes[rel][pos:pos + size] = placeholder(at, size)
+        plan.writes[rel] = patched(f.path, pos, placeholder(at, size), plan.writes.get(rel))
         plan.actions.append(Action("salvage_record", rel, f"damaged record at {at} ({size} bytes) replaced by a "
                                    f"placeholder the broker steps over; the records after it are kept"))
+
+    for fa in scanned if ledger is None else ():
+        if fa.stop == "blank":
+            _fix_blank_size(plan, fa.file, fa.stop_offset - fa.file.start)
 
     # -- consume queues: recover, re-dispatch (abnormal), truncate dirty units ----------------------
     cq_size = store.cq_file_size()
@@ -402,6 +405,19 @@ def _record_reach(scanned: list[FileFacts], names: QueueNames) -> dict[tuple[str
         for code in np.unique(queue).tolist():
             reach[names.names[code]] = max(reach.get(names.names[code], -1), int(end[queue == code].max()))
     return reach
+
+
+def _fix_blank_size(plan: RepairPlan, f: QueueFile, pos: int) -> None:
+    """An end-of-file BLANK whose TOTALSIZE is not the rest of its file gets that size: 5.3.x's recovery
+    stops at an oversized one and deletes every later file, 4.9.7 ignores the field (broker_model
+    "blank_size"); so both keep every record."""
+    rel = plan.store.rel(f.path)
+    size = struct.unpack(">i", f.read_at(pos, 4))[0]
+    if size == f.length - pos:
+        return
+    plan.writes[rel] = patched(f.path, pos, struct.pack(">i", f.length - pos), plan.writes.get(rel))
+    plan.actions.append(Action("fix_blank_size", rel, f"the BLANK at offset {f.start + pos} gets TOTALSIZE "
+                               f"{f.length - pos} (the rest of the file) instead of {size}"))
 
 
 def _untouched(cq, file_size: int, process: int, reach: int) -> bool:

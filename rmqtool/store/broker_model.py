@@ -51,6 +51,12 @@ RULES = [
     Rule("recover_cut", "both", "the walk stops at the first record checkMessageAndReturnSize rejects (bad magic, "
          "length, body CRC); the commit log is truncated there and every later file deleted",
          "CommitLog.recoverNormally/recoverAbnormally, MappedFileQueue.truncateDirtyFiles"),
+    Rule("blank_size", V4, "an end-of-file BLANK ends its file whatever its TOTALSIZE says (the magic is "
+         "checked before the size); recovery goes on in the next file", "CommitLog.checkMessageAndReturnSize"),
+    Rule("blank_size", V5, "a record, a BLANK included, whose TOTALSIZE exceeds the bytes left in its file is "
+         "rejected before its magic is read (byteBuffer.remaining() < totalSize - 4): recovery stops at an "
+         "oversized BLANK and deletes every later file; repair rewrites such a size to the rest of the file",
+         "CommitLog.checkMessageAndReturnSize"),
     Rule("recover_cq", "both", "each consume queue is read from its third-last file to the first invalid unit; "
          "units at or after the recovered commit-log end are dropped (positions only, bytes stay)",
          "ConsumeQueue.recover, ConsumeQueue.truncateDirtyLogicFiles"),

@@ -26,6 +26,10 @@ class QueueFile:
     def read(self) -> bytes | mmap.mmap:
         return map_file(self.path)
 
+    def read_at(self, pos: int, count: int) -> bytes:
+        with open(self.path, "rb") as fh:
+            return read_exact(fh, count, pos)
+
 
 # A pre-allocated file (consume queue, timer log) is sparse: a few KiB of units, megabytes of hole. The
 # kernel's read-around on a map fault (read_ahead_kb, often MiBs) fills the page cache with the hole's
@@ -64,6 +68,14 @@ def read_exact(fh, count: int, offset: int) -> bytes:
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_RANDOM)
     return os.pread(fh.fileno(), count, offset)
+
+
+def patched(path: Path, pos: int, data: bytes, base=None):
+    """A file's new content as a private map of it (or ``base``, one patched before) with ``data`` at ``pos``:
+    the file itself is unchanged (a transaction stages the result)."""
+    buf = map_private(path) if base is None else base
+    buf[pos:pos + len(data)] = data
+    return buf
 
 
 def map_private(path: Path) -> mmap.mmap:
