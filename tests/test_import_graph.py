@@ -129,3 +129,30 @@ def test_the_checks_see_what_they_look_for():
     g = imports("rmqtool.ops.x", ast.parse("def f():\n    from rmqtool.store import layout\n"),
                 {"rmqtool.store.layout"})
     assert g == {"rmqtool.store.layout"} and layer("rmqtool.store.layout") < layer("rmqtool.ops.x")
+
+
+def _in_place_writes(tree: ast.Module) -> list[int]:
+    """Lines that change a file's bytes in place: ``open`` in an update or append mode, a ``truncate``, or a
+    ``mmap.mmap`` that is not read-only."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", getattr(node.func, "id", None))
+        mode = node.args[1] if name == "open" and len(node.args) > 1 else next(
+            (k.value for k in node.keywords if k.arg == "mode"), None)
+        if name == "truncate" or name == "open" and isinstance(mode, ast.Constant) and any(
+                c in str(mode.value) for c in "+a"):
+            lines.append(node.lineno)
+        elif name == "mmap" and not any(k.arg == "access" and getattr(k.value, "attr", "") == "ACCESS_READ"
+                                        for k in node.keywords):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_operations_change_no_bytes_in_place():
+    """Operations plan and call store methods: writing into, truncating or mapping a file for writing is
+    the store layer's (its transactions, writers and patched copies)."""
+    found = {name: lines for name, tree in modules().items()
+             if name.startswith("rmqtool.ops") and (lines := _in_place_writes(tree))}
+    assert found == {}

@@ -237,3 +237,26 @@ def test_an_index_lookup_reads_the_pages_it_touches(tmp_path):
     hits = lookup_key(Store.open(tmp_path / "s"), msg.topic, msg.keys[0]).records
     assert offset in [o for o, _ in hits]
     assert _resident_pages(index) <= 16
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x", "dev-sample-crash-torn", "dev-lmq-5x"])
+def test_the_append_end_from_a_hint_is_the_walks_end(name):
+    """A record start from elsewhere (the newest index entry) only shortens the header walk: any hint, a
+    record start or not, gives the end (or the refusal) of the walk over the last three files."""
+    import json
+
+    from conftest import run
+
+    st = Store.open(store_path(name))
+    rows = [json.loads(line) for line in run("cat-commitlog", store_path(name), "-f", "jsonl").stdout.splitlines()]
+    starts = [r["physical_offset"] for r in rows]
+    try:
+        want = st.commitlog.append_end()
+    except FormatError as exc:
+        want = (exc.path, exc.offset)
+    for hint in starts + [s + 1 for s in starts[-5:]] + [0, 1 << 40]:
+        try:
+            got = st.commitlog.append_end(hint)
+        except FormatError as exc:
+            got = (exc.path, exc.offset)
+        assert got == want, hint

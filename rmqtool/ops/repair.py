@@ -6,6 +6,11 @@ checkpoint, every valid record re-dispatched to consume queues and index) or rec
 three files), truncateDirtyFiles / truncateDirtyLogicFiles at the first invalid record. Unlike the
 broker it zeroes what it cuts off, so a later crash cannot resurrect stale records or units. The
 abort file goes (5.x: it becomes abort.bak, as the broker's restart leaves it).
+
+Planning reads shared facts and rules only: the records (``ops.facts`` via ``ops.dispatch_plan.valid_facts``),
+the version's recovery start (``store.broker_model``), DLedger's recovery (``ops.dledger.plan_dledger_recovery``,
+pure). Every byte it plans comes from a store helper (``cut_copy``, ``patched``, ``CqWriter``,
+``IndexBuilder``, ``rewrite_index_units``); ``apply_plan`` hands them to one ``Transaction``.
 """
 
 from __future__ import annotations

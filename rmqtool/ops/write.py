@@ -37,10 +37,12 @@ from rmqtool.store.index_builder import ContinuedIndexFile, IndexBuilder, Record
 from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
-def _written_end(store: Store) -> int:
-    """The commit log's end, as the broker's recovery finds it; a damaged tail is refused."""
+def _written_end(store: Store, index_refs: list) -> int:
+    """The commit log's end, as the broker's recovery finds it (from the newest index entry's record when
+    its header is sound: CommitLog.append_end); a damaged tail is refused."""
+    hint = index_refs[-1].header.end_phy_offset if index_refs and index_refs[-1].header.index_count > 1 else None
     try:
-        return store.commitlog.append_end()
+        return store.commitlog.append_end(hint)
     except FormatError as exc:
         raise UnsafeWrite(f"the commit log is damaged ({exc.message} at offset {exc.offset}); run repair first",
                           path=exc.path) from None
@@ -117,9 +119,10 @@ class StoreWriter:
         self.store = store
         self.txn = PatchTransaction(store.root, backup, label="put", dry_run=dry_run)
         self.file_size = store.commitlog_file_size
+        self.index_refs = store.index_files()
         self.ledger = _ledger_appender(store, self.file_size, self._ledger_sink) if store.dledger is not None else None
         self.commitlog = None if self.ledger is not None else \
-            CommitLogAppender(self.file_size, _written_end(store), self._commitlog_sink)
+            CommitLogAppender(self.file_size, _written_end(store, self.index_refs), self._commitlog_sink)
         self.prop_crc = uses_crc32(store)
         self.cq_file_size = store.cq_file_size(cq_file_size)
         self.queues: dict[tuple[str, int], CqFileWriter] = {}
@@ -157,7 +160,7 @@ class StoreWriter:
     def _index_builder(self) -> IndexBuilder:
         """IndexService.buildIndex from the last index file on: earlier files are full and stay as they are;
         the last one is continued through a private map whose changes go through the transaction."""
-        refs = self.store.index_files()
+        refs = self.index_refs
         directory = Path(self._scratch.name) if self._scratch is not None else self.store.index_dir
         builder = IndexBuilder(self.geometry, [(r.name, ContinuedIndexFile.open(r)) for r in refs[-1:]], directory,
                                create=None if self._scratch is not None else
