@@ -230,3 +230,36 @@ def test_stats_by_topic_says_what_compaction_kept_and_removed():
     assert rows["CompactTopic"]["compaction_kept"] == kept
     assert rows["CompactTopic"]["compaction_removed"] == sum(1 for r in records if r.get("keys")) - kept
     assert rows["TopicA"]["compaction_kept"] is None
+
+
+def _with_topic_table(store_copy):
+    """A copy whose topic table says what the broker's table held (manifest: generator.topicAttributes)."""
+    import json
+    root = store_copy(SET)
+    attributes = json.loads((store_path(SET).parent / "manifest.json").read_text())
+    table = {t: {"topicName": t, "readQueueNums": 2, "writeQueueNums": 2, "attributes": attrs}
+             for t, attrs in attributes["generator"]["topicAttributes"].items()}
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["plain", "csv", "json"])
+def test_topics_mark_the_compacted_topics(store_copy, fmt):
+    import csv
+    import io
+    import json
+    root = _with_topic_table(store_copy)
+    out = run("topics", root, "-f", fmt).stdout
+    if fmt == "json":
+        rows = json.loads(out)
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(out)))
+    else:
+        head, _, *lines = out.splitlines()
+        names = head.split()
+        rows = [dict(zip(names, line.split())) for line in lines]
+    got = {r["topic"]: (r["cleanup_policy"], int(r["compaction_queues"])) for r in rows}
+    queues = {q["topic"] for q in _queues()}
+    assert got == {t: ("COMPACTION", 2) if t in queues else ("DELETE", 0)
+                   for t in json.loads((store_path(SET).parent / "manifest.json").read_text())["generator"]["topicAttributes"]}

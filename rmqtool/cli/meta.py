@@ -75,7 +75,9 @@ def topics(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
     """List the topic table (config/topics.json): queue counts, permission, queue type, order.
 
     perm is PermName's R/W/X (inherit); queue_type is the queue.type attribute (SimpleCQ unless BatchCQ);
-    queues_on_disk counts the topic's consume-queue directories. The .bak file is read when the broker
+    cleanup_policy the cleanup.policy attribute (DELETE unless COMPACTION: a compacted topic, whose
+    consumers read its compaction logs); queues_on_disk counts the topic's consume-queue directories,
+    compaction_queues its compaction logs (compaction/compactionLog/). The .bak file is read when the broker
     would read it (the main file missing, empty or unparseable). Exits 1 when the table is empty.
 
     \b

@@ -15,8 +15,8 @@ from rmqtool.store.config import Loaded, load_config
 from rmqtool.store.metadata import CONFIG_FILES, Table, cq_max_offset, load
 from rmqtool.store.store import Store
 
-TOPIC_FIELDS = ["topic", "queue_type", "read_queue_nums", "write_queue_nums", "perm", "order", "queues_on_disk",
-                "topic_filter_type", "topic_sys_flag", "attributes"]
+TOPIC_FIELDS = ["topic", "queue_type", "cleanup_policy", "read_queue_nums", "write_queue_nums", "perm", "order",
+                "queues_on_disk", "compaction_queues", "topic_filter_type", "topic_sys_flag", "attributes"]
 OFFSET_FIELDS = ["group", "topic", "queue_id", "offset", "max_offset", "lag", "last_consumed_timestamp"]
 DELAY_FIELDS = ["level", "delay_ms", "queue_id", "offset", "max_offset", "pending"]
 CONFIG_FIELDS = ["file", "read_from", "entries", "data_version_counter", "data_version_timestamp",
@@ -24,12 +24,18 @@ CONFIG_FIELDS = ["file", "read_from", "entries", "data_version_counter", "data_v
 
 
 def topic_rows(loaded: Loaded[Table], store: Store) -> Iterator[dict]:
-    """One row per topic, by name; ``queues_on_disk`` counts its consume-queue directories."""
+    """One row per topic, by name; ``queues_on_disk`` counts its consume-queue directories,
+    ``compaction_queues`` its compaction logs (compaction/compactionLog/<topic>/<queueId>)."""
+    compacted = {}
+    if store.compaction is not None:
+        for q in store.compaction.queues():
+            compacted[q.topic] = compacted.get(q.topic, 0) + 1
     for name in sorted(loaded.value.entries):
         tc = loaded.value.entries[name]
-        yield {"topic": name, "queue_type": tc.queue_type, "read_queue_nums": tc.read_queue_nums,
-               "write_queue_nums": tc.write_queue_nums, "perm": tc.perm_text, "order": tc.order,
-               "queues_on_disk": _queue_dirs(store, name), "topic_filter_type": tc.topic_filter_type,
+        yield {"topic": name, "queue_type": tc.queue_type, "cleanup_policy": tc.cleanup_policy,
+               "read_queue_nums": tc.read_queue_nums, "write_queue_nums": tc.write_queue_nums,
+               "perm": tc.perm_text, "order": tc.order, "queues_on_disk": _queue_dirs(store, name),
+               "compaction_queues": compacted.get(name, 0), "topic_filter_type": tc.topic_filter_type,
                "topic_sys_flag": tc.topic_sys_flag, "attributes": tc.attributes}
 
 

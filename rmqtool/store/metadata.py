@@ -21,6 +21,8 @@ from rmqtool.store.store import Store
 
 QUEUE_TYPE_ATTRIBUTE = "queue.type"
 DEFAULT_QUEUE_TYPE = "SimpleCQ"          # TopicAttributes.QUEUE_TYPE_ATTRIBUTE's default
+CLEANUP_POLICY_ATTRIBUTE = "cleanup.policy"
+DEFAULT_CLEANUP_POLICY = "DELETE"        # TopicAttributes.CLEANUP_POLICY_ATTRIBUTE's default
 TOPIC_GROUP_SEPARATOR = "@"
 PERM_READ, PERM_WRITE, PERM_INHERIT = 0x4, 0x2, 0x1
 
@@ -38,6 +40,12 @@ class TopicConfig(NamedTuple):
     @property
     def queue_type(self) -> str:
         return self.attributes.get(QUEUE_TYPE_ATTRIBUTE, DEFAULT_QUEUE_TYPE)
+
+    @property
+    def cleanup_policy(self) -> str:
+        """CleanupPolicyUtils.getDeletePolicy: COMPACTION makes DefaultMessageStore.getMessage read the
+        topic from its compaction logs (CompactionStore); DELETE by default."""
+        return self.attributes.get(CLEANUP_POLICY_ATTRIBUTE, DEFAULT_CLEANUP_POLICY)
 
     @property
     def perm_text(self) -> str:
