@@ -13,7 +13,7 @@ from rmqtool.format.commitlog import Blank, Message, encode_entry
 from rmqtool.format.compaction import (END_POSITION, decode_position_checkpoint, decode_sparse_units,
                                        encode_position_checkpoint)
 from rmqtool.store.store import Store
-from tests.conftest import readback, run, store_path
+from tests.conftest import manifest, readback, run, store_path
 from tests.helpers_readback import assert_record_matches
 
 SET = "dev-compaction-5x"
@@ -233,12 +233,11 @@ def test_stats_by_topic_says_what_compaction_kept_and_removed():
 
 
 def _with_topic_table(store_copy):
-    """A copy whose topic table says what the broker's table held (manifest: generator.topicAttributes)."""
+    """A copy with the topic table the broker was given (manifest: generator.topicAttributes)."""
     import json
     root = store_copy(SET)
-    attributes = json.loads((store_path(SET).parent / "manifest.json").read_text())
     table = {t: {"topicName": t, "readQueueNums": 2, "writeQueueNums": 2, "attributes": attrs}
-             for t, attrs in attributes["generator"]["topicAttributes"].items()}
+             for t, attrs in manifest(SET)["generator"]["topicAttributes"].items()}
     (root / "config").mkdir(exist_ok=True)
     (root / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": table}))
     return root
@@ -249,17 +248,16 @@ def test_topics_mark_the_compacted_topics(store_copy, fmt):
     import csv
     import io
     import json
-    root = _with_topic_table(store_copy)
-    out = run("topics", root, "-f", fmt).stdout
+    out = run("topics", _with_topic_table(store_copy), "-f", fmt).stdout
     if fmt == "json":
         rows = json.loads(out)
     elif fmt == "csv":
         rows = list(csv.DictReader(io.StringIO(out)))
     else:
         head, _, *lines = out.splitlines()
-        names = head.split()
-        rows = [dict(zip(names, line.split())) for line in lines]
+        rows = [dict(zip(head.split(), line.split())) for line in lines]
     got = {r["topic"]: (r["cleanup_policy"], int(r["compaction_queues"])) for r in rows}
-    queues = {q["topic"] for q in _queues()}
-    assert got == {t: ("COMPACTION", 2) if t in queues else ("DELETE", 0)
-                   for t in json.loads((store_path(SET).parent / "manifest.json").read_text())["generator"]["topicAttributes"]}
+    compacted = {q["topic"] for q in _queues()}
+    assert got == {t: ("COMPACTION", 2) if t in compacted else ("DELETE", 0)
+                   for t in manifest(SET)["generator"]["topicAttributes"]}
+    assert compacted == {"CompactTopic"}

@@ -24,8 +24,10 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError, first_line
 from rmqtool.store import layout as L
 
-KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index")
-QUEUE_DIRS = {"consumequeue": (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE), "batchconsumequeue": (L.BATCHCONSUMEQUEUE,)}
+KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "compactionlog", "compactioncq")
+QUEUE_DIRS = {"consumequeue": (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE), "batchconsumequeue": (L.BATCHCONSUMEQUEUE,),
+              "compactionlog": (posixpath.join(L.COMPACTION, L.COMPACTION_LOG),),
+              "compactioncq": (posixpath.join(L.COMPACTION, L.COMPACTION_CQ),)}
 _GLOB_CHARS = "*?["
 _COPY_CHUNK = 8 << 20
 
@@ -38,9 +40,9 @@ class StoreFile:
     uri: str              # local absolute path, or scheme://... URI
     start: int            # the offset in the file's name (0 when the name is not an offset)
     size: int
-    kind: str = "commitlog"
-    topic: str | None = None      # (batch) consume queues only
-    queue_id: int | None = None   # (batch) consume queues only
+    kind: str = "commitlog"       # or a queue kind; "rocksdbcq": a RocksDB consume queue (the database directory)
+    topic: str | None = None      # queue files only
+    queue_id: int | None = None   # queue files only
 
     @property
     def name(self) -> str:
@@ -112,7 +114,9 @@ def _remote_glob(pattern: str) -> list[str]:
 
 def list_files(paths: list[str] | tuple[str, ...], kind: str = "commitlog") -> list[StoreFile]:
     """The files of ``kind`` in every named store, in (argument, store, offset) order. ``consumequeue``
-    lists the batch consume queues too (``batchconsumequeue/``, 5.x BatchCQ topics), after the others."""
+    lists the batch consume queues too (``batchconsumequeue/``, 5.x BatchCQ topics), after the others, and
+    a RocksDB consume queue (5.2+ storeType=defaultRocksDB) as one entry, its database directory.
+    ``compactionlog`` / ``compactioncq``: the compaction topics' logs and sparse queues (``compaction/``)."""
     if kind not in KINDS:
         raise StoreError(f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
     out: list[StoreFile] = []
@@ -159,8 +163,14 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
         return [entry(i) for i in _children(fsys, posixpath.join(path, L.INDEX)) if i.type == fs.FileType.File]
     out = []
     for directory in QUEUE_DIRS[kind]:
-        queue_kind = "batchconsumequeue" if directory == L.BATCHCONSUMEQUEUE else "consumequeue"
-        for tdir in _children(fsys, posixpath.join(path, directory)):
+        queue_kind = "batchconsumequeue" if directory == L.BATCHCONSUMEQUEUE else \
+            kind if kind.startswith("compaction") else "consumequeue"
+        inside = _children(fsys, posixpath.join(path, directory))
+        if directory == L.CONSUMEQUEUE and any(i.base_name == "CURRENT" and i.type == fs.FileType.File for i in inside):
+            database = fsys.get_file_info(posixpath.join(path, directory))
+            out.append(replace(entry(database), size=sum(i.size or 0 for i in inside), kind="rocksdbcq"))
+            continue
+        for tdir in inside:
             if tdir.type != fs.FileType.Directory:
                 continue
             qdirs = [q for q in _children(fsys, tdir.path) if q.type == fs.FileType.Directory and q.base_name.isdigit()]
@@ -168,6 +178,36 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
                 out += [replace(entry(i, topic=tdir.base_name, queue_id=int(qdir.base_name)), kind=queue_kind)
                         for i in _children(fsys, qdir.path) if i.type == fs.FileType.File and _is_offset_name(i.base_name)]
     return out
+
+
+def sparse_queue_file(f: StoreFile) -> StoreFile | None:
+    """The sparse compaction-queue file of a compaction-log file: the same name under compactionCq/
+    (CompactionLog: one queue file per log file, named by the log file's start offset)."""
+    base, _, topic, qid, name = f.uri.rsplit("/", 4)
+    uri = "/".join((base, L.COMPACTION_CQ, topic, qid, name))
+    fsys, path = filesystem(uri)
+    size = fsys.get_file_info(path).size
+    return replace(f, uri=uri, size=size or 0, kind="compactioncq") if size is not None else None
+
+
+@contextlib.contextmanager
+def local_dir(f: StoreFile) -> Iterator[str]:
+    """A local path of a directory entry (a RocksDB database): itself, or a temporary copy of its files."""
+    if "://" not in f.uri:
+        yield f.uri
+        return
+    from pyarrow import fs
+
+    fsys, path = filesystem(f.uri)
+    with tempfile.TemporaryDirectory(prefix="rmqtool-") as tmp:
+        try:
+            for i in _children(fsys, path):
+                if i.type == fs.FileType.File:
+                    with fsys.open_input_stream(i.path) as src, open(os.path.join(tmp, i.base_name), "wb") as dst:
+                        shutil.copyfileobj(src, dst, _COPY_CHUNK)
+        except OSError as exc:
+            raise StoreError(f"cannot read: {exc}", path=f.uri) from None
+        yield tmp
 
 
 def read_bytes(f: StoreFile):

@@ -5,7 +5,8 @@
 
 PySpark (4.0+) finds it by name in any session: it registers the ``DefaultSource`` of every installed
 top-level module named ``pyspark_*`` (``pyspark_rocketmq`` here). Options (README, "The rocketmq data
-source"): ``kind`` = commitlog (default) | consumequeue (both queue layouts) | batchconsumequeue | index;
+source"): ``kind`` = commitlog (default) | consumequeue (every queue layout, a RocksDB consume queue
+included) | batchconsumequeue | index | compactionlog (compaction topics as their consumers see them) | compactioncq;
 ``checkCrc`` and ``decompress``; ``mode`` = failfast | permissive; ``includeBlank`` (BLANK padding
 records, left out by default); ``since`` / ``until`` / ``topics``; ``pruneFiles``; ``pushFilters``. One
 input partition per store file that may hold a wanted row (``may_hold``: by byte range, time range and

@@ -10,6 +10,7 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError
@@ -24,8 +25,10 @@ assert BCQ_DTYPE.itemsize == C.BCQ_STORE_UNIT_SIZE
 INDEX_DTYPE = np.dtype([("key_hash", ">i4"), ("physical_offset", ">i8"), ("time_diff", ">i4"),
                         ("prev_index", ">i4")])
 
-# Consume-queue units of both layouts: a batch unit (batchconsumequeue/) adds its store time and batch
-# size and its queue_offset is its msgBaseOffset; a 20-byte unit has neither (null).
+# Consume-queue units of every layout: a batch unit (batchconsumequeue/, and a compaction topic's sparse
+# queue, kind compactioncq, whose physical_offset is the compaction-log offset) adds its store time and batch
+# size and its queue_offset is its msgBaseOffset; a RocksDB unit adds its store time; a 20-byte unit has
+# neither (null).
 CQ_SCHEMA = pa.schema([("topic", pa.string()), ("queue_id", pa.int32()), ("queue_offset", pa.int64()),
                        ("physical_offset", pa.int64()), ("size", pa.int32()), ("tags_code", pa.int64()),
                        ("store_timestamp", pa.timestamp("us", "UTC")), ("batch_size", pa.int32()),
@@ -64,7 +67,7 @@ def record_schema(check_crc: bool) -> pa.Schema:
 
 
 def arrow_schema(kind: str, check_crc: bool = False) -> pa.Schema:
-    if kind in ("consumequeue", "batchconsumequeue"):
+    if kind in ("consumequeue", "batchconsumequeue", "compactioncq"):
         return CQ_SCHEMA
     if kind == "index":
         return INDEX_SCHEMA
@@ -89,18 +92,54 @@ def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decom
                  on_damage=None) -> Iterator[pa.RecordBatch]:
     """Batches of one store file in the data source's schema of ``kind``."""
     schema = arrow_schema(kind, check_crc)
-    if f.kind == "batchconsumequeue":
+    if f.kind == "rocksdbcq":
+        yield from (_with_location(b, f, schema) for b in rocksdb_batches(f))
+        return
+    if f.kind in ("batchconsumequeue", "compactioncq"):
         batch = bcq_batch(f)
     elif f.kind == "consumequeue":
         batch = cq_batch(f)
     elif kind == "index":
         batch = index_batch(f)
     else:
+        named = consumer_view(f) if f.kind == "compactionlog" else None
         for batch in scan.record_batches(f, check_crc=check_crc, decompress=decompress, on_damage=on_damage):
-            yield _with_location(batch, f, schema)
+            if named is not None:
+                batch = batch.filter(pc.is_in(batch.column("physical_offset"), value_set=named))
+            if batch.num_rows:
+                yield _with_location(batch, f, schema)
         return
     if batch.num_rows:
         yield _with_location(batch, f, schema)
+
+
+def consumer_view(f: scan.StoreFile) -> pa.Array:
+    """The compaction-log offsets of the records a consumer of the queue reads from one compaction-log file
+    (CompactionStore.getMessage): those its sparse-queue file names. A BLANK, the zeros after the last
+    rewritten file's data and a record past the queue's last unit (cut off when the broker loads the log,
+    SparseConsumeQueue.recover) are no message of the topic."""
+    cq = scan.sparse_queue_file(f)
+    return bcq_batch(cq).column("physical_offset") if cq is not None else pa.array([], pa.int64())
+
+
+def rocksdb_batches(f: scan.StoreFile) -> Iterator[pa.RecordBatch]:
+    """Every unit of a RocksDB consume queue (the database read-only, store/rocksdbcq.py), one batch per queue
+    in (topic, queue id) order, in the columns of a file queue plus each unit's store timestamp."""
+    from rmqtool.store.rocksdbcq import RocksDbConsumeQueues
+
+    with scan.local_dir(f) as path:
+        db = RocksDbConsumeQueues(path)
+        try:
+            for (topic, queue_id), units in sorted(db.units.items()):
+                n = len(units)
+                qo, phy, size, tags, ts = np.array([u[2:] for u in units], np.int64).reshape(n, 5).T
+                yield pa.RecordBatch.from_arrays(
+                    [pa.repeat(topic, n), pa.repeat(pa.scalar(queue_id, pa.int32()), n), pa.array(qo),
+                     pa.array(phy), pa.array(size.astype(np.int32)), pa.array(tags),
+                     pa.array(ts * 1000, CQ_SCHEMA.field("store_timestamp").type), pa.nulls(n, pa.int32())],
+                    names=CQ_SCHEMA.names[:8])
+        finally:
+            db.close()
 
 
 def cq_batch(f: scan.StoreFile) -> pa.RecordBatch:

@@ -82,6 +82,10 @@ class RocksDbConsumeQueues:
     def read(cls, path: Path) -> "RocksDbConsumeQueues":
         return cls(path)
 
+    def close(self) -> None:
+        """Close the database now (else when this object is collected)."""
+        self._closed()
+
     @cached_property
     def units(self) -> dict[tuple[str, int], list[RocksCqUnit]]:
         """Every unit, by queue, in key (= queue offset) order: one walk of the ``default`` family."""
