@@ -261,3 +261,62 @@ def test_topics_mark_the_compacted_topics(store_copy, fmt):
     assert got == {t: ("COMPACTION", 2) if t in compacted else ("DELETE", 0)
                    for t in manifest(SET)["generator"]["topicAttributes"]}
     assert compacted == {"CompactTopic"}
+
+
+# -- export of a compaction topic from the store root ---------------------------------------------------
+def _view_rows(rows: list[dict]) -> list[tuple]:
+    import base64
+    return [(r["topic"], r["queue_id"], r["queue_offset"], r["physical_offset"], " ".join(r["keys"]), r["uniq_key"],
+             hashlib.sha256(base64.b64decode(r["body"])).hexdigest()) for r in rows]
+
+
+def _consumer_views(queue_ids=(0, 1)) -> list[tuple]:
+    return [(q["topic"], q["queueId"], *v) for q in _queues() if q["queueId"] in queue_ids
+            for v in _field(q, "consumerView")]
+
+
+def test_export_of_a_compaction_topic_is_its_consumer_view(tmp_path):
+    res = run("export", STORE, "--topic", "CompactTopic", "--to", tmp_path / "view.jsonl")
+    assert res.exit_code == 0, res.output
+    assert _view_rows(_jsonl_file(tmp_path / "view.jsonl")) == _consumer_views()
+    assert "exported 33 records (33 messages)" in res.stderr
+    res = run("export", STORE, "--topic", "CompactTopic", "--queue-id", "1", "--to", tmp_path / "q1.jsonl")
+    assert _view_rows(_jsonl_file(tmp_path / "q1.jsonl")) == _consumer_views((1,))
+
+
+def test_export_names_the_compaction_log_files_and_mixes_topics(tmp_path):
+    import pyarrow.parquet as pq
+    res = run("export", STORE, "--topic", "CompactTopic", "--topic", "TopicA", "--to", tmp_path / "both.parquet")
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(tmp_path / "both.parquet").to_pylist()
+    topic_a = [r for r in readback(SET)["commitlogRecords"] if r.get("topic") == "TopicA"]
+    assert [r["physical_offset"] for r in table if r["topic"] == "TopicA"] == [r["physicalOffset"] for r in topic_a]
+    view = [r for r in table if r["topic"] == "CompactTopic"]
+    assert [(r["queue_id"], r["queue_offset"], r["physical_offset"]) for r in view] == \
+        [(t[1], t[2], t[3]) for t in _consumer_views()]
+    assert all("/compaction/compactionLog/CompactTopic/" in r["commitlog_file"] for r in view)
+
+
+def test_export_commitlog_records_of_a_compaction_topic(tmp_path):
+    res = run("export", STORE, "--topic", "CompactTopic", "--commitlog-records", "--to", tmp_path / "raw.jsonl")
+    assert res.exit_code == 0, res.output
+    want = [r for r in readback(SET)["commitlogRecords"] if r.get("topic") == "CompactTopic"]
+    assert [(r["physical_offset"], r["queue_offset"]) for r in _jsonl_file(tmp_path / "raw.jsonl")] == \
+        [(r["physicalOffset"], r["queueOffset"]) for r in want] and len(want) == 125
+
+
+def test_dataset_export_of_a_compaction_topic(tmp_path):
+    import pyarrow.dataset as ds
+    res = run("export", STORE, "--topic", "CompactTopic", "--to", tmp_path / "set")
+    assert res.exit_code == 0, res.output
+    rows = sorted(ds.dataset(tmp_path / "set", format="parquet").to_table().to_pylist(),
+                  key=lambda r: (r["queue_id"], r["queue_offset"]))
+    assert [(r["queue_id"], r["queue_offset"], r["physical_offset"]) for r in rows] == \
+        [(t[1], t[2], t[3]) for t in _consumer_views()]
+    mixed = run("export", STORE, "--topic", "CompactTopic", "--topic", "TopicA", "--to", tmp_path / "mixed")
+    assert mixed.exit_code == 2 and "--commitlog-records" in mixed.stderr and not (tmp_path / "mixed").exists()
+
+
+def _jsonl_file(path) -> list[dict]:
+    import json
+    return [json.loads(line) for line in path.read_text().splitlines()]

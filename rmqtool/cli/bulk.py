@@ -48,11 +48,20 @@ class Size(click.ParamType):
 @body_encoding_option(default="base64", aliases=(), help="How jsonl/csv carry the body (Parquet stores it as binary).")
 @click.option("--stop-at-damage", is_flag=True,
               help="Export a store's records up to a damaged record instead of failing (exit status 3).")
+@click.option("--commitlog-records", is_flag=True,
+              help="A compaction topic named by --topic: export its commit-log records (every version of every "
+                   "key) instead of what its consumers receive.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_regex, since, until, include_blank,
-           engine, master, check_crc, body, stop_at_damage, force):
+           engine, master, check_crc, body, stop_at_damage, commitlog_records, force):
     """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one
     file, or to a dataset directory with one part per commit-log file.
+
+    A compaction topic (5.x cleanup.policy=COMPACTION) named by --topic is exported as its consumers
+    receive it (what the broker's CompactionStore.getMessage returns): the records of its compaction logs
+    that its sparse queues name, the newest per key up to the compaction, each with its compaction-log
+    offset as physical_offset and its compaction-log file as commitlog_file; --commitlog-records exports
+    its commit-log records instead. A dataset export takes either compaction topics or others.
 
     The filters are those of grep and cat-commitlog. BLANK padding records are left out unless
     --include-blank, so integer columns stay integers in pandas and DuckDB. A row is a commit-log record
@@ -113,7 +122,8 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     options = dict(check_crc=check_crc, body_encoding=body, stop_at_damage=stop_at_damage, overwrite=force,
                    where=where, include_blank=include_blank)
     if is_dataset_target(to, partition_by):
-        result = export_to_dataset(stores, to, fmt or "parquet", partition_by, engine, master, **options)
+        result = export_to_dataset(stores, to, fmt or "parquet", partition_by, engine, master,
+                                   commitlog_records=commitlog_records, **options)
     elif engine == "spark":
         raise click.BadParameter("the spark engine writes a dataset directory: give --to a name without "
                                  "extension", param_hint="--to")
@@ -122,7 +132,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
         from rmqtool.ops.scan import list_files
 
         with progress_bar(sum(f.size for f in list_files(stores)), "export") as progress:
-            result = run_export(stores, to, fmt, progress=progress, **options)
+            result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records, **options)
     rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0
     click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "
                f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log", err=True)

@@ -58,7 +58,8 @@ def is_dataset_target(to: str, partition_by: str | None) -> bool:
 
 
 def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engine: str, master: str | None,
-                      **options):
+                      commitlog_records: bool = False, **options):
+    from rmqtool.ops.compaction import consumer_view_split
     from rmqtool.ops.dataset import export_dataset, parse_partition_by
     from rmqtool.ops.scan import list_files
 
@@ -66,7 +67,11 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
         keys = parse_partition_by(partition_by)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--partition-by") from None
-    files = list_files(stores)
+    read_cl, _, logs = (True, None, []) if commitlog_records else consumer_view_split(list(stores), options.get("where"))
+    if logs and read_cl:
+        raise click.UsageError("a dataset export takes compaction topics (read as their consumers see them) or "
+                               "other topics, not both: export them separately, or add --commitlog-records")
+    files = list_files(stores) if read_cl else logs
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import export_spark
         return export_spark(spark_session(master), stores, to, fmt, keys, files=files, **options)

@@ -63,6 +63,22 @@ def decode_units(buf) -> list[BatchCqUnit]:
     return [BatchCqUnit._make(t) for t in UNIT.iter_unpack(buf)]
 
 
+UNIT_FIELDS = [("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"), ("store_time", ">i8"),
+               ("msg_base_offset", ">i8"), ("batch_size", ">i2"), ("compacted_offset", ">i4"),
+               ("reserved", ">i4")]     # a numpy dtype of one unit
+
+
+def valid_units(buf):
+    """The leading units of a file that pass BatchConsumeQueue.recover's test (``BatchCqUnit.is_valid``;
+    a sparse compaction queue's END_POSITION unit fails it too), as a numpy array of ``UNIT_FIELDS``."""
+    import numpy as np
+
+    units = np.frombuffer(buf, UNIT_FIELDS, count=len(buf) // C.BCQ_STORE_UNIT_SIZE)
+    bad = np.flatnonzero((units["physical_offset"] < 0) | (units["size"] <= 0) | (units["msg_base_offset"] < 0)
+                         | (units["batch_size"] <= 0))
+    return units[:bad[0]] if len(bad) else units
+
+
 def find_unit(units: Sequence[BatchCqUnit], queue_offset: int) -> int | None:
     """The index of the unit holding message ``queue_offset`` (units in queue order), as
     BatchConsumeQueue.getCqUnitAndStoreTime finds it (a binary search on msgBaseOffset); None: none."""

@@ -130,6 +130,26 @@ def _same_but_offset(copy: Message, original: Message) -> bool:
     return a == b
 
 
+def consumer_view_split(stores: list[str], where) -> tuple[bool, object, list]:
+    """How export reads stores whose compaction topics ``where`` names (``--topic``): (whether to read
+    their commit logs, the filter for them: ``where`` without those topics; the compaction-log files of the
+    named compaction topics, read as their consumers see them: ``scan.consumer_view``)."""
+    from dataclasses import replace
+
+    from rmqtool.ops import scan
+
+    if where is None or not where.topics:
+        return True, where, []
+    try:
+        logs = scan.list_files(stores, "compactionlog")
+    except RmqError:
+        return True, where, []            # no store root: a commit-log directory or file has no compaction
+    compacted = {f.topic for f in logs} & set(where.topics)
+    logs = [f for f in logs if f.topic in compacted and (not where.queue_ids or f.queue_id in where.queue_ids)]
+    rest = tuple(t for t in where.topics if t not in compacted)
+    return bool(rest), replace(where, topics=rest) if compacted and rest else where, logs
+
+
 COMPACTION_FIELDS = ["compaction_kept", "compaction_removed"]
 
 

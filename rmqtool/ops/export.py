@@ -93,18 +93,21 @@ def export(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt:
 def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
                  check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False,
                  overwrite: bool = False, batch_rows: int | None = None, where=None, include_blank: bool = False,
-                 progress: Callable[[int], None] | None = None) -> ExportResult:
+                 commitlog_records: bool = False, progress: Callable[[int], None] | None = None) -> ExportResult:
     """Decode every store's commit log in order into one output file, in one process.
 
     Only MESSAGE records that pass ``where`` (a ``RecordFilter``) are written; BLANK padding records
     too with ``include_blank`` and no filter. ``progress(n)`` is told the commit-log bytes scanned.
+    A compaction topic that ``where`` names is written as its consumers see it, from its compaction logs
+    after the store's other records (``compaction.consumer_view_split``), unless ``commitlog_records``.
 
     A damaged record raises its FormatError (and no output is left behind) unless ``stop_at_damage``:
     then that store's records before it are exported and the error is listed in the result.
     """
     from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
+    from rmqtool.ops.compaction import consumer_view_split
     from rmqtool.ops.filters import keep_records
-    from rmqtool.ops.scan import BytesCounter, list_files
+    from rmqtool.ops.scan import BytesCounter, list_files, record_batches
 
     to = Path(to)
     if fmt not in FORMATS:
@@ -118,26 +121,37 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     started = time.perf_counter()
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
     writer = _writer(fmt, tmp, schema, body_encoding)
+    on_damage = result.damaged.append if stop_at_damage else None
+
+    def write(batch, where, named: str, file_column) -> None:
+        result.input_bytes += _total_size(batch)
+        batch = keep_records(batch, where, include_blank)
+        if not batch.num_rows:
+            return
+        result.records += batch.num_rows
+        result.messages += _message_count(batch)
+        if fmt == "parquet":
+            batch = export_batch(batch, schema, named, file_column(batch))
+        writer(batch)
+
     try:
         for store in store_paths:
             cl = open_commitlog(store)
             files = list_files([store])
             starts, uris = [f.start for f in files], [f.uri for f in files]
             named = files[0].store if files else str(store)
+            read_cl, cl_where, logs = (True, where, []) if commitlog_records else \
+                consumer_view_split([str(store)], where)
             counted = BytesCounter(cl.queue.files[0].start if cl.queue.files else 0, progress)
-            for batch in iter_record_batches(cl, check_crc=check_crc, batch_rows=batch_rows or DEFAULT_BATCH_ROWS,
-                                             on_damage=result.damaged.append if stop_at_damage else None):
-                counted(batch)
-                result.input_bytes += _total_size(batch)
-                batch = keep_records(batch, where, include_blank)
-                if not batch.num_rows:
-                    continue
-                result.records += batch.num_rows
-                result.messages += _message_count(batch)
-                if fmt == "parquet":
-                    batch = export_batch(batch, schema, named, _file_column(batch, starts, uris))
-                writer(batch)
+            if read_cl:
+                for batch in iter_record_batches(cl, check_crc=check_crc, on_damage=on_damage,
+                                                 batch_rows=batch_rows or DEFAULT_BATCH_ROWS):
+                    counted(batch)
+                    write(batch, cl_where, named, lambda b: _file_column(b, starts, uris))
             counted.finish(sum(f.length for f in cl.queue.files))
+            for f in logs:
+                for batch in record_batches(f, check_crc=check_crc, on_damage=on_damage):
+                    write(batch, where, named, lambda b: f.uri)
         writer(None)
         os.replace(tmp, to)
     except BaseException:

@@ -265,10 +265,14 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
                    progress: Callable[[int], None] | None = None) -> Iterator:
     """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
     ``f.uri``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
-    ``progress(n)`` is told the bytes scanned after each batch (the whole file in all)."""
+    ``progress(n)`` is told the bytes scanned after each batch (the whole file in all). A compaction-log
+    file (kind ``compactionlog``) gives what a consumer of its queue reads: ``consumer_view``."""
+    import pyarrow.compute as pc
+
     from rmqtool.columnar import iter_record_batches
 
     counted = BytesCounter(f.start, progress)
+    named = consumer_view(f) if f.kind == "compactionlog" else None
 
     def relabel(exc: FormatError) -> FormatError:
         exc.path = f.uri
@@ -279,10 +283,26 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
             for batch in iter_record_batches(path, check_crc=check_crc,
                                              on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
+                if named is not None:
+                    batch = batch.filter(pc.is_in(batch.column("physical_offset"), value_set=named))
                 yield decompress_bodies(batch) if decompress else batch
         except FormatError as exc:
             raise relabel(exc) from None
     counted.finish(f.size)
+
+
+def consumer_view(f: StoreFile):
+    """The compaction-log offsets (an Arrow array) of the records a consumer of the queue reads from one
+    compaction-log file (CompactionStore.getMessage): those its sparse-queue file names. A BLANK, the zeros
+    after the last rewritten file's data and a record past the queue's last unit (cut off when the broker
+    loads the log, SparseConsumeQueue.recover) are no message of the topic."""
+    import pyarrow as pa
+
+    from rmqtool.format.batchcq import valid_units
+
+    cq = sparse_queue_file(f)
+    units = valid_units(read_bytes(cq)) if cq is not None else None
+    return pa.array(units["physical_offset"].astype("int64") if units is not None else [], pa.int64())
 
 
 class BytesCounter:

@@ -10,17 +10,15 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError
+from rmqtool.format.batchcq import UNIT_FIELDS, valid_units
 from rmqtool.format.indexfile import decode_header, infer_geometry
 from rmqtool.ops import scan
 
 CQ_DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
-BCQ_DTYPE = np.dtype([("physical_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8"), ("store_time", ">i8"),
-                      ("msg_base_offset", ">i8"), ("batch_size", ">i2"), ("compacted_offset", ">i4"),
-                      ("reserved", ">i4")])
+BCQ_DTYPE = np.dtype(UNIT_FIELDS)
 assert BCQ_DTYPE.itemsize == C.BCQ_STORE_UNIT_SIZE
 INDEX_DTYPE = np.dtype([("key_hash", ">i4"), ("physical_offset", ">i8"), ("time_diff", ">i4"),
                         ("prev_index", ">i4")])
@@ -102,24 +100,12 @@ def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decom
     elif kind == "index":
         batch = index_batch(f)
     else:
-        named = consumer_view(f) if f.kind == "compactionlog" else None
         for batch in scan.record_batches(f, check_crc=check_crc, decompress=decompress, on_damage=on_damage):
-            if named is not None:
-                batch = batch.filter(pc.is_in(batch.column("physical_offset"), value_set=named))
             if batch.num_rows:
                 yield _with_location(batch, f, schema)
         return
     if batch.num_rows:
         yield _with_location(batch, f, schema)
-
-
-def consumer_view(f: scan.StoreFile) -> pa.Array:
-    """The compaction-log offsets of the records a consumer of the queue reads from one compaction-log file
-    (CompactionStore.getMessage): those its sparse-queue file names. A BLANK, the zeros after the last
-    rewritten file's data and a record past the queue's last unit (cut off when the broker loads the log,
-    SparseConsumeQueue.recover) are no message of the topic."""
-    cq = scan.sparse_queue_file(f)
-    return bcq_batch(cq).column("physical_offset") if cq is not None else pa.array([], pa.int64())
 
 
 def rocksdb_batches(f: scan.StoreFile) -> Iterator[pa.RecordBatch]:
@@ -162,11 +148,7 @@ def cq_batch(f: scan.StoreFile) -> pa.RecordBatch:
 def bcq_batch(f: scan.StoreFile) -> pa.RecordBatch:
     """The units of one batch consume-queue file up to the first one failing recovery's test
     (BatchConsumeQueue.recover, as ``BatchCqUnit.is_valid``)."""
-    buf = scan.read_bytes(f)
-    units = np.frombuffer(buf, BCQ_DTYPE, count=len(buf) // BCQ_DTYPE.itemsize)
-    bad = np.flatnonzero((units["physical_offset"] < 0) | (units["size"] <= 0) | (units["msg_base_offset"] < 0)
-                         | (units["batch_size"] <= 0))
-    units = units[:bad[0]] if len(bad) else units
+    units = valid_units(scan.read_bytes(f))
     n = len(units)
     return pa.RecordBatch.from_arrays(
         [pa.repeat(f.topic, n), pa.repeat(pa.scalar(f.queue_id, pa.int32()), n),
