@@ -223,6 +223,33 @@ def test_verify_finds_a_unit_off_its_record(store_copy):
     assert "compaction_cq_mismatch" in _damaged(store_copy, shift)
 
 
+def test_verify_finds_a_physical_offset_field_off_its_position(store_copy):
+    def move(root):
+        p = root / "compaction/compactionLog/CompactTopic/1/00000000000000004048"
+        b = bytearray(p.read_bytes())
+        b[28 + 7] ^= 8           # the PHYSICALOFFSET field of the file's first record (no CRC covers it)
+        p.write_bytes(b)
+    assert _damaged(store_copy, move) == {"compaction_log_record"}
+
+
+def test_compaction_checks_run_on_the_columnar_scan(monkeypatch):
+    """No record is decoded one at a time: the compaction logs and the commit log are walked by the scan
+    kernel (a BLANK ending a file is the only entry the walk decodes by itself)."""
+    from rmqtool.columnar import batches
+    from rmqtool.ops.compaction import compaction_findings
+    from rmqtool.store import commitlog
+
+    calls = []
+    for module in (batches, commitlog):
+        real = module.decode_entry
+        monkeypatch.setattr(module, "decode_entry", lambda *a, _real=real, **k: calls.append(a[1]) or _real(*a, **k))
+    store = Store.open(STORE)
+    assert list(compaction_findings(store)) == []
+    blanks = sum(1 for q in _queues() for r in _field(q, "logRecords") if r["type"] == "BLANK") + \
+        sum(1 for r in readback(SET)["commitlogRecords"] if r["type"] == "BLANK")
+    assert len(calls) == blanks
+
+
 def test_stats_by_topic_says_what_compaction_kept_and_removed():
     rows = {r["topic"]: r for r in _jsonl(run("stats", STORE, "--by", "topic", "-f", "jsonl"))}
     records = [r for r in readback(SET)["commitlogRecords"] if r.get("topic") == "CompactTopic"]

@@ -76,9 +76,9 @@ def rocksdb_queue_rows(store: Store, end: int) -> list[dict[str, Any]]:
 
 def compaction_rows(store: Store) -> list[dict[str, Any]]:
     """Each compaction queue: its offsets, the checkpoint, records kept and removed by compaction."""
-    from rmqtool.ops.compaction import queue_summary
+    from rmqtool.ops.compaction import queue_summaries
 
-    return [queue_summary(store, q) for q in store.compaction.queues()]
+    return queue_summaries(store)
 
 
 def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,

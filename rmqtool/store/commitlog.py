@@ -77,15 +77,18 @@ class CommitLog:
         first, pos = (files[0], 0) if start is None else self.queue.locate(start)
         for f in files[files.index(first):]:
             buf = f.read()
+            end = self.data_end(f, len(buf))
             while True:
-                if len(buf) - pos < C.END_FILE_MIN_BLANK_LENGTH:
-                    if pos < len(buf) and any(buf[pos:]):
-                        raise FormatError(f"{len(buf) - pos} stray bytes at the end of the file",
+                if end - pos < C.END_FILE_MIN_BLANK_LENGTH:
+                    if pos < end and any(buf[pos:end]):
+                        raise FormatError(f"{end - pos} stray bytes at the end of the file",
                                           path=str(f.path), offset=f.start + pos)
                     break   # file end without a BLANK: next file
                 size, magic = peek_header(buf, pos)
                 if size == 0 and magic == 0:
-                    return  # end of written data
+                    if self.zero_ends_data:
+                        return  # end of written data
+                    break
                 try:
                     entry = decode_entry(buf, pos, check_crc=check_crc)
                 except FormatError as exc:
@@ -101,6 +104,10 @@ class CommitLog:
                 yield Located(f.start + pos, f, entry)
                 pos += entry.total_size
             pos = 0
+
+    def data_end(self, f: QueueFile, length: int) -> int:
+        """Where the data of file ``f`` (``length`` bytes read) can end: the file's end."""
+        return length
 
     def iter_messages(self, start: int | None = None, *, check_crc: bool = False) -> Iterator[Message]:
         for loc in self.iter_entries(start, check_crc=check_crc, include_blank=False):

@@ -17,10 +17,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
-from rmqtool.format.batchcq import BatchCqUnit
-from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
+from rmqtool import constants as C
+from rmqtool.format.batchcq import BatchCqUnit, valid_units
+from rmqtool.format.commitlog import Entry
 from rmqtool.format.compaction import decode_position_checkpoint, decode_sparse_units, lookup_from
 from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog, Located
@@ -35,9 +35,10 @@ def is_compaction_log_dir(path: Path) -> bool:
 
 
 class CompactionLog(CommitLog):
-    """One queue's compaction log read like a commit log: file names may jump (a gap after the rewritten
-    files) and a file may end in zeros instead of a BLANK; either way the walk goes on in the next file.
-    ``end``: where the last file's data ends (the sparse queue's last unit), None: at its first zeros."""
+    """One queue's compaction log, walked by the commit log's walks: file names may jump (a gap after the
+    rewritten files) and a file may end in zeros instead of a BLANK; either way the walk goes on in the
+    next file. ``end``: where the last file's data ends (the sparse queue's last unit), None: at its
+    first zeros."""
 
     zero_ends_data = False
 
@@ -50,38 +51,9 @@ class CompactionLog(CommitLog):
         queue = FileQueue.from_dir(Path(path))
         return cls(FileQueue(queue.files, max((f.length for f in queue.files), default=0) or None))
 
-    def iter_entries(self, start: int | None = None, *, check_crc: bool = False,
-                     include_blank: bool = True, stop_at_damage: bool = False) -> Iterator[Located]:
-        files = self.queue.files
-        if not files:
-            return
-        first, pos = (files[0], 0) if start is None else self.queue.locate(start)
-        for f in files[files.index(first):]:
-            buf = f.read()
-            limit = len(buf) if self.end is None or f is not files[-1] else min(len(buf), self.end - f.start)
-            while limit - pos >= C.END_FILE_MIN_BLANK_LENGTH:
-                if peek_header(buf, pos) == (0, 0):
-                    break                       # the zero end of a rewritten file, or of the last file
-                try:
-                    entry = decode_entry(buf, pos, check_crc=check_crc)
-                except FormatError as exc:
-                    if stop_at_damage:
-                        return
-                    exc.offset = f.start + pos
-                    raise exc.at(path=str(f.path)) from None
-                if isinstance(entry, Blank):
-                    if include_blank:
-                        yield Located(f.start + pos, f, Blank(entry.total_size, entry.padding, f.start + pos))
-                    break
-                yield Located(f.start + pos, f, entry)
-                pos += entry.total_size
-            pos = 0
-
-    def written_end(self) -> int:
-        end = self.min_offset
-        for loc in self.iter_entries():
-            end = loc.offset + loc.entry.total_size
-        return end
+    def data_end(self, f: QueueFile, length: int) -> int:
+        """The last file's data ends at the sparse queue's last unit (``end``)."""
+        return length if self.end is None or f is not self.queue.files[-1] else min(length, self.end - f.start)
 
 
 @dataclass(frozen=True)
@@ -111,21 +83,37 @@ class CompactionQueue:
         return [u for _, units, _ in self.files for u in units]
 
     @cached_property
+    def unit_array(self):
+        """The units of ``units`` as numpy columns (``format.batchcq.UNIT_FIELDS``), for bulk checks."""
+        import numpy as np
+
+        parts = []
+        for f in self.cq_queue:
+            buf = f.read()
+            if len(buf) % C.BCQ_STORE_UNIT_SIZE:
+                raise FormatError(f"batch consume-queue file size {len(buf)} is not a multiple of 46",
+                                  path=str(f.path))
+            parts.append(valid_units(buf))
+        return np.concatenate(parts) if parts else valid_units(b"")
+
+    @cached_property
     def log(self) -> CompactionLog:
-        last = self.units[-1] if self.units else None
         size = max((f.length for f in self.log_queue), default=0) or None
-        return CompactionLog(FileQueue(self.log_queue.files, size),
-                             None if last is None else last.physical_offset + last.size)
+        units = self.unit_array
+        end = int(units["physical_offset"][-1]) + int(units["size"][-1]) if len(units) else None
+        return CompactionLog(FileQueue(self.log_queue.files, size), end)
 
     @property
     def min_offset(self) -> int:
         """SparseConsumeQueue's min offset: the first retained unit's queue offset."""
-        return self.units[0].msg_base_offset if self.units else 0
+        units = self.unit_array
+        return int(units["msg_base_offset"][0]) if len(units) else 0
 
     @property
     def max_offset(self) -> int:
         """getMaxOffsetInQueue: the last unit's queue offset + 1."""
-        return self.units[-1].next_offset if self.units else 0
+        units = self.unit_array
+        return int(units["msg_base_offset"][-1]) + int(units["batch_size"][-1]) if len(units) else 0
 
     def lookup(self, queue_offset: int) -> BatchCqUnit | None:
         """SparseConsumeQueue.iterateFromOrNext: the unit at or after ``queue_offset``."""
