@@ -121,6 +121,8 @@ def _read_commands(tmp: Path) -> list[tuple[int, tuple]]:
         (0, ("query-key", STORE, "TopicB", "key-82")), (0, ("cat-commitlog", STORE, "-n", 3)),
         (4, ("rebuild-cq", STORE, "--dry-run")), (0, ("rebuild-cq", STORE, "--out", tmp / "out")),
         (0, ("export", STORE, "--to", tmp / "export.parquet")), (0, ("checkpoint", STORE)),
+        (0, ("export", STORE, "--topic", "TopicA", "--to", tmp / "topic.jsonl")),
+        (0, ("export", STORE, "--topic", "TopicB", "--to", tmp / "dataset")),
     ]
 
 
