@@ -3,7 +3,8 @@
 The kernel (``rmqtool.columnar.kernel``) has checked the records, gathered their fixed fields and found
 the spans of topic, body, properties and the property values; here those become Arrow arrays: numeric
 columns straight from its output, byte spans copied out of the mapped file in one compiled gather per
-column, hosts formatted once per distinct value and msgIds written as hex by the kernel.
+column, property keys and values and msgIds (as hex) written by the kernel in its pass, hosts formatted
+once per distinct value.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, msg_ids
+from rmqtool.columnar.kernel import Window
 from rmqtool.columnar.props import properties_from, property_values, spans, split_keys
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
@@ -28,7 +29,7 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     """The record batch of the records of ``win`` (scanned with ``items=True``) over the mapped ``data``."""
     n = win.n
     sys_flag = win["sys_flag"]
-    props_raw = _copied(win, 2, "props", pa.binary())
+    props_raw = _heap(win, 2, "props")
     cols: dict[str, pa.Array] = {
         "type": pa.repeat(pa.scalar("message"), n),
         "physical_offset": pa.array(win.starts + file_start),
@@ -40,19 +41,18 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
         "queue_offset": pa.array(win["queue_offset"]),
         "sys_flag": _int32(sys_flag),
         "born_timestamp": pa.array(win["born_timestamp"], _TS),
-        "born_host": _hosts(data, win["born_host_pos"], sys_flag & C.SysFlag.BORNHOST_V6),
+        "born_host": _hosts(data, win, "born", sys_flag & C.SysFlag.BORNHOST_V6),
         "store_timestamp": pa.array(win["store_timestamp"], _TS),
-        "store_host": _hosts(data, win["store_host_pos"], sys_flag & C.SysFlag.STOREHOSTADDRESS_V6),
+        "store_host": _hosts(data, win, "store", sys_flag & C.SysFlag.STOREHOSTADDRESS_V6),
         "reconsume_times": _int32(win["reconsume_times"]),
         "prepared_transaction_offset": pa.array(win["prepared_transaction_offset"]),
-        "topic": _utf8(_copied(win, 1, "topic", pa.binary())),
+        "topic": _utf8(_heap(win, 1, "topic")),
         "body_length": _int32(win["body_len"]),
-        "body": _copied(win, 0, "body", pa.binary()),
+        "body": _heap(win, 0, "body"),
         "properties_raw": props_raw,
     }
     cols.update(properties_from(win.heap[2], win, props_raw))
-    offsets, text = msg_ids(data, win["store_host_pos"], sys_flag, win["stored_physical_offset"])
-    cols["msg_id"] = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+    cols["msg_id"] = _msg_ids(win)
     cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
     if check_crc:
         cols["crc_ok"] = pa.array(win["crc_ok"].astype(bool))
@@ -103,12 +103,18 @@ def _int32(values: np.ndarray) -> pa.Array:
     return pa.array(values.astype(np.int32))
 
 
-def _copied(win: Window, k: int, part: str, type_: pa.DataType) -> pa.Array:
-    """The bodies, topics or properties (``part``) the kernel copied into its buffer ``k``."""
+def _copied(win: Window, buf: np.ndarray, starts: np.ndarray, last: int, type_: pa.DataType) -> pa.Array:
+    """Values the kernel wrote one after another into ``buf``: each record's at ``starts``, the last one
+    ``last`` bytes long."""
     offsets = np.empty(win.n + 1, np.int32)
-    offsets[:-1] = win[f"{part}_off"]
-    offsets[-1] = offsets[-2] + win[f"{part}_len"][-1] if win.n else 0
-    return pa.Array.from_buffers(type_, win.n, [None, pa.py_buffer(offsets), pa.py_buffer(win.heap[k])])
+    offsets[:-1] = starts
+    offsets[-1] = offsets[-2] + last if win.n else 0
+    return pa.Array.from_buffers(type_, win.n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)])
+
+
+def _heap(win: Window, k: int, part: str) -> pa.Array:
+    """The bodies, topics or properties (``part``) the kernel copied into its buffer ``k``."""
+    return _copied(win, win.heap[k], win[f"{part}_off"], win[f"{part}_len"][-1] if win.n else 0, pa.binary())
 
 
 def _utf8(raw: pa.Array) -> pa.Array:
@@ -119,12 +125,25 @@ def _utf8(raw: pa.Array) -> pa.Array:
         return pa.array([b.decode("utf-8", "replace") for b in raw.to_pylist()], pa.string())
 
 
-def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
-    """"ip:port" strings, formatted once per distinct (address, port)."""
-    width = np.where(v6 != 0, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
-    enc = pc.dictionary_encode(spans(data, pos, pos + width, pa.binary()))
-    text = [str(Host(v[:-4], int.from_bytes(v[-4:], "big", signed=True))) for v in enc.dictionary.to_pylist()]
+def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Array:
+    """"ip:port" strings, formatted once per distinct (address, port): IPv4 hosts by the kernel's
+    ``*_key`` (address and port as one int64), others by their bytes."""
+    if v6.any():
+        pos = win[f"{which}_host_pos"]
+        width = np.where(v6 != 0, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)
+        enc = pc.dictionary_encode(spans(data, pos, pos + width, pa.binary()))
+        text = [str(Host(v[:-4], int.from_bytes(v[-4:], "big", signed=True))) for v in enc.dictionary.to_pylist()]
+    else:
+        enc = pc.dictionary_encode(pa.array(win[f"{which}_key"]))
+        text = [str(Host((k >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)))
+                for k in enc.dictionary.to_pylist()]
     return pa.array(text, pa.string()).take(enc.indices)
+
+
+def _msg_ids(win: Window) -> pa.Array:
+    """The msgIds the kernel wrote (hex of the store host and the offset: 32 digits for IPv4, 56 for IPv6)."""
+    last = 56 if win.n and win["sys_flag"][-1] & C.SysFlag.STOREHOSTADDRESS_V6 else 32
+    return _copied(win, win.ids, win["id_off"], last, pa.string())
 
 
 def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: pa.Array) -> pa.Array:

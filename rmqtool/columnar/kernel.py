@@ -26,7 +26,8 @@ from rmqtool import constants as C
 FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset", "stored_physical_offset",
           "sys_flag", "born_timestamp", "born_host_pos", "store_timestamp", "store_host_pos", "reconsume_times",
           "prepared_transaction_offset", "body_pos", "body_len", "topic_pos", "topic_len", "props_pos",
-          "props_len", "crc_ok", "repeated_key", "items_end", "body_off", "topic_off", "props_off")
+          "props_len", "crc_ok", "repeated_key", "items_end", "body_off", "topic_off", "props_off", "born_key",
+          "store_key", "id_off")
 _F = {name: i for i, name in enumerate(FIELDS)}
 MIN_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
 _BORN_V6 = int(C.SysFlag.BORNHOST_V6)
@@ -62,6 +63,7 @@ def _jit(fn):
 
 
 _CRC_T = _crc_tables()
+_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
 _M8 = np.uint64(0xFF)
 _ONES = np.uint64(0xFFFFFFFF)
 
@@ -111,7 +113,8 @@ def _same(d, a, b, n):
 def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off):
     """(cols, props, items, heap, n, next, bad): see ``scan_window``; with ``want_items`` bodies, topics and
     properties are copied while the record is in cache, each kind one after another into its buffer of
-    ``heap`` (at body_off, topic_off, props_off)."""
+    ``heap`` (at body_off, topic_off, props_off), so are the property keys and values (item by item) and
+    the msgId text."""
     size = len(d)
     m1 = np.int64(C.MESSAGE_MAGIC_CODE) - (np.int64(1) << 32)
     m2 = np.int64(C.MESSAGE_MAGIC_CODE_V2) - (np.int64(1) << 32)
@@ -122,7 +125,10 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
     bodies = np.empty(limit - pos + 4096 if want_items else 0, np.uint8)
     topics = np.empty((limit - pos) // 16 if want_items else 0, np.uint8)
     properties = np.empty((limit - pos) // 4 if want_items else 0, np.uint8)
-    body_used = topic_used = props_used = 0
+    keys = np.empty((limit - pos) // 8 if want_items else 0, np.uint8)
+    values = np.empty((limit - pos) // 4 if want_items else 0, np.uint8)
+    ids = np.empty(cap * 32 if want_items else 0, np.uint8)
+    body_used = topic_used = props_used = keys_used = values_used = ids_used = 0
     m = 0
     n = 0
     bad = -1
@@ -197,30 +203,64 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
         cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
             if check_crc else 1
-        items, m, cols[22, n] = _properties(d, props_pos, end, n, props, items, m, want_items, names, name_off)
+        cols[27, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
+        cols[28, n] = _i64(d, store_host)
+        if want_items:
+            if m + props_len // 2 + 1 > items.shape[1]:
+                items = _grow(items, m + props_len // 2 + 1)
+            if keys_used + props_len > len(keys):
+                keys = _grown(keys, keys_used, props_len)
+            if values_used + props_len > len(values):
+                values = _grown(values, values_used, props_len)
+        m, cols[22, n], keys_used, values_used = _properties(d, props_pos, end, n, props, items, m, want_items,
+                                                             names, name_off, keys, keys_used, values, values_used)
         cols[23, n] = m
         if want_items:
+            if ids_used + 2 * (store_len + 8) > len(ids):
+                ids = _grown(ids, ids_used, 2 * (store_len + 8))
+            cols[29, n] = ids_used
+            ids_used = _msg_id(d, store_host, store_len, cols[7, n], ids, ids_used)
+            if body_used + body_len > len(bodies):
+                bodies = _grown(bodies, body_used, body_len)
+            if topic_used + topic_len > len(topics):
+                topics = _grown(topics, topic_used, topic_len)
+            if props_used + props_len > len(properties):
+                properties = _grown(properties, props_used, props_len)
             cols[24, n] = body_used
-            bodies, body_used = _put(bodies, body_used, d, body_pos, body_len)
+            bodies[body_used:body_used + body_len] = d[body_pos:body_pos + body_len]
+            body_used += body_len
             cols[25, n] = topic_used
-            topics, topic_used = _put(topics, topic_used, d, topic_pos, topic_len)
+            topics[topic_used:topic_used + topic_len] = d[topic_pos:topic_pos + topic_len]
+            topic_used += topic_len
             cols[26, n] = props_used
-            properties, props_used = _put(properties, props_used, d, props_pos, props_len)
+            properties[props_used:props_used + props_len] = d[props_pos:props_pos + props_len]
+            props_used += props_len
         n += 1
         pos = end
-    return cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used]), n, pos, bad
+    return (cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used], keys[:keys_used],
+                                 values[:values_used], ids[:ids_used]), n, pos, bad)
 
 
 @_jit
-def _put(buf, used, d, at, ln):
-    """Append d[at:at+ln] to ``buf`` (grown when full): (buf, bytes used)."""
-    if used + ln > len(buf):
-        grown = np.empty(max(2 * len(buf), used + ln), np.uint8)
-        for i in range(used):
-            grown[i] = buf[i]
-        buf = grown
-    buf[used:used + ln] = d[at:at + ln]
-    return buf, used + ln
+def _msg_id(d, host, host_len, offset, out, o):
+    """Write the offsetMsgId text (MessageDecoder.createMessageId: store address and port, then the
+    stored PHYSICALOFFSET, as upper-case hex) at out[o:]; returns the end."""
+    for j in range(host_len):
+        b = d[host + j]
+        out[o] = _HEX[b >> 4]
+        out[o + 1] = _HEX[b & 15]
+        o += 2
+    for j in range(16):
+        out[o + j] = _HEX[(offset >> (60 - 4 * j)) & 15]
+    return o + 16
+
+
+@_jit
+def _grown(buf, used, ln):
+    """``buf`` grown to hold ``ln`` more bytes after ``used``."""
+    grown = np.empty(max(2 * len(buf), used + ln), np.uint8)
+    grown[:used] = buf[:used]
+    return grown
 
 
 @_jit
@@ -232,20 +272,19 @@ def _same_name(d, a, names, s, n):
 
 
 @_jit
-def _grow(items):
-    grown = np.empty((3, 2 * items.shape[1]), np.int64)
-    for r in range(3):
-        for i in range(items.shape[1]):
-            grown[r, i] = items[r, i]
+def _grow(items, need):
+    grown = np.empty((3, max(2 * items.shape[1], need)), np.int64)
+    grown[:, :items.shape[1]] = items
     return grown
 
 
 @_jit
-def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
+def _properties(d, a, end, row, props, items, m, want_items, names, name_off, keys, ku, values, vu):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
     the first \\x01, both non-empty): the value span of each name in ``names`` into column ``row`` of
     ``props`` (the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's
-    (key start, \\x01, end) appended to ``items`` at ``m``. Returns (items, m, whether a key repeats)."""
+    (key start, \\x01, end) appended to ``items`` at ``m``, its key to ``keys`` at ``ku`` and its value to
+    ``values`` at ``vu`` (each with room for all). Returns (m, whether a key repeats, ku, vu)."""
     k = len(name_off) - 1
     repeated = 0
     first_item = m
@@ -268,14 +307,16 @@ def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
                 for i in range(first_item, m):
                     if items[1, i] - items[0, i] == klen and _same(d, items[0, i], a, klen):
                         repeated = 1
-                if m == items.shape[1]:
-                    items = _grow(items)
                 items[0, m] = a
                 items[1, m] = cut
                 items[2, m] = b
                 m += 1
+                keys[ku:ku + klen] = d[a:cut]
+                ku += klen
+                values[vu:vu + b - cut - 1] = d[cut + 1:b]
+                vu += b - cut - 1
         a = b + 1
-    return items, m, repeated
+    return m, repeated, ku, vu
 
 
 @_jit
@@ -284,14 +325,19 @@ def _scan_properties(d, offsets, want_items, names, name_off):
     n = len(offsets) - 1
     props = np.full((2 * (len(name_off) - 1), n), -1, np.int64)
     items = np.empty((3, 1024), np.int64)
+    keys = np.empty(len(d) if want_items else 0, np.uint8)
+    values = np.empty(len(d) if want_items else 0, np.uint8)
+    ku = vu = 0
     ends = np.empty(n, np.int64)
     repeated = np.zeros(n, np.int64)
     m = 0
     for r in range(n):
-        items, m, repeated[r] = _properties(d, offsets[r], offsets[r + 1], r, props, items, m, want_items,
-                                            names, name_off)
+        if want_items and m + (offsets[r + 1] - offsets[r]) // 2 + 1 > items.shape[1]:
+            items = _grow(items, m + (offsets[r + 1] - offsets[r]) // 2 + 1)
+        m, repeated[r], ku, vu = _properties(d, offsets[r], offsets[r + 1], r, props, items, m, want_items, names,
+                                             name_off, keys, ku, values, vu)
         ends[r] = m
-    return props, items, ends, repeated
+    return props, items, ends, repeated, keys[:ku], values[:vu]
 
 
 @_jit
@@ -317,44 +363,18 @@ def gather_spans(d, starts, ends):
     return offsets, out
 
 
-_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
-
-
-@_jit
-def msg_ids(d, host_pos, sys_flag, stored_offset):
-    """offsetMsgId text of every record: store address and port, then the stored PHYSICALOFFSET, as
-    upper-case hex (MessageDecoder.createMessageId)."""
-    n = len(host_pos)
-    offsets = np.empty(n + 1, np.int32)
-    offsets[0] = 0
-    for i in range(n):
-        width = C.IPV6_HOST_LEN if sys_flag[i] & _STORE_V6 else C.IPV4_HOST_LEN
-        offsets[i + 1] = offsets[i] + 2 * (width + 8)
-    out = np.empty(offsets[n], np.uint8)
-    for i in range(n):
-        o = offsets[i]
-        width = (offsets[i + 1] - o) // 2 - 8
-        for j in range(width):
-            b = d[host_pos[i] + j]
-            out[o] = _HEX[b >> 4]
-            out[o + 1] = _HEX[b & 15]
-            o += 2
-        v = stored_offset[i]
-        for j in range(16):
-            out[o + j] = _HEX[(v >> (60 - 4 * j)) & 15]
-    return offsets, out
-
-
 class Window:
     """The records of one window that decode (``n``), column by column: ``window["queue_id"]``, ...;
     ``next``: where the chain stopped; ``bad``: the start of the first record that does not decode, or -1.
-    Property items of the records: ``items[:, item_base:window["items_end"][-1]]``."""
+    Property items of the records: ``items[:, item_base:window["items_end"][-1]]``; with them ``kv``: their
+    keys and their values, each kind one after another (in item order, from the window's first item), and
+    ``ids``: the records' msgId texts one after another."""
 
-    __slots__ = ("cols", "props", "items", "heap", "item_base", "n", "next", "bad")
+    __slots__ = ("cols", "props", "items", "heap", "kv", "ids", "item_base", "n", "next", "bad")
 
-    def __init__(self, cols, props, items, heap, n, nxt, bad, item_base=0):
+    def __init__(self, cols, props, items, heap, n, nxt, bad, item_base=0, kv=(), ids=None):
         self.cols, self.props, self.items, self.heap, self.n, self.next, self.bad = cols, props, items, heap, n, nxt, bad
-        self.item_base = item_base
+        self.item_base, self.kv, self.ids = item_base, kv, ids
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[_F[name], :self.n]
@@ -383,11 +403,23 @@ class Window:
             its = its + np.repeat(self["props_off"] - self["props_pos"], counts)
         return its, counts
 
+    def item_texts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(key offsets, keys, value offsets, values) of the property items of these records: item i's key
+        is keys[key_offsets[i]:key_offsets[i + 1]] (int32 offsets, Arrow's), its value likewise."""
+        lo, hi = self.item_base, int(self.cols[_F["items_end"], self.n - 1]) if self.n else self.item_base
+        its = self.items[:, :hi]
+        out = []
+        for length, buf in ((its[1] - its[0], self.kv[0]), (its[2] - its[1] - 1, self.kv[1])):
+            offsets = np.zeros(hi + 1, np.int64)
+            np.cumsum(length, out=offsets[1:])
+            out += [offsets[lo:].astype(np.int32), buf]
+        return tuple(out)
+
     def slice(self, lo: int, hi: int) -> "Window":
         """Records lo..hi-1."""
         base = int(self.cols[_F["items_end"], lo - 1]) if lo else self.item_base
         return Window(self.cols[:, lo:hi], self.props[:, lo:hi], self.items, self.heap, hi - lo, self.next, self.bad,
-                      base)
+                      base, self.kv, self.ids)
 
     def head(self, count: int) -> "Window":
         return self.slice(0, count)
@@ -396,12 +428,13 @@ class Window:
 def scan_properties(data: np.ndarray, offsets: np.ndarray, items: bool = True) -> Window:
     """The property spans of a binary array's values (``data`` its bytes, ``offsets`` its n + 1 offsets)
     as a Window with only ``prop``, ``items``, ``items_end`` and ``repeated_key``."""
-    props, its, ends, repeated = _scan_properties(data, offsets.astype(np.int64), items, _NAME_BYTES, _NAME_OFF)
+    props, its, ends, repeated, keys, values = _scan_properties(data, offsets.astype(np.int64), items, _NAME_BYTES,
+                                                                _NAME_OFF)
     n = len(ends)
     cols = np.zeros((len(FIELDS), n), np.int64)
     cols[_F["items_end"]] = ends
     cols[_F["repeated_key"]] = repeated
-    return Window(cols, props, its, (), n, 0, -1)
+    return Window(cols, props, its, (), n, 0, -1, kv=(keys, values))
 
 
 def words(data: np.ndarray) -> tuple[np.ndarray, int]:
@@ -424,4 +457,6 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
     cols, props, its, heap, n, nxt, bad = _scan(data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T,
                                                 _NAME_BYTES, _NAME_OFF)
-    return Window(cols, props, its, heap if items else (), n, nxt, bad)
+    if not items:
+        return Window(cols, props, its, (), n, nxt, bad)
+    return Window(cols, props, its, heap[:3], n, nxt, bad, kv=heap[3:5], ids=heap[5])
