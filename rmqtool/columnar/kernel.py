@@ -113,8 +113,7 @@ def _same(d, a, b, n):
 def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off):
     """(cols, props, items, heap, n, next, bad): see ``scan_window``; with ``want_items`` bodies, topics and
     properties are copied while the record is in cache, each kind one after another into its buffer of
-    ``heap`` (at body_off, topic_off, props_off), so are the property keys and values (item by item) and
-    the msgId text."""
+    ``heap`` (at body_off, topic_off, props_off), and the msgId texts into ``ids`` (at id_off)."""
     size = len(d)
     m1 = np.int64(C.MESSAGE_MAGIC_CODE) - (np.int64(1) << 32)
     m2 = np.int64(C.MESSAGE_MAGIC_CODE_V2) - (np.int64(1) << 32)
@@ -125,10 +124,8 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
     bodies = np.empty(limit - pos + 4096 if want_items else 0, np.uint8)
     topics = np.empty((limit - pos) // 16 if want_items else 0, np.uint8)
     properties = np.empty((limit - pos) // 4 if want_items else 0, np.uint8)
-    keys = np.empty((limit - pos) // 8 if want_items else 0, np.uint8)
-    values = np.empty((limit - pos) // 4 if want_items else 0, np.uint8)
     ids = np.empty(cap * 32 if want_items else 0, np.uint8)
-    body_used = topic_used = props_used = keys_used = values_used = ids_used = 0
+    body_used = topic_used = props_used = ids_used = 0
     m = 0
     n = 0
     bad = -1
@@ -203,17 +200,12 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
         cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
             if check_crc else 1
-        cols[27, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
-        cols[28, n] = _i64(d, store_host)
         if want_items:
             if m + props_len // 2 + 1 > items.shape[1]:
                 items = _grow(items, m + props_len // 2 + 1)
-            if keys_used + props_len > len(keys):
-                keys = _grown(keys, keys_used, props_len)
-            if values_used + props_len > len(values):
-                values = _grown(values, values_used, props_len)
-        m, cols[22, n], keys_used, values_used = _properties(d, props_pos, end, n, props, items, m, want_items,
-                                                             names, name_off, keys, keys_used, values, values_used)
+        cols[27, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
+        cols[28, n] = _i64(d, store_host)
+        m, cols[22, n] = _properties(d, props_pos, end, n, props, items, m, want_items, names, name_off)
         cols[23, n] = m
         if want_items:
             if ids_used + 2 * (store_len + 8) > len(ids):
@@ -237,8 +229,8 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
             props_used += props_len
         n += 1
         pos = end
-    return (cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used], keys[:keys_used],
-                                 values[:values_used], ids[:ids_used]), n, pos, bad)
+    return cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used]), ids[:ids_used], n, \
+        pos, bad
 
 
 @_jit
@@ -279,12 +271,12 @@ def _grow(items, need):
 
 
 @_jit
-def _properties(d, a, end, row, props, items, m, want_items, names, name_off, keys, ku, values, vu):
+def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
     the first \\x01, both non-empty): the value span of each name in ``names`` into column ``row`` of
     ``props`` (the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's
-    (key start, \\x01, end) appended to ``items`` at ``m``, its key to ``keys`` at ``ku`` and its value to
-    ``values`` at ``vu`` (each with room for all). Returns (m, whether a key repeats, ku, vu)."""
+    (key start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller). Returns (m,
+    whether a key repeats)."""
     k = len(name_off) - 1
     repeated = 0
     first_item = m
@@ -311,12 +303,8 @@ def _properties(d, a, end, row, props, items, m, want_items, names, name_off, ke
                 items[1, m] = cut
                 items[2, m] = b
                 m += 1
-                keys[ku:ku + klen] = d[a:cut]
-                ku += klen
-                values[vu:vu + b - cut - 1] = d[cut + 1:b]
-                vu += b - cut - 1
         a = b + 1
-    return m, repeated, ku, vu
+    return m, repeated
 
 
 @_jit
@@ -325,19 +313,15 @@ def _scan_properties(d, offsets, want_items, names, name_off):
     n = len(offsets) - 1
     props = np.full((2 * (len(name_off) - 1), n), -1, np.int64)
     items = np.empty((3, 1024), np.int64)
-    keys = np.empty(len(d) if want_items else 0, np.uint8)
-    values = np.empty(len(d) if want_items else 0, np.uint8)
-    ku = vu = 0
     ends = np.empty(n, np.int64)
     repeated = np.zeros(n, np.int64)
     m = 0
     for r in range(n):
         if want_items and m + (offsets[r + 1] - offsets[r]) // 2 + 1 > items.shape[1]:
             items = _grow(items, m + (offsets[r + 1] - offsets[r]) // 2 + 1)
-        m, repeated[r], ku, vu = _properties(d, offsets[r], offsets[r + 1], r, props, items, m, want_items, names,
-                                             name_off, keys, ku, values, vu)
+        m, repeated[r] = _properties(d, offsets[r], offsets[r + 1], r, props, items, m, want_items, names, name_off)
         ends[r] = m
-    return props, items, ends, repeated, keys[:ku], values[:vu]
+    return props, items, ends, repeated
 
 
 @_jit
@@ -366,15 +350,14 @@ def gather_spans(d, starts, ends):
 class Window:
     """The records of one window that decode (``n``), column by column: ``window["queue_id"]``, ...;
     ``next``: where the chain stopped; ``bad``: the start of the first record that does not decode, or -1.
-    Property items of the records: ``items[:, item_base:window["items_end"][-1]]``; with them ``kv``: their
-    keys and their values, each kind one after another (in item order, from the window's first item), and
-    ``ids``: the records' msgId texts one after another."""
+    Property items of the records: ``items[:, item_base:window["items_end"][-1]]``; with them ``ids``: the
+    records' msgId texts one after another (each at ``id_off``)."""
 
-    __slots__ = ("cols", "props", "items", "heap", "kv", "ids", "item_base", "n", "next", "bad")
+    __slots__ = ("cols", "props", "items", "heap", "ids", "item_base", "n", "next", "bad")
 
-    def __init__(self, cols, props, items, heap, n, nxt, bad, item_base=0, kv=(), ids=None):
+    def __init__(self, cols, props, items, heap, n, nxt, bad, item_base=0, ids=None):
         self.cols, self.props, self.items, self.heap, self.n, self.next, self.bad = cols, props, items, heap, n, nxt, bad
-        self.item_base, self.kv, self.ids = item_base, kv, ids
+        self.item_base, self.ids = item_base, ids
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[_F[name], :self.n]
@@ -403,23 +386,11 @@ class Window:
             its = its + np.repeat(self["props_off"] - self["props_pos"], counts)
         return its, counts
 
-    def item_texts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(key offsets, keys, value offsets, values) of the property items of these records: item i's key
-        is keys[key_offsets[i]:key_offsets[i + 1]] (int32 offsets, Arrow's), its value likewise."""
-        lo, hi = self.item_base, int(self.cols[_F["items_end"], self.n - 1]) if self.n else self.item_base
-        its = self.items[:, :hi]
-        out = []
-        for length, buf in ((its[1] - its[0], self.kv[0]), (its[2] - its[1] - 1, self.kv[1])):
-            offsets = np.zeros(hi + 1, np.int64)
-            np.cumsum(length, out=offsets[1:])
-            out += [offsets[lo:].astype(np.int32), buf]
-        return tuple(out)
-
     def slice(self, lo: int, hi: int) -> "Window":
         """Records lo..hi-1."""
         base = int(self.cols[_F["items_end"], lo - 1]) if lo else self.item_base
         return Window(self.cols[:, lo:hi], self.props[:, lo:hi], self.items, self.heap, hi - lo, self.next, self.bad,
-                      base, self.kv, self.ids)
+                      base, self.ids)
 
     def head(self, count: int) -> "Window":
         return self.slice(0, count)
@@ -428,13 +399,12 @@ class Window:
 def scan_properties(data: np.ndarray, offsets: np.ndarray, items: bool = True) -> Window:
     """The property spans of a binary array's values (``data`` its bytes, ``offsets`` its n + 1 offsets)
     as a Window with only ``prop``, ``items``, ``items_end`` and ``repeated_key``."""
-    props, its, ends, repeated, keys, values = _scan_properties(data, offsets.astype(np.int64), items, _NAME_BYTES,
-                                                                _NAME_OFF)
+    props, its, ends, repeated = _scan_properties(data, offsets.astype(np.int64), items, _NAME_BYTES, _NAME_OFF)
     n = len(ends)
     cols = np.zeros((len(FIELDS), n), np.int64)
     cols[_F["items_end"]] = ends
     cols[_F["repeated_key"]] = repeated
-    return Window(cols, props, its, (), n, 0, -1, kv=(keys, values))
+    return Window(cols, props, its, (), n, 0, -1)
 
 
 def words(data: np.ndarray) -> tuple[np.ndarray, int]:
@@ -451,12 +421,13 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     ``next`` is the end of the last record (the next entry's position). ``check_crc`` fills ``crc_ok``;
     ``items`` the spans of every property item (``Window.items``: key start, \\x01, item end; row
     ``items_end`` is each record's end in it) and the copies of bodies, topics and properties
-    (``Window.heap``: three buffers, each record's at ``body_off``, ``topic_off``, ``props_off``). ``data64``: ``words(data)``, computed once per file.
+    (``Window.heap``: three buffers, each record's at ``body_off``, ``topic_off``, ``props_off``) and the
+    msgId texts (``Window.ids``, at ``id_off``). ``data64``: ``words(data)``, computed once per file.
     """
     d64, shift = words(data) if data64 is None else data64
     limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
-    cols, props, its, heap, n, nxt, bad = _scan(data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T,
-                                                _NAME_BYTES, _NAME_OFF)
+    cols, props, its, heap, ids, n, nxt, bad = _scan(data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T,
+                                                     _NAME_BYTES, _NAME_OFF)
     if not items:
         return Window(cols, props, its, (), n, nxt, bad)
-    return Window(cols, props, its, heap[:3], n, nxt, bad, kv=heap[3:5], ids=heap[5])
+    return Window(cols, props, its, heap, n, nxt, bad, ids=ids)

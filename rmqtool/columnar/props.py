@@ -2,8 +2,8 @@
 columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4.9.1+ parser).
 
 The scan kernel (``rmqtool.columnar.kernel``) finds the spans of every item and of the values the tools
-read in its pass over the records and copies every item's key and value while the record is in cache; the
-values the tools read are then copied out in one compiled gather each. A batch with invalid UTF-8 or a repeated key in one record (a dict keeps the last value)
+read in its pass over the records; keys and values are then copied out of the mapped file in one compiled
+gather each. A batch with invalid UTF-8 or a repeated key in one record (a dict keeps the last value)
 takes the record-at-a-time parser instead.
 """
 
@@ -38,12 +38,12 @@ def properties_from(data: np.ndarray, win: Window, raw: pa.BinaryArray) -> dict[
     takes the record-at-a-time parser)."""
     if win["repeated_key"].any() or not _utf8(raw):
         return _per_record(raw)
-    counts = np.diff(win["items_end"], prepend=win.item_base)
-    key_offsets, keys, value_offsets, values = win.item_texts()
+    its, counts = win.item_spans()
+    keys = spans(data, its[0], its[1])
+    values = spans(data, its[1] + 1, its[2])
     offsets = np.zeros(win.n + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
-    out = {"properties": pa.MapArray.from_arrays(pa.array(offsets), _text(key_offsets, keys),
-                                                 _text(value_offsets, values))}
+    out = {"properties": pa.MapArray.from_arrays(pa.array(offsets), keys, values)}
     out.update(property_values(data, win, _COLUMN_PROPERTIES))
     out["keys"] = split_keys(property_values(data, win, {"k": C.PROPERTY_KEYS})["k"])
     out["real_queue_id"] = queue_ids(property_values(data, win, {"q": C.PROPERTY_REAL_QUEUE_ID})["q"])
@@ -62,10 +62,6 @@ def spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, type_: pa.Data
     missing = starts < 0
     validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
     return pa.Array.from_buffers(type_, len(starts), [validity, pa.py_buffer(offsets), pa.py_buffer(out)])
-
-
-def _text(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def _utf8(raw: pa.Array) -> bool:
