@@ -1,17 +1,20 @@
-"""The local engine's worker processes: verify's and info's per-file steps in several processes give
-the same findings and summary as one process; errors and progress come back from the workers."""
+"""The local engine's worker processes: verify's and info's per-file steps, and the walks of rebuild-cq,
+rebuild-index and repair, in several processes give the same findings, summary, files and plan as one
+process; errors and progress come back from the workers."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import signal
 import time
 from functools import partial
+from pathlib import Path
 
 import pytest
 
-from conftest import ALL_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, run, store_path
+from conftest import ALL_SETS, CRASH_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, run, store_path
 from rmqtool.errors import FormatError, RmqError
 from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store
@@ -118,3 +121,39 @@ def test_info_in_workers_is_the_same_summary(name, request):
         assert one["max_physical_offset"] < 3 * 65536
     if name == "generated":
         assert one["max_physical_offset"] > 5 * 65536 and not one["problems"]
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+_WALK_SETS = ALL_SETS + FEATURE_SETS + DLEDGER_CRASH_SETS + ["dev-damage-oldfile-crc-497",
+                                                              "dev-damage-midfile-magic-533", "generated", "damaged"]
+
+
+@pytest.mark.parametrize("as_broker", [False, True])
+@pytest.mark.parametrize("name", _WALK_SETS)
+def test_rebuilds_in_workers_write_the_same_bytes(name, as_broker, request, tmp_path):
+    """rebuild-cq and rebuild-index walk the files in worker processes (facts.scan_files) and write
+    exactly the files one process writes."""
+    src = request.getfixturevalue(name) if name in ("generated", "damaged") else store_path(name)
+    extra = ["--as-broker"] * as_broker
+    outputs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"cq-{jobs}"
+        cq = run("rebuild-cq", src, "--out", out, "-f", "jsonl", "--jobs", jobs, *extra)
+        store = tmp_path / f"store-{jobs}"
+        shutil.copytree(src, store)
+        index = run("rebuild-index", store, "-f", "jsonl", "--jobs", jobs, "--force", *extra)
+        outputs.append((cq.exit_code, cq.stdout.replace(str(out), "OUT"), _tree(out) if out.exists() else {},
+                        index.exit_code, index.stdout.replace(str(store), "STORE"), _tree(store / "index")))
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0] == 0 and outputs[0][3] == 0 and (outputs[0][2] or outputs[0][1])
+
+
+@pytest.mark.parametrize("name", CRASH_SETS + ["dev-damage-oldfile-crc-497", "dev-damage-midfile-crc-533", "damaged"])
+def test_repair_walk_in_workers_is_the_same_plan(name, request):
+    src = request.getfixturevalue(name) if name == "damaged" else store_path(name)
+    for salvage in ([], ["--salvage"]):
+        one, two = (run("repair", src, "-f", "jsonl", "--limit", "0", "--jobs", jobs, *salvage) for jobs in "12")
+        assert (two.exit_code, two.stdout) == (one.exit_code, one.stdout)

@@ -178,9 +178,10 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
               help="List at most N actions (0: all); the count of the rest is said.")
 @_BACKUP
 @_FORCE
+@jobs_option
 @output_options
 def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: bool, limit: int,
-           backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+           backup: Path | None, force: bool, jobs: int | None, fmt: str | None, tablefmt: str) -> None:
     """Do what the broker's recovery would (rmqtool.store.broker_model, per version): truncate after the
     last valid record, drop dirty consume-queue units, rebuild index entries, fix the checkpoint, remove
     abort. After a crash what is cut off is zeroed; after a clean shutdown bytes past the recovered end
@@ -209,7 +210,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
 
     with _store(store, write=apply_, force=force) as st:
         with _progress(st, "scanning") as progress:
-            plan = plan_repair(st, salvage=salvage, progress=progress)
+            plan = plan_repair(st, salvage=salvage, progress=progress, jobs=jobs)
         try:
             rows = [a.row() for a in plan.actions]
             if plan.lost:
@@ -276,10 +277,11 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
 @_DRY_RUN
 @_BACKUP
 @_FORCE
+@jobs_option
 @output_options
 def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out: Path | None,
                cq_file_size: int | None, bcq_file_size: int | None, as_broker: bool, broker_version: str | None,
-               dry_run: bool, backup: Path | None, force: bool,
+               dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
                fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
 
@@ -311,7 +313,7 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topics=topics, out=out, cq_file_size=cq_file_size,
                                          bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
-                                         allow_empty=allow_no_records, progress=progress,
+                                         allow_empty=allow_no_records, progress=progress, jobs=jobs,
                                          as_broker=version_of(st, broker_version) if as_broker else None)
     if res.missing and not allow_no_records:
         click.echo(f"rmqtool: error: no record of topic(s) {', '.join(map(repr, res.missing))} in the commit log; "
@@ -340,10 +342,11 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 @_DRY_RUN
 @_BACKUP
 @_FORCE
+@jobs_option
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
-                  broker_version: str | None, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
-                  tablefmt: str) -> None:
+                  broker_version: str | None, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+                  fmt: str | None, tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
 
     By default every readable record is indexed (damaged records stepped over and listed as skip_record
@@ -360,7 +363,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
 
     with _store(store, write=not dry_run, force=force) as st:
         before = {ref.name for ref in st.index_files()}
-        plan = DispatchPlan(version_of(st, broker_version) if as_broker else None)
+        plan = DispatchPlan(version_of(st, broker_version) if as_broker else None, jobs=jobs)
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
                                plan=plan, progress=progress)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_files
 from rmqtool.store.broker_model import V4, V5, VERSIONS, normal_recovery_start, reput_reads_size
 from rmqtool.store.store import Store
 
@@ -23,6 +23,7 @@ class DispatchPlan:
     as_broker: str | None = None
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # (offset, bytes skipped, kind)
     cut: int | None = None            # as_broker: where the broker's recovery truncates the commit log
+    jobs: int | None = None           # worker processes for the walk (facts.scan_files; None: by size)
 
 
 def broker_version(store: Store, explicit: str | None = None) -> str:
@@ -35,15 +36,16 @@ def broker_version(store: Store, explicit: str | None = None) -> str:
 
 
 def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, deep: bool = False,
-                keys: bool = False, props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
+                keys: bool = False, props: bool = False, progress: Progress | None = None,
+                jobs: int | None = None) -> Iterator[FileFacts]:
     """The files' records the broker would dispatch, in order, up to the first invalid record
-    (from the file holding ``start``, whose records before it are left out)."""
+    (from the file holding ``start``, whose records before it are left out); walked in ``jobs`` worker
+    processes (facts.scan_files)."""
     files = [f for f in store.commitlog.queue.files if f.length]
-    ledger = bool(store.commitlog.entry_header_size)
+    options = {"deep": deep, "keys": keys, "props": props, "ledger": bool(store.commitlog.entry_header_size)}
     if start is not None:
         files = [f for f in files if f.start + f.length > start]
-    for f in files:
-        facts = scan_file(f, names, deep=deep, keys=keys, props=props, progress=progress, ledger=ledger)
+    for f, facts in zip(files, scan_files([(f, options) for f in files], names, jobs, progress)):
         if start is not None and f.start < start:
             facts = facts.select(facts.columns["offset"] >= start)
         yield facts
@@ -57,14 +59,15 @@ def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, key
     files = [f for f in store.commitlog.queue.files if f.length]
     ledger = bool(store.commitlog.entry_header_size)
     if ledger:               # DLedger: every entry the log holds is dispatched (both versions)
-        yield from valid_facts(store, names, keys=keys, props=props, progress=progress)
+        yield from valid_facts(store, names, keys=keys, props=props, progress=progress, jobs=plan.jobs)
         return
     start = len(files) if plan.as_broker is None else \
         normal_recovery_start([f.start for f in files], plan.as_broker, -1)
-    for i, f in enumerate(files):
-        recovered = i >= start                       # read by the broker's recovery (CRC checked)
-        facts = scan_file(f, names, deep=plan.as_broker is None or recovered, keys=keys, props=props,
-                          progress=progress, salvage=True)
+    # read by the broker's recovery (from ``start`` on): CRC checked
+    items = [(f, {"deep": plan.as_broker is None or i >= start, "keys": keys, "props": props, "salvage": True})
+             for i, f in enumerate(files)]
+    for i, facts in enumerate(scan_files(items, names, plan.jobs, progress)):
+        recovered = i >= start
         plan.damaged += facts.damaged
         if plan.as_broker is not None and facts.damaged:
             at, _, kind = facts.damaged[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,7 @@ from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, Inconsistent
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
+from rmqtool.ops.workers import default_jobs, process_map
 from rmqtool.store.broker_model import step_over
 from rmqtool.store.filequeue import QueueFile, first_nonzero, release_pages
 
@@ -219,6 +220,31 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
         break
     facts.stop_offset = f.start + pos
     return got.finish(facts)
+
+
+def scan_files(items: list[tuple[QueueFile, dict[str, Any]]], names: QueueNames, jobs: int | None = None,
+               progress: Progress | None = None) -> Iterator[FileFacts]:
+    """``scan_file(f, names, **options)`` for each (file, options) of ``items``, in order. With several
+    ``jobs`` (default: ``workers.default_jobs``) the files are walked ``jobs`` at a time in worker
+    processes, each with its own QueueNames whose codes are then renumbered here in file order: the same
+    codes, and so the same facts, as one walk in one process."""
+    if jobs is None:
+        jobs = default_jobs(sum(f.length for f, _ in items), len(items))
+    if jobs <= 1 or len(items) <= 1:
+        for f, options in items:
+            yield scan_file(f, names, progress=progress, **options)
+        return
+    for lo in range(0, len(items), jobs):            # a few files at a time: memory stays bounded
+        for local, facts in process_map(_scan_apart, items[lo:lo + jobs], jobs, progress):
+            table = np.array([names.code(name) for name in local.names] or [0], np.int64)
+            facts.columns["queue"] = table[facts.columns["queue"]]
+            yield facts
+
+
+def _scan_apart(item: tuple[QueueFile, dict[str, Any]], progress: Progress | None) -> tuple[QueueNames, FileFacts]:
+    names = QueueNames()
+    f, options = item
+    return names, scan_file(f, names, progress=progress, **options)
 
 
 def _scan_ledger_file(f: QueueFile, got: _Collector) -> FileFacts:

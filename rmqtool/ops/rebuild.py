@@ -49,14 +49,15 @@ class RebuildResult:
 def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Path | None = None,
                            cq_file_size: int | None = None, bcq_file_size: int | None = None, dry_run: bool = False,
                            backup: Path | None = None, allow_empty: bool = True, as_broker: str | None = None,
-                           progress: Progress | None = None) -> RebuildResult:
+                           progress: Progress | None = None, jobs: int | None = None) -> RebuildResult:
     """Consume queues (all, or those of ``topics``) rebuilt from the commit log as the broker's dispatch
     writes them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
     ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
     or built beside the store's directories and swapped in. When one of ``topics`` has no records, nothing
     changes unless ``allow_empty`` (``result.missing`` names them, ``result.topics`` lists the commit
     log's topics). Every readable record goes at its queue offset (damaged ones listed in
-    ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan)."""
+    ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan).
+    ``jobs``: worker processes for the walk (the queues are written in one process, in commit-log order)."""
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
@@ -91,7 +92,7 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         return built[t] / str(qid) if topics else built[is_batch] / t / str(qid)
 
     try:
-        plan = DispatchPlan(as_broker)
+        plan = DispatchPlan(as_broker, jobs=jobs)
         writers, result.topics = dispatch_files(store, directory, sizes, batch, topics=set(topics) or None,
                                                 plan=plan, progress=progress)
         result.damaged, result.cut = plan.damaged, plan.cut

@@ -32,7 +32,7 @@ from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
 from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.dispatch_plan import valid_facts
-from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file, scan_files
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, failed, remove_scratch
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
@@ -113,14 +113,14 @@ def placeholder(offset: int, size: int) -> bytes:
     return encode_message(replace(empty, body=bytes(room)))
 
 
-def _salvage_scan(store: Store, files: list[QueueFile], names: QueueNames, keys: bool,
-                  progress: Progress | None) -> tuple[list[FileFacts], list[tuple[int, int]], int]:
+def _salvage_scan(store: Store, files: list[QueueFile], names: QueueNames, keys: bool, progress: Progress | None,
+                  jobs: int | None) -> tuple[list[FileFacts], list[tuple[int, int]], int]:
     """Every readable record from the first of ``files`` on (damaged ones stepped over): the facts, the
     damaged ranges followed by valid records (to be replaced by placeholders), and the end of the data
     (the last damaged record when nothing valid follows it: the torn tail, cut as the broker does)."""
     ledger = bool(store.commitlog.entry_header_size)
-    scanned = [scan_file(f, names, deep=True, keys=keys, progress=progress, ledger=ledger, salvage=True)
-               for f in files]
+    options = {"deep": True, "keys": keys, "ledger": ledger, "salvage": True}
+    scanned = list(scan_files([(f, options) for f in files], names, jobs, progress))
     last = max((int(fa.columns["offset"][-1]) for fa in scanned if len(fa)), default=-1)
     ranges = [(at, size) for fa in scanned for at, size, _ in fa.damaged if at < last]
     tail = [at for fa in scanned for at, _, _ in fa.damaged if at > last]
@@ -129,13 +129,14 @@ def _salvage_scan(store: Store, files: list[QueueFile], names: QueueNames, keys:
     return scanned, ranges, end
 
 
-def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | None = None) -> RepairPlan:
+def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | None = None,
+                jobs: int | None = None) -> RepairPlan:
     """The broker's recovery as a plan (rmqtool.store.broker_model, per version). Only the files recovery
     reads are read: from the start file (chosen from first records and the checkpoint after a crash, else
     CommitLog.recoverNormally's) to the first invalid record. ``plan.lost`` counts the valid messages the
     cut would delete beyond it (a bad record before the torn tail). ``salvage`` (beyond the broker): keep
     them, each damaged record before the torn tail replaced by a placeholder of its size (``placeholder``),
-    its consume-queue unit by a blank unit."""
+    its consume-queue unit by a blank unit. ``jobs``: worker processes for the walk (facts.scan_files)."""
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
     abnormal = store.abort_path.exists()
@@ -156,10 +157,10 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     # DLedger: the broker dispatches a body-damaged entry again (no CRC check in the reput), so no CRC stop
     ranges: list[tuple[int, int]] = []
     if salvage and ledger is None and files:
-        scanned, ranges, process = _salvage_scan(store, files[start:], names, abnormal, progress)
+        scanned, ranges, process = _salvage_scan(store, files[start:], names, abnormal, progress, jobs)
     else:
         scanned = list(valid_facts(store, names, start=recover_from, deep=ledger is None,
-                                   keys=abnormal, progress=progress)) if files else []
+                                   keys=abnormal, progress=progress, jobs=jobs)) if files else []
         process = scanned[-1].stop_offset if scanned else 0     # checkCRCOnRecover defaults to true
     if ledger is not None:             # DLedgerCommitLog recovers to DLedger's write position, not a CRC walk
         process = ledger.end_pos
