@@ -7,15 +7,21 @@ generator: 2,000 queues with 6,000,000-byte consume-queue files, the default 5M/
 about 2.5 minutes per GiB). Every measure runs in its own process, the store read into the page cache
 first; the table gives wall time, MB/s of commit log, peak RSS (of the measure's whole process tree:
 the sum over its processes, sampled every 50 ms, or the largest one's peak from wait4 when that is
-higher), and the ratio to the columnar decode with CRC of the same run. Rate targets are judged on the
+higher), the ratio to the columnar decode with CRC of the same run, the CPU seconds of the measure's
+process tree and MB per CPU second (robust when other jobs share the cores), and for a measure in
+worker processes its rate over the one-process rate. Rate targets are judged on the
 stores of 4 GiB and more, RSS at every size.
 Outputs go under DIR and are removed after each measure:
 
 - ``decode_crc``: ``iter_record_batches(check_crc=True)`` over every file (the reference rate)
 - ``verify``: ``verify --check-crc`` (commit log, consume-queue and index cross-checks) in its default worker
   processes (one per core as memory allows); ``verify-1``: the same in one process (``--jobs 1``)
-- ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``)
-- ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed)
+- ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``), the walk in the default
+  worker processes; ``rebuild-cq-1``: in one process
+- ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed), the
+  walk in the default worker processes; ``rebuild-index-1``: in one process
+- ``stats``: ``stats STORE --by topic`` (the whole command, start-up included, in one process)
+- ``grep-key``: ``grep STORE --key KEY`` for a key no record has (the whole command, one process)
 - ``info``: the store summary (default worker processes)
 - ``repair``: the plan for the store with an ``abort`` file and its checkpoint in the last file;
   "read" is the commit-log bytes the recovery walk scanned
@@ -37,8 +43,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 GIB = 1 << 30
-MEASURES = ["decode_crc", "verify", "verify-1", "rebuild-cq", "rebuild-index", "info", "repair"]
-TARGETS = {"verify": 0.7, "verify-1": 0.7, "rebuild-cq": 0.7, "rebuild-index": 0.4}   # x the decode-with-CRC rate
+MEASURES = ["decode_crc", "verify-1", "verify", "rebuild-cq-1", "rebuild-cq", "rebuild-index-1", "rebuild-index",
+            "stats", "grep-key", "info", "repair"]
+# x the decode-with-CRC rate, in one process
+TARGETS = {"verify-1": 0.8, "rebuild-cq-1": 0.8, "stats": 0.8, "grep-key": 0.8, "rebuild-index-1": 0.5}
+PARALLEL_TARGET = 1.5                # worker processes (--jobs 2 on two cores) x one process
 INFO_TARGET_MBPS = 2000
 TARGET_GIB = 4                       # the rate targets hold for stores of this size and up; RSS at every size
 RSS_TARGET_MB = 1000
@@ -61,12 +70,20 @@ def measure(name: str, store: Path, scratch: Path) -> dict:
         findings = list(verify_store(store, deep=True, jobs=1 if name == "verify-1" else None))
         if findings:
             raise SystemExit(f"verify found {len(findings)} problems, first: {findings[0]}")
-    elif name == "rebuild-cq":
+    elif name.startswith("rebuild-cq"):
         from rmqtool.ops.rebuild import rebuild_consume_queues
-        rebuild_consume_queues(st, out=scratch / "cq")
-    elif name == "rebuild-index":
+        rebuild_consume_queues(st, out=scratch / "cq", jobs=1 if name.endswith("-1") else None)
+    elif name.startswith("rebuild-index"):
+        from rmqtool.ops.dispatch_plan import DispatchPlan
         from rmqtool.ops.rebuild import rebuild_index
-        rebuild_index(st, dry_run=True)
+        rebuild_index(st, dry_run=True, plan=DispatchPlan(jobs=1 if name.endswith("-1") else None))
+    elif name in ("stats", "grep-key"):
+        args = ["stats", str(store), "--by", "topic"] if name == "stats" else \
+            ["grep", str(store), "--key", "no-such-key", "-f", "jsonl"]
+        status = subprocess.run([sys.executable, "-m", "rmqtool", *args], stdout=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
+        if status not in (0, 1):                  # grep: 1 = nothing matched
+            raise SystemExit(f"{name} exited with {status}")
     elif name == "info":
         from rmqtool.ops.inspect import store_info
         store_info(st)
@@ -139,6 +156,7 @@ def run_child(name: str, store: Path, scratch: Path) -> dict:
         raise SystemExit(f"measure {name} failed")
     result = json.loads(out)
     result["peak_rss_mb"] = max(usage.ru_maxrss, peak[0]) / 1024
+    result["cpu_seconds"] = usage.ru_utime + usage.ru_stime       # with the children it waited for
     return result
 
 
@@ -172,16 +190,20 @@ def main() -> None:
         store = ensure_store(args.dir / f"store-{gib}g", gib, args.queues)
         print(f"\nstore {store}: {gib} GiB, {args.queues} queues; load average {os.getloadavg()[0]:.2f}, "
               f"{os.cpu_count()} cores", flush=True)
-        header = f"{'command':<16} {'s':>7} {'MB/s':>7} {'x decode+CRC':>13} {'peak RSS MB':>12} {'read MB':>8}"
+        header = (f"{'command':<16} {'s':>7} {'MB/s':>7} {'x decode+CRC':>13} {'cpu s':>7} {'MB/cpu-s':>9} "
+                  f"{'x 1 proc':>8} {'peak RSS MB':>12} {'read MB':>8}")
         print(header)
         print("-" * len(header))
         base = None
+        rates: dict[str, float] = {}
         for name in MEASURES:
             if args.only and name not in args.only and name != "decode_crc":
                 continue
             r = run_child(name, store, args.dir / "scratch")
             mbps = r["bytes"] / 1e6 / r["seconds"]
             base = base or mbps
+            rates[name] = mbps
+            alone = rates.get(f"{name}-1")
             rss.setdefault(name, {})[gib] = r["peak_rss_mb"]
             read = f"{r['read'] / 1e6:8.0f}" if name == "repair" else f"{'-':>8}"
             verdict = ""
@@ -193,10 +215,14 @@ def main() -> None:
                 verdict = "met" if mbps >= INFO_TARGET_MBPS else f"MISSED (target {INFO_TARGET_MBPS} MB/s)"
             elif name == "repair":
                 verdict = "met" if r["read"] <= 2 * GIB else "MISSED (target: last two files)"
+            if gib >= TARGET_GIB and f"{name}-1" in MEASURES and alone:
+                verdict += " met" if mbps / alone >= PARALLEL_TARGET else f" MISSED (target {PARALLEL_TARGET}x 1 proc)"
             if r["peak_rss_mb"] > RSS_TARGET_MB:
                 verdict += f" RSS over {RSS_TARGET_MB} MB"
-            print(f"{name:<16} {r['seconds']:7.2f} {mbps:7.0f} {mbps / base:13.2f} {r['peak_rss_mb']:12.0f} "
-                  f"{read} {verdict}", flush=True)
+            ratio = f"{mbps / alone:8.2f}" if alone else f"{'-':>8}"
+            print(f"{name:<16} {r['seconds']:7.2f} {mbps:7.0f} {mbps / base:13.2f} {r['cpu_seconds']:7.2f} "
+                  f"{r['bytes'] / 1e6 / r['cpu_seconds']:9.0f} {ratio} {r['peak_rss_mb']:12.0f} {read} {verdict}",
+                  flush=True)
     if len(args.sizes) > 1:
         a, b = args.sizes[0], args.sizes[-1]
         print(f"\npeak RSS MB, {a} GiB vs {b} GiB: " + ", ".join(
