@@ -83,6 +83,13 @@ def test_kernel_matches_decode_entry(msgs, damage, tail, crc, items):
             if items:
                 at = win[f"{part}_off"][i]
                 assert bytes(win.heap[k][at:at + length]) == value, part
+        for which, host in (("born", m.born_host), ("store", m.store_host)):
+            if len(host.address) == 4:            # an IPv4 host as one int64: address, then port
+                key = int(win[f"{which}_key"][i]) & (1 << 64) - 1
+                assert key == int.from_bytes(host.address, "big") << 32 | host.port & 0xFFFFFFFF
+        if items:
+            at = win["id_off"][i]
+            assert bytes(win.ids[at:at + len(m.msg_id)]).decode() == m.msg_id
         if crc:
             assert bool(win["crc_ok"][i]) == (body_crc(m.body) == m.body_crc or not m.body)
         if _utf8(m.properties_raw):
