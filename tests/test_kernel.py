@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rmqtool import constants as C
 from rmqtool.columnar.kernel import PROPERTIES, scan_window
 from rmqtool.errors import FormatError
-from rmqtool.format.commitlog import Blank, Message, decode_entry, encode_message
+from rmqtool.format.commitlog import Message, decode_entry, encode_message
 from rmqtool.format.java import body_crc
 from rmqtool.ops.facts import QueueNames, scan_file
 from rmqtool.store.filequeue import QueueFile
@@ -37,14 +37,14 @@ def _reference(data: bytes, deep: bool, delay: bool = True):
     data, as the broker's recovery checks (``delay``: a malformed DELAY stops it too)."""
     records, pos = [], 0
     while len(data) - pos >= 8 and data[pos:pos + 8] != bytes(8):
+        if data[pos + 4:pos + 8] == C.BLANK_MAGIC_CODE.to_bytes(4, "big"):
+            break   # a BLANK ends the file whatever its TOTALSIZE (broker_model rule blank_size)
         try:
             entry = decode_entry(data, pos, check_crc=deep)
-            if delay and not isinstance(entry, Blank):
+            if delay:
                 entry.tags_code()
         except (FormatError, ValueError) as exc:
             return records, pos, exc
-        if isinstance(entry, Blank):
-            break
         records.append((pos, entry))
         pos += entry.total_size
     return records, pos, None
@@ -119,6 +119,9 @@ def test_facts_findings_match_decode_entry(tmp_path_factory, msgs, damage, tail,
     errors = [(f.kind, f.offset) for f in facts.findings if f.severity == "error"]
     if error is None:
         assert facts.stop_offset == stop and all(kind in ("torn_tail", "blank_size_mismatch") for kind, _ in errors)
+        blank_size = int.from_bytes(raw[stop:stop + 4], "big", signed=True) if len(raw) - stop >= 8 else None
+        if facts.stop == "blank" and blank_size != len(raw) - stop:
+            assert ("blank_size_mismatch", stop) in errors
     else:
         assert facts.stop == "invalid" and facts.stop_offset == stop
         assert errors[0][1] == stop
