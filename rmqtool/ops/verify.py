@@ -386,8 +386,11 @@ def _unindexed(facts: FileFacts, matched: list[np.ndarray], recovered: np.ndarra
     rec = np.repeat(np.arange(len(facts)), counts)
     want = (rec.astype(np.int64) << 32) | (facts.key_hashes.astype(np.int64) & 0xFFFFFFFF)
     want = want[(facts.indexed() & recovered)[rec]]
-    have = np.concatenate(matched) if matched else np.empty(0, np.int64)
-    missing = np.setdiff1d(want, have)
+    want = np.sort(want)
+    have = np.sort(np.concatenate(matched)) if matched else np.empty(0, np.int64)
+    # np.setdiff1d(want, have) by a search of sorted keys (its hash-based unique of millions of keys is ~30x slower)
+    at = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
+    missing = np.unique(want[have[at] != want] if len(have) else want)
     if not len(missing):
         return None
     first = int(missing.min() >> 32)
