@@ -234,7 +234,7 @@ def test_verify_finds_a_physical_offset_field_off_its_position(store_copy):
 
 def test_compaction_checks_run_on_the_columnar_scan(monkeypatch):
     """No record is decoded one at a time: the compaction logs and the commit log are walked by the scan
-    kernel (a BLANK ending a file is the only entry the walk decodes by itself)."""
+    kernel (a BLANK ending a log file is the only entry the walk decodes by itself)."""
     from rmqtool.columnar import batches
     from rmqtool.ops.compaction import compaction_findings
     from rmqtool.store import commitlog
@@ -245,9 +245,26 @@ def test_compaction_checks_run_on_the_columnar_scan(monkeypatch):
         monkeypatch.setattr(module, "decode_entry", lambda *a, _real=real, **k: calls.append(a[1]) or _real(*a, **k))
     store = Store.open(STORE)
     assert list(compaction_findings(store)) == []
-    blanks = sum(1 for q in _queues() for r in _field(q, "logRecords") if r["type"] == "BLANK") + \
-        sum(1 for r in readback(SET)["commitlogRecords"] if r["type"] == "BLANK")
-    assert len(calls) == blanks
+    blanks = sum(1 for q in _queues() for r in _field(q, "logRecords") if r["type"] == "BLANK")
+    assert len(calls) == blanks         # the commit log: only the records the topic's units name, gathered
+
+
+def test_records_at_decodes_only_the_records_named():
+    """The commit-log records of the compaction topic's units, gathered and scanned by the kernel, are the
+    whole-log scan's rows for those offsets, field for field."""
+    import numpy as np
+    import pyarrow as pa
+    from rmqtool.columnar import iter_record_batches
+    from rmqtool.ops.compaction import records_at
+    cl = Store.open(STORE).commitlog
+    every = pa.Table.from_batches(list(iter_record_batches(cl)))
+    every = every.filter(pa.compute.equal(every.column("type"), "message"))
+    picked = np.array(sorted(r["physicalOffset"] for r in readback(SET)["commitlogRecords"]
+                             if r.get("topic") == "CompactTopic"), np.int64)
+    got = pa.Table.from_batches(list(records_at(cl, picked)))
+    assert got.column("physical_offset").to_pylist() == picked.tolist()
+    want = every.take(pa.array(np.searchsorted(every.column("physical_offset").to_numpy(), picked)))
+    assert got.to_pylist() == want.to_pylist()
 
 
 def test_stats_by_topic_says_what_compaction_kept_and_removed():

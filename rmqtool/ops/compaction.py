@@ -90,21 +90,23 @@ def compaction_facts(store: Store, queues: list[QueueFacts]) -> list[QueueFacts]
     """Fill in the facts of compaction queues from one scan of the commit log (the records of compaction
     topics only): the keyed records, and where a queue's ``log`` is read, each log record against its
     commit-log record."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from rmqtool.columnar import iter_record_batches
-
     facts = {(f.queue.topic, f.queue.queue_id): f for f in queues}
+    offsets = []
     for f in facts.values():
         topic, qid = f.queue.topic, f.queue.queue_id
         if topic in store.topics() and qid in [c.queue_id for c in store.consume_queues(topic)]:
-            first, count = store.consume_queue(topic, qid).extent()
+            cq = store.consume_queue(topic, qid)
+            first, count = cq.extent()
             f.cq_range = (first, first + count)
+            offsets.append(_unit_offsets(cq))
     topics = pa.array(sorted({t for t, _ in facts}), pa.string())
-    if not facts or not store.commitlog.queue.files:
+    if not offsets:
         return list(facts.values())
-    for batch in iter_record_batches(store.commitlog):
+    for batch in records_at(store.commitlog, np.unique(np.concatenate(offsets))):
         batch = batch.filter(pc.and_(pc.equal(batch.column("type"), "message"), pc.is_in(batch.column("topic"), topics)))
         if not batch.num_rows:
             continue
@@ -129,6 +131,61 @@ def compaction_facts(store: Store, queues: list[QueueFacts]) -> list[QueueFacts]
             if f.log is not None:
                 _compare(f, rows)
     return list(facts.values())
+
+
+def _unit_offsets(cq):
+    """The physical offsets of a consume queue's units (those ``extent`` counts), read as columns."""
+    import numpy as np
+
+    from rmqtool.format.consumequeue import UNIT_FIELDS, valid_prefix
+
+    parts = []
+    for f in cq.queue:
+        buf = f.read()
+        valid, _ = valid_prefix(buf)
+        parts.append(np.frombuffer(buf, UNIT_FIELDS, valid)["phy"].astype(np.int64))
+        if valid < len(buf) // C.CQ_STORE_UNIT_SIZE:
+            break
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def records_at(cl, offsets) -> Iterator:
+    """Record batches of the commit-log records at ``offsets`` (sorted) on the scan kernel: each file's
+    records gathered into one buffer and scanned as one chain (a record is self-contained), their
+    physical_offset set back to where they are. A record that does not decode ends its file's part here
+    (verify's commit-log checks name it). A DLedger commit log is scanned whole."""
+    import numpy as np
+    import pyarrow as pa
+
+    from rmqtool.columnar import iter_record_batches
+    from rmqtool.columnar.decode import decode_batch
+    from rmqtool.columnar.kernel import gather_spans, scan_window, words
+    from rmqtool.columnar.walk import WINDOW_BYTES
+
+    files = cl.queue.files
+    if cl.entry_header_size:
+        yield from iter_record_batches(cl)
+        return
+    which = np.searchsorted(np.array([f.start for f in files], np.int64), offsets, side="right") - 1
+    for i in np.unique(which[which >= 0]).tolist():
+        f = files[i]
+        data = np.frombuffer(f.read(), np.uint8)
+        pos = offsets[which == i] - f.start
+        pos = pos[pos + 4 <= len(data)]
+        sizes = data[pos[:, None] + np.arange(4)].copy().view(">i4").ravel().astype(np.int64)
+        pos, sizes = pos[(sizes > 0) & (pos + sizes <= len(data))], sizes[(sizes > 0) & (pos + sizes <= len(data))]
+        spans, buf = gather_spans(data, pos, pos + sizes)
+        d64, at = words(buf), 0
+        while at < len(buf):
+            win = scan_window(buf, at, at + WINDOW_BYTES, items=True, data64=d64)
+            if win.n:
+                batch = decode_batch(buf, win, 0, False)
+                where = pos[np.searchsorted(spans[:-1], win.starts)] + f.start
+                yield batch.set_column(batch.schema.get_field_index("physical_offset"), "physical_offset",
+                                       pa.array(where, pa.int64()))
+            if win.bad >= 0 or win.next <= at:
+                break
+            at = win.next
 
 
 def _compare(f: QueueFacts, rows) -> None:
