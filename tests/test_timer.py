@@ -298,3 +298,65 @@ def test_rolled_recall_is_a_delete_marker(tmp_path):
     states[victim] = "pending"
     assert [r["state"] for r in rows] == states
     assert (rows[marker]["magic"], rows[marker]["state"]) == (7, "delete-marker")
+
+
+# -- verify: what a 5.x broker's timer load, recovery and dequeue make of a damaged timer store ---------
+def _patch(root, name: str, at: int, fmt: str, value: int) -> None:
+    import struct
+    path = root / name
+    data = bytearray(path.read_bytes())
+    struct.pack_into(fmt, data, at, value)
+    path.write_bytes(bytes(data))
+
+
+def _truncate(root, name: str, size: int) -> None:
+    os.truncate(root / name, size)
+
+
+TL0, TL1 = "timerlog/00000000000000000000", "timerlog/00000000000000001300"
+TIMER_DAMAGE = [
+    # a pending slot's chain (unit 1560 -> 832) broken: the dequeue follows prevPos unchecked (TimerMessageStore.dequeue)
+    ("prev_pos_misaligned", lambda r: _patch(r, TL1, 260 + 4, ">q", 1561), ("error", "timer_bad_chain", TL1, 1560)),
+    ("prev_pos_forward", lambda r: _patch(r, TL1, 260 + 4, ">q", 1612), ("error", "timer_bad_chain", TL1, 1560)),
+    ("prev_pos_other_slot", lambda r: _patch(r, TL1, 260 + 4, ">q", 884), ("error", "timer_bad_chain", TL1, 1560)),
+    # a unit the recovery walk rejects: the timer log is truncated there (TimerMessageStore.recoverAndRevise)
+    ("bad_magic_last_file", lambda r: _patch(r, TL1, 104 + 12, ">i", 0x10), ("warning", "timer_bad_unit", TL1, 1404)),
+    ("bad_size_first_file", lambda r: _patch(r, TL0, 832, ">i", 51), ("warning", "timer_bad_unit", TL0, 832)),
+    # what the load refuses (TimerLog.load -> MappedFileQueue.load, TimerWheel.<init>)
+    ("short_timerlog_file", lambda r: _truncate(r, TL0, 1040), ("error", "timer_file_size", TL0, None)),
+    ("short_wheel", lambda r: _truncate(r, "timerwheel", 32 * 1000), ("error", "timer_wheel_size", "timerwheel", None)),
+]
+
+
+@pytest.mark.parametrize("damage,want", [(d, w) for _, d, w in TIMER_DAMAGE], ids=[k for k, _, _ in TIMER_DAMAGE])
+def test_verify_reports_timer_damage_as_the_broker_meets_it(damage, want, store_copy):
+    """Seen 3 (a broken timer-log chain passed verify --deep): each damage is one finding at the level the
+    broker model's timer rules give it, with its file and timer-log offset."""
+    from rmqtool.ops.verify import verify_store
+    root = store_copy("dev-timer-5x")
+    damage(root)
+    found = [(f.severity, f.kind, os.path.relpath(f.path, root), f.offset)
+             for f in verify_store(root, deep=True) if f.kind.startswith("timer_")]
+    assert found == [want]
+    assert run("verify", root, "--deep").exit_code == (1 if want[0] == "error" else 0)
+
+
+def test_timer_recovery_cut_counts_what_the_broker_deletes(store_copy):
+    """A bad unit in file 0: the broker truncates there and deletes file 1300 (7 + 10 units lost)."""
+    from rmqtool.ops.verify import verify_store
+    root = store_copy("dev-timer-5x")
+    _patch(root, TL0, 832 + 12, ">i", 0x20)
+    (f,) = [f for f in verify_store(root) if f.kind == "timer_bad_unit"]
+    assert "deletes 1 later file(s): 17 unit(s) after it are lost" in f.message
+
+
+def test_timer_slot_lastpos_is_relinked_by_the_recovery(store_copy):
+    """A slot whose lastPos is wrong while its units lie in the recovery window: TimerWheel.reviseSlot sets it
+    again on start (a warning); its chain from the re-linked unit is whole."""
+    from rmqtool.ops.verify import verify_store
+    root = store_copy("dev-timer-5x")
+    ts = TimerStore.open(root)
+    index, slot = next((i, s) for i, s in ts.iter_slots() if s.last_pos == 1560)
+    _patch(root, "timerwheel", index * SLOT_SIZE + 16, ">q", 884)
+    found = [(f.severity, f.kind, f.offset, f.expected, f.actual) for f in verify_store(root) if f.kind.startswith("timer_")]
+    assert found == [("warning", "timer_slot_revised", index * SLOT_SIZE, 1560, 884)]

@@ -21,8 +21,10 @@ from typing import Iterator
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Message
-from rmqtool.format.timer import SLOT_SIZE, TimerBlank, TimerSlot, TimerUnit, magic_flags
+from rmqtool.format.timer import (SLOT_SIZE, TIMER_WHEEL_TTL_DAY, UNIT_SIZE, TimerBlank, TimerSlot, TimerUnit,
+                                  decode_timerlog_entry, magic_flags)
 from rmqtool.format.rows import real_queue_id
+from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.store import Store
 from rmqtool.store.timer import TimerStore
 
@@ -137,3 +139,79 @@ def _int(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+# -- verify: the timer store as a 5.x broker's load, recovery and dequeue see it ----------------------
+WHEEL_LENGTH = TIMER_WHEEL_TTL_DAY * 86400 * 2 * SLOT_SIZE      # TimerWheel: slotsTotal * 2 slots
+
+
+def timer_findings(store: Store) -> Iterator[Finding]:
+    """The broker model's timer rules (rmqtool.store.broker_model: timer_load, timer_recover, timer_chain):
+    files the load refuses, the unit where the recovery truncates the timer log, slots it re-links, and
+    chains of pending slots (at or after lastReadTimeMs) the dequeue cannot follow."""
+    from rmqtool.store.broker_model import timer_recovery
+
+    ts = TimerStore.open(store.root) if store.is_store_root else None
+    if ts is None:
+        return
+    refused = False
+    for f, problem in ts.timerlog.problems():
+        refused = True
+        yield Finding(ERROR, "timer_file_size", str(f.path), None, f"{problem}: TimerLog.load refuses the timer "
+                      "log (MappedFileQueue.load)", ts.timerlog.file_size, f.length)
+    size = ts.wheel_path.stat().st_size if ts.wheel_path.is_file() else 0
+    if size not in (0, WHEEL_LENGTH):
+        refused = True
+        yield Finding(ERROR, "timer_wheel_size", str(ts.wheel_path), None, "timer wheel length is not 7 x 86400 x 2 "
+                      "slots of 32 bytes: TimerWheel's constructor throws, the broker does not start", WHEEL_LENGTH, size)
+    if refused:
+        return
+    cp = ts.checkpoint()
+    rec = timer_recovery(list(ts.timerlog), cp.last_timer_log_flush_pos if cp else 0, ts.precision_ms)
+    if rec.damaged:
+        f, _ = ts.timerlog.locate(rec.cut)
+        yield Finding(WARNING, "timer_bad_unit", str(f.path), rec.cut,
+                      f"not a timer-log unit: a 5.3.3 broker's timer recovery truncates the timer log here and deletes "
+                      f"{rec.lost_files} later file(s): {rec.lost_units} unit(s) after it are lost "
+                      "(TimerMessageStore.recoverAndRevise)")
+    from_ms = cp.last_read_time_ms if cp else 0
+    for index, slot in ts.iter_slots():
+        if slot.ticks % ts.slot_count != index or slot.time_ms(ts.precision_ms) < from_ms:
+            continue                     # not this slot's time, or dequeued already
+        last = rec.revised.get(slot.ticks, slot.last_pos)
+        if last != slot.last_pos and not (rec.damaged and slot.last_pos >= rec.cut):    # (else part of the cut)
+            yield Finding(WARNING, "timer_slot_revised", str(ts.wheel_path), index * SLOT_SIZE,
+                          f"slot {slot.time_ms(ts.precision_ms)}: lastPos {slot.last_pos} is not its last unit {last}",
+                          last, slot.last_pos)
+        yield from _chain_findings(ts, slot, index, last, rec)
+
+
+def _chain_findings(ts: TimerStore, slot: TimerSlot, index: int, pos: int, rec) -> Iterator[Finding]:
+    """The slot's chain from ``pos`` along prevPos, as TimerMessageStore.dequeue follows it: every link must
+    reach an earlier unit of this slot's time; the first that does not is the finding."""
+    where, what = (str(ts.wheel_path), index * SLOT_SIZE), "lastPos"
+    when = slot.time_ms(ts.precision_ms)
+    later = None
+    while pos != -1:
+        if rec.damaged and pos >= rec.cut:
+            return                       # gone with the recovery's cut (timer_bad_unit counts it)
+        why = ""
+        if later is not None and pos >= later:
+            why = "not an earlier unit"
+        else:
+            try:
+                f, at = ts.timerlog.locate(pos)
+                unit = decode_timerlog_entry(f.read(), at) if at % UNIT_SIZE == 0 and pos < rec.cut else None
+            except (StoreError, FormatError):
+                unit = None
+            if not isinstance(unit, TimerUnit):
+                why = "where no timer-log unit starts"
+            elif unit.delayed_time_ms // ts.precision_ms != slot.ticks:
+                why = f"a unit of slot {unit.delayed_time_ms // ts.precision_ms * ts.precision_ms}"
+        if why:
+            yield Finding(ERROR, "timer_bad_chain", where[0], where[1],
+                          f"slot {when}: {what} links to {pos}, {why}: the dequeue (TimerMessageStore.dequeue) "
+                          "follows it unchecked, the slot's units behind it are never delivered", actual=pos)
+            return
+        where, what, later = (str(f.path), pos), f"the prevPos of the unit at {pos}", pos
+        pos = unit.prev_pos

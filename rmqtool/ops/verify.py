@@ -667,6 +667,9 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     yield from _index_findings(index, results)
     yield from _unindexed_findings(store, results)
     yield from _verify_checkpoint(store, max((r.latest for r in results), default=0), end)
+    if store.is_store_root:
+        from rmqtool.ops.timer import timer_findings
+        yield from timer_findings(store)
 
 
 def crc32_property_findings(store: Store) -> Iterator[Finding]:

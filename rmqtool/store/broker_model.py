@@ -78,6 +78,17 @@ RULES = [
     Rule("dledger_body", V5, "DLedger store: the body CRC check cuts the consume queues back to the damaged "
          "record, then dispatch adds every entry again (the damaged one included)",
          "DLedgerCommitLog.dledgerRecoverAbnormally, ReputMessageService.doReput"),
+    # -- the timer store (timerWheelEnable) -----------------------------------------------------------
+    Rule("timer_load", V5, "a timer-log file whose length is not the timer log's file size, or a timer wheel "
+         "neither empty nor 7 x 86400 x 2 slots of 32 bytes: the broker refuses to start",
+         "TimerMessageStore.load -> TimerLog.load -> MappedFileQueue.load, TimerWheel.<init>"),
+    Rule("timer_recover", V5, "the timer log is re-read from the file holding the checkpoint's "
+         "lastTimerLogFlushPos minus one file size, each unit setting its slot's lastPos; the first unit whose "
+         "size is not 52 or whose magic has bits above 0xF ends it: the timer log is truncated there and every "
+         "later file deleted", "TimerMessageStore.recover, recoverAndRevise, TimerWheel.reviseSlot, "
+         "MappedFileQueue.truncateDirtyFiles"),
+    Rule("timer_chain", V5, "the dequeue walks a slot from lastPos along prevPos and checks nothing: a link to "
+         "what is not an earlier unit of that slot loses every unit behind it", "TimerMessageStore.dequeue"),
 ]
 
 
@@ -254,6 +265,61 @@ def abnormal_recovery_start(store) -> int:
     return 0
 
 
+# -- the timer store's recovery (5.x) ----------------------------------------------------------------
+class TimerRecovery(NamedTuple):
+    cut: int                  # timer-log offset where the recovery walk stops (the end of the units, or damage)
+    damaged: bool             # the walk stops at bytes that are not the zero end of the units
+    lost_units: int           # units after the cut (gone with the truncation)
+    lost_files: int           # timer-log files after the cut's file (deleted)
+    revised: dict[int, int]   # slot time / precisionMs -> its lastPos after the walk
+
+
+def timer_recovery(files, last_flush_pos: int, precision_ms: int) -> TimerRecovery:
+    """What TimerMessageStore.recover does to the timer log (``files``: its QueueFiles in order): the walk of
+    recoverAndRevise(lastTimerLogFlushPos - last file's size, checkTimerLog=true) from the newest file
+    starting at or before that offset (file 0 when none), a BLANK ending a file, a unit re-linking its slot
+    (TimerWheel.reviseSlot with lastPos = the unit), the first bad unit (or fewer bytes than a unit header
+    left) ending the walk, where truncateDirtyFiles cuts."""
+    from rmqtool.format.timer import BLANK_MAGIC_CODE, UNIT_SIZE, is_unit_ok
+
+    if not files:
+        return TimerRecovery(0, False, 0, 0, {})
+    begin = max(0, last_flush_pos - files[-1].length)
+    first = next((i for i in range(len(files) - 1, -1, -1) if begin >= files[i].start), 0)
+    revised: dict[int, int] = {}
+    cut, stop_file = files[-1].start + files[-1].length, None
+    for i in range(first, len(files)):
+        buf, pos = files[i].read(), 0
+        while pos < len(buf):
+            if len(buf) - pos < 28:                  # the unit's fields read past the buffer: an exception
+                break
+            size, _, magic, write_ms, delay = struct.unpack_from(">iqiqi", buf, pos)
+            if magic == BLANK_MAGIC_CODE:
+                pos = len(buf)
+                break
+            if not is_unit_ok(size, magic):
+                break
+            revised[(write_ms + delay) // precision_ms] = files[i].start + pos
+            pos += UNIT_SIZE
+        if pos < len(buf):
+            cut, stop_file = files[i].start + pos, i
+            break
+    if stop_file is None:
+        return TimerRecovery(cut, False, 0, 0, revised)
+    import numpy as np
+
+    lost, damaged = 0, False
+    for j in range(stop_file, len(files)):
+        buf = files[j].read()
+        start = cut - files[j].start if j == stop_file else 0
+        rest = np.frombuffer(buf, np.uint8, len(buf) - start, start)
+        damaged = damaged or bool(rest.any())
+        units = np.frombuffer(buf, ">i4", (len(rest) // UNIT_SIZE) * UNIT_SIZE // 4, start).reshape(-1, UNIT_SIZE // 4)
+        ok = (units[:, 0] == UNIT_SIZE) & ((units[:, 3] | 0xF) == 0xF)
+        lost += int(ok[1 if j == stop_file else 0:].sum())
+    return TimerRecovery(cut, damaged, lost, len(files) - 1 - stop_file, revised)
+
+
 # -- verdict levels of verify's findings -----------------------------------------------------------
 ERROR, WARNING = "error", "warning"
 _RECORD_DAMAGE = ("bad_magic", "crc_mismatch", "length_mismatch", "bad_record", "record_crosses_file_end",
@@ -276,7 +342,9 @@ LEVELS: dict[str, tuple[str, str]] = {
     "physical_offset_mismatch": (WARNING, ""),
     "dledger_checkpoint_missing": (WARNING, ""),
     "skipped_file": (WARNING, ""),
-    "prop_crc_mismatch": (WARNING, ""),      # refused only with forceVerifyPropCRC (off by default)           # a data-directory entry the broker skips or deletes (recognition)
+    "prop_crc_mismatch": (WARNING, ""),
+    "timer_bad_unit": (WARNING, ""),         # the finding says what the timer recovery cuts
+    "timer_slot_revised": (WARNING, "the broker's timer recovery re-links it: TimerWheel.reviseSlot"),      # refused only with forceVerifyPropCRC (off by default)           # a data-directory entry the broker skips or deletes (recognition)
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
 
