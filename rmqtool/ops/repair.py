@@ -238,22 +238,36 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     new_cp = cp
     if abnormal:
         refs = store.index_files()
-        kept = []
+        # beyond the broker (a cut that loses messages, or salvage): older files holding entries of the
+        # damaged or lost records are rebuilt too, from their first offset
+        first_bad = ranges[0][0] if ranges else process if plan.lost else None
+        kept, stale = [], []
         for ref in refs:
             rel = store.rel(ref.path)
             if ref.header.end_timestamp > cp.index_msg_timestamp:
                 plan.deletes.append(rel)
                 plan.actions.append(Action("index_delete", rel, "end timestamp after the checkpoint's "
                                            f"indexMsgTimestamp {cp.index_msg_timestamp}"))
+            elif first_bad is not None and ref.header.end_phy_offset >= first_bad:
+                stale.append(ref)
             else:
                 kept.append(ref)
         if refs and (ledger is None or ledger.reindex_from is not None):
             plan.scratch = Path(tempfile.mkdtemp(prefix="rmqtool-repair-index-"))
             builder = IndexBuilder(refs[0].geometry, continue_copies(kept[-1:], plan.scratch),
                                    directory=plan.scratch)
+            if stale:
+                for facts in _readable(store, min(r.header.begin_phy_offset for r in stale), recover_from):
+                    builder.add_facts(facts)
             for facts in _reindexed(scanned, ledger):
                 builder.add_facts(facts)
             builder.close()
+            written = {name for name, _ in builder.files if name in builder.changed}
+            for r in stale:
+                if r.name not in written:
+                    plan.deletes.append(store.rel(r.path))
+                    plan.actions.append(Action("index_delete", store.rel(r.path), "holds entries at or after "
+                                               f"the damaged or lost record at {first_bad}"))
             for name, w in builder.files:
                 if name in builder.changed:      # built as a sparse file in the scratch directory (streamed)
                     rel = L.index_file(name)
@@ -272,8 +286,8 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     if v5 and ledger is None and (abnormal or cp.confirm_phy_offset > process):
         last_msg = next((int(f.columns["offset"][-1]) for f in reversed(scanned) if len(f)), process)
         new_cp = new_cp._replace(confirm_phy_offset=last_msg)
-    if plan.lost and not abnormal:
-        new_cp = _after_cut(plan, store, scanned, new_cp)
+    if plan.lost:
+        new_cp = _after_cut(plan, store, scanned, new_cp) if not abnormal else _times_back(scanned, new_cp)
     if ranges and not abnormal:
         _reindex(plan, store, ranges[0][0], f"holds entries from the salvaged record at {ranges[0][0]} on")
     if store.is_store_root and new_cp != cp and store.path(L.CHECKPOINT).exists():
@@ -318,12 +332,8 @@ def _reindex(plan: RepairPlan, store: Store, first_bad: int, why: str) -> None:
         return
     kept = [(r.name, IndexWriter.from_bytes(map_private(r.path), r.geometry)) for r in refs if r not in stale]
     builder = IndexBuilder(refs[0].geometry, kept)
-    since = min(r.header.begin_phy_offset for r in stale)
-    for f in store.commitlog.queue:
-        if f.length and f.start + f.length > since and f.start < process:
-            facts = scan_file(f, QueueNames(), deep=True, keys=True, salvage=True)
-            offset = facts.columns["offset"]
-            builder.add_facts(facts.select((offset >= since) & (offset < process)))
+    for facts in _readable(store, min(r.header.begin_phy_offset for r in stale), process):
+        builder.add_facts(facts)
     written = {name for name, _ in builder.files if name in builder.changed}
     for r in stale:
         if r.name not in written:          # a rebuilt file may take a deleted one's name
@@ -338,10 +348,24 @@ def _reindex(plan: RepairPlan, store: Store, first_bad: int, why: str) -> None:
                                        f"{w.header.end_phy_offset}"))
 
 
+def _readable(store: Store, lo: int, hi: int):
+    """The readable records in [lo, hi) (damaged ones stepped over), as one FileFacts per commit-log file."""
+    for f in store.commitlog.queue:
+        if f.length and f.start + f.length > lo and f.start < hi:
+            facts = scan_file(f, QueueNames(), deep=True, keys=True, salvage=True)
+            offset = facts.columns["offset"]
+            yield facts.select((offset >= lo) & (offset < hi))
+
+
 def _after_cut(plan: RepairPlan, store: Store, scanned: list[FileFacts], cp: Checkpoint) -> Checkpoint:
     """After a cut that deletes messages on a normal start: index files reaching the cut are rebuilt up to it
     and the checkpoint's times brought back to the last kept record (what the cut leaves stale)."""
     _reindex(plan, store, plan.process_offset, f"holds entries at or after the cut {plan.process_offset}")
+    return _times_back(scanned, cp)
+
+
+def _times_back(scanned: list[FileFacts], cp: Checkpoint) -> Checkpoint:
+    """The checkpoint's times no later than the last kept record (after a cut that deletes messages)."""
     last = next((int(f.columns["store_timestamp"].max()) for f in reversed(scanned) if len(f)), None)
     if last is not None:
         cp = cp._replace(**{k: min(getattr(cp, k), last) for k in
