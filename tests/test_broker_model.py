@@ -385,3 +385,62 @@ def test_damage_matrix(base, kind, store_copy, tmp_path):
         kept = _units(broker)
         if version == V5 or v4_cuts:           # no consume queues: the recovery starts at file 0 and cuts
             assert kept and max(u[0] for u in kept.values()) < pos
+
+
+# -- batch queues (5.x): recovered and cut by BatchConsumeQueue's own rules --------------------------
+def _torn_batch_tail(root: Path) -> int:
+    """dev-batchcq-5x with its last batch record (BatchTopic2/0's unit at 87113) torn and the records after it
+    gone, as a crash leaves a tail written in part."""
+    f = root / "commitlog" / "00000000000000065536"
+    data = bytearray(f.read_bytes())
+    data[87113 - 65536 + 700:90018 - 65536] = bytes(90018 - 87113 - 700)
+    f.write_bytes(bytes(data))
+    return 87113
+
+
+def _bcq_units(root: Path) -> dict[tuple[str, int], list[tuple[int, int, int]]]:
+    """(topic, queue) -> [(physical offset, msgBaseOffset, batchSize)] of every valid batch unit."""
+    from rmqtool.format.batchcq import decode_unit
+    out = {}
+    for q in sorted((root / "batchconsumequeue").glob("*/*")):
+        units = out.setdefault((q.parent.name, int(q.name)), [])
+        for f in sorted(q.iterdir()):
+            data = f.read_bytes()
+            for pos in range(0, len(data) - 45, 46):
+                u = decode_unit(data, pos)
+                if u.is_valid:
+                    units.append((u.physical_offset, u.msg_base_offset, u.batch_size))
+    return out
+
+
+def test_batch_queue_after_a_crash_is_cut_and_repaired_as_the_broker_does(store_copy, tmp_path):
+    """Point 5b: a crash tore the last batch record. Recovery cuts the commit log there; the batch queues lose
+    the unit pointing at it (BatchConsumeQueue.truncateDirtyLogicFiles), so topic-status gives the cut max;
+    repair writes batch units (never classic units for a BatchCQ topic), verify then finds nothing and a
+    second repair nothing to do."""
+    root = store_copy("dev-batchcq-5x")
+    at = _torn_batch_tail(root)
+    (root / "abort").write_bytes(b"")
+    before = _bcq_units(root)
+    status = {(r["topic"], r["queue_id"]): r["max_offset"] for r in
+              map(json.loads, run("topic-status", root, "BatchTopic", "BatchTopic2", "-f", "jsonl").stdout.splitlines())}
+    want = {q: [u for u in units if u[0] < at] for q, units in before.items()}
+    assert before[("BatchTopic2", 0)][-1][0] == at
+    assert status == {q: u[-1][1] + u[-1][2] for q, u in want.items()}
+    done = run("repair", root, "--apply", "--backup", tmp_path / "bk")
+    assert done.exit_code == 0, done.stderr
+    assert _bcq_units(root) == want
+    assert sorted(p.name for p in (root / "consumequeue").iterdir()) == ["TopicA", "TopicB"]
+    assert not [(f.kind, f.path) for f in verify_store(root, deep=True) if f.severity == "error"]
+    again = run("repair", root, "-f", "jsonl")
+    assert again.exit_code == 0 and again.stdout == ""
+
+
+def test_batch_unit_past_the_end_is_what_the_broker_drops_on_load(store_copy):
+    """Without a crash the 5.x recovery cuts at the torn record too; the batch unit pointing there is
+    dropped on every load: a warning with its file and byte offset, not an error."""
+    root = store_copy("dev-batchcq-5x")
+    at = _torn_batch_tail(root)
+    found = [(f.severity, f.kind, Path(f.path).relative_to(root).as_posix(), f.offset, f.actual)
+             for f in verify_store(root, deep=True) if "batchconsumequeue" in (f.path or "")]
+    assert found == [("warning", "cq_unit_past_end", "batchconsumequeue/BatchTopic2/0/00000000000000000184", 46, at)]

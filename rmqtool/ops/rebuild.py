@@ -183,7 +183,7 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
         on_batch = np.isin(cols["queue"][rows], [c for c, (t, _) in enumerate(names.names) if t in batch_topics])
         queue, rec, offset = _with_multi_dispatch(facts, names, rows[~on_batch])
         for is_batch, (queue, rec, offset) in ((False, (queue, rec, offset)),
-                                                (True, _batch_units(facts, rows[on_batch]))):
+                                                (True, batch_units(facts, rows[on_batch]))):
             if topics is not None:
                 keep = np.isin(queue, [c for c, (t, _) in enumerate(names.names) if t in topics])
                 queue, rec, offset = queue[keep], rec[keep], offset[keep]
@@ -231,7 +231,7 @@ def _with_multi_dispatch(facts: FileFacts, names: QueueNames,
     return np.concatenate(queue), np.concatenate(rec), np.concatenate(offset)
 
 
-def _batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(queue, record, msgBaseOffset << 16 | batchSize) of records on BatchCQ topics: INNER_BASE and
     INNER_NUM when both are set (CommitLog.setBatchSizeIfNeeded), else the queue offset and 1."""
     cols = facts.columns

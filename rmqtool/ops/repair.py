@@ -26,6 +26,7 @@ import numpy as np
 
 from rmqtool import constants as C
 from rmqtool.errors import StoreError, StoreWarning
+from rmqtool.format.batchcq import UNIT as BCQ_UNIT_STRUCT
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
@@ -38,6 +39,7 @@ from rmqtool.store.atomic import Transaction, failed, remove_scratch
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
 from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, map_private, patched
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
+from rmqtool.store.metadata import batch_cq_topics, bcq_recovered_end
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
@@ -114,12 +116,12 @@ def placeholder(offset: int, size: int) -> bytes:
 
 
 def _salvage_scan(store: Store, files: list[QueueFile], names: QueueNames, keys: bool, progress: Progress | None,
-                  jobs: int | None) -> tuple[list[FileFacts], list[tuple[int, int]], int]:
+                  jobs: int | None, props: bool) -> tuple[list[FileFacts], list[tuple[int, int]], int]:
     """Every readable record from the first of ``files`` on (damaged ones stepped over): the facts, the
     damaged ranges followed by valid records (to be replaced by placeholders), and the end of the data
     (the last damaged record when nothing valid follows it: the torn tail, cut as the broker does)."""
     ledger = bool(store.commitlog.entry_header_size)
-    options = {"deep": True, "keys": keys, "ledger": ledger, "salvage": True}
+    options = {"deep": True, "keys": keys, "props": props, "ledger": ledger, "salvage": True}
     scanned = list(scan_files([(f, options) for f in files], names, jobs, progress))
     last = max((int(fa.columns["offset"][-1]) for fa in scanned if len(fa)), default=-1)
     ranges = [(at, size) for fa in scanned for at, size, _ in fa.damaged if at < last]
@@ -156,11 +158,13 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     recover_from = files[start].start if files else 0
     # DLedger: the broker dispatches a body-damaged entry again (no CRC check in the reput), so no CRC stop
     ranges: list[tuple[int, int]] = []
+    batch = batch_cq_topics(store)       # their re-read records need INNER_BASE / INNER_NUM
     if salvage and ledger is None and files:
-        scanned, ranges, process = _salvage_scan(store, files[start:], names, abnormal, progress, jobs)
+        scanned, ranges, process = _salvage_scan(store, files[start:], names, abnormal, progress, jobs,
+                                                 bool(batch))
     else:
-        scanned = list(valid_facts(store, names, start=recover_from, deep=ledger is None,
-                                   keys=abnormal, progress=progress, jobs=jobs)) if files else []
+        scanned = list(valid_facts(store, names, start=recover_from, deep=ledger is None, keys=abnormal,
+                                   props=abnormal and bool(batch), progress=progress, jobs=jobs)) if files else []
         process = scanned[-1].stop_offset if scanned else 0     # checkCRCOnRecover defaults to true
     if ledger is not None:             # DLedgerCommitLog recovers to DLedger's write position, not a CRC walk
         process = ledger.end_pos
@@ -217,7 +221,7 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
         writers[name] = CqWriter.load(cq, size)
         originals[name] = {f.start: bytes(f.read()) for f in cq.queue}
     if abnormal:
-        _dispatch(scanned, names, writers, cq_size, skip=untouched)
+        _dispatch(scanned, names, writers, cq_size, skip=untouched | {n for n in names.names if n[0] in batch})
     for w in writers.values():
         w.truncate_dirty(process)
         if ranges:
@@ -233,6 +237,8 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
             elif old.get(start) != new[start] and (tidy or _units_differ(old.get(start), new[start], process)):
                 plan.writes[rel] = new[start]
                 plan.actions.append(Action("rewrite_cq", rel, f"units up to logical offset {w.write_pos}; zero after"))
+
+    _batch_queues(plan, store, scanned, names, batch, tidy)
 
     # -- index (abnormal exit only): drop files newer than the checkpoint, rebuild from the start file
     new_cp = cp
@@ -303,6 +309,63 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
             plan.actions.append(Action("abort", L.ABORT, "remove"))
         plan.deletes.append(L.ABORT)
     return plan
+
+
+def _batch_queues(plan: RepairPlan, store: Store, scanned: list[FileFacts], names: QueueNames, batch: set[str],
+                  tidy: bool) -> None:
+    """Batch queues (5.x) as the broker's start leaves them (rmqtool.store.metadata.bcq_recovered_end:
+    BatchConsumeQueue.recover and truncateDirtyLogicFiles at the recovered end), after a crash with the
+    re-read batch records appended (putBatchMessagePositionInfo: only records after the last unit's
+    physical offset); what is cut off zeroed (``tidy``), later files deleted."""
+    from rmqtool.ops.rebuild import batch_units
+
+    unit, size = C.BCQ_STORE_UNIT_SIZE, store.bcq_file_size()
+    process = plan.process_offset
+    queues = {(q.topic, q.queue_id): q for q in store.batch_consume_queues()}
+    added: dict[tuple[str, int], list[np.ndarray]] = {}
+    codes = [c for c, (t, _) in enumerate(names.names) if t in batch]
+    for facts in scanned if plan.abnormal and codes else ():
+        rows = np.flatnonzero(facts.gets_cq_unit())
+        rows = rows[np.isin(facts.columns["queue"][rows], codes)]
+        queue, rec, packed = batch_units(facts, rows)
+        cols = facts.columns
+        for code in np.unique(queue).tolist():
+            at = queue == code
+            r = rec[at]
+            added.setdefault(names.names[code], []).append(np.stack(
+                [cols["offset"][r], cols["size"][r], cols["tags_code"][r], cols["store_timestamp"][r],
+                 packed[at] >> 16, packed[at] & 0xFFFF], axis=1).astype(np.int64))
+    for name in sorted(set(queues) | set(added)):
+        files = list(queues[name].queue) if name in queues else []
+        old = {f.start: bytes(f.read()) for f in files}
+        new = {start: bytearray(data) for start, data in old.items()}
+        end = bcq_recovered_end(queues[name].queue, process) if files else 0
+        last_phy = -1
+        if end > (files[0].start if files else 0):
+            start = max(s for s in new if s < end)
+            last_phy = BCQ_UNIT_STRUCT.unpack_from(new[start], end - unit - start)[0]
+        if tidy:
+            for start, buf in new.items():
+                cut = min(len(buf), max(0, end - start))
+                buf[cut:] = bytes(len(buf) - cut)
+        rows = np.concatenate(added[name]) if name in added else np.empty((0, 6), np.int64)
+        pos = end
+        for phy, length, tags, stamp, base, n in rows[rows[:, 0] > last_phy].tolist():
+            start = pos - pos % size
+            buf = new.setdefault(start, bytearray(size))
+            buf[pos - start:pos - start + unit] = BCQ_UNIT_STRUCT.pack(phy, length, tags, stamp, base, n,
+                                                                       C.BCQ_INVALID_POS, 0)
+            pos += unit
+        topic, qid = name
+        for start in sorted(new):
+            rel = L.queue_file(topic, qid, start, batch=True)
+            if start > end and start >= pos and tidy:
+                plan.deletes.append(rel)
+                plan.actions.append(Action("delete_cq", rel, f"batch units after the recovered end {process}"))
+            elif bytes(new[start]) != old.get(start):
+                plan.writes[rel] = bytes(new[start])
+                plan.actions.append(Action("rewrite_cq", rel, f"batch units up to logical offset {max(pos, end)}; "
+                                           "zero after"))
 
 
 def _blank_units(w: CqWriter, offsets: set[int]) -> None:

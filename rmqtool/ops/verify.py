@@ -662,7 +662,7 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
         from rmqtool.ops.compaction import compaction_findings
         yield from compaction_findings(store)
     if batch or any(t.startswith(C.LMQ_PREFIX) for t in store.topics()):
-        yield from feature_queue_findings(store, batch)
+        yield from feature_queue_findings(store, batch, end)
     yield from index_findings
     yield from _index_findings(index, results)
     yield from _unindexed_findings(store, results)
@@ -805,10 +805,11 @@ def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileRes
                       f"{count} record(s) of {topic}/{qid} but no consume queue")
 
 
-def feature_queue_findings(store: Store, batch_topics: frozenset) -> Iterator[Finding]:
+def feature_queue_findings(store: Store, batch_topics: frozenset, end: int = _NO_END) -> Iterator[Finding]:
     """Batch queues (batchconsumequeue/) and LMQ queues compared, file by file, with what the broker's
     dispatch writes for the commit log (rebuilt into a temporary directory: a second walk of the commit
-    log, for stores that use these features)."""
+    log, for stores that use these features). A batch unit whose record starts at or after the data's
+    ``end`` is dropped on every load (BatchConsumeQueue.truncateDirtyLogicFiles): cq_unit_past_end."""
     from rmqtool.ops.rebuild import dispatch_files
 
     sizes = (store.cq_file_size(), store.bcq_file_size())
@@ -826,10 +827,10 @@ def feature_queue_findings(store: Store, batch_topics: frozenset) -> Iterator[Fi
                 queues |= {p.relative_to(have_root) for p in have_root.glob("*/*") if p.is_dir()
                            and (kind == L.BATCHCONSUMEQUEUE or p.parent.name.startswith(C.LMQ_PREFIX))}
             for q in sorted(queues, key=str):
-                yield from _compare_queue(want_root / q, have_root / q, kind)
+                yield from _compare_queue(want_root / q, have_root / q, kind, end)
 
 
-def _compare_queue(want: Path, have: Path, kind: str) -> Iterator[Finding]:
+def _compare_queue(want: Path, have: Path, kind: str, end: int) -> Iterator[Finding]:
     unit = C.BCQ_STORE_UNIT_SIZE if kind == L.BATCHCONSUMEQUEUE else C.CQ_STORE_UNIT_SIZE
     if not have.is_dir():
         yield Finding(ERROR, "cq_missing_queue", str(have), None, "the commit log dispatches to this queue, "
@@ -844,6 +845,12 @@ def _compare_queue(want: Path, have: Path, kind: str) -> Iterator[Finding]:
             continue
         at = next(i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i])
         at -= at % unit
+        if kind == L.BATCHCONSUMEQUEUE and not a[at:at + unit].strip(b"\0") and len(b) >= at + unit:
+            phy = struct.unpack_from(">q", b, at)[0]
+            if phy >= end:
+                yield Finding(ERROR, "cq_unit_past_end", str(have / name), at,
+                              f"batch unit points past the written end {end}", end, phy)
+                continue
         yield Finding(ERROR, "cq_unit_mismatch", str(have / name), at,
                       "unit differs from what the broker's dispatch writes for the commit log",
                       a[at:at + unit].hex() or None, b[at:at + unit].hex() or None)

@@ -60,6 +60,12 @@ RULES = [
     Rule("recover_cq", "both", "each consume queue is read from its third-last file to the first invalid unit; "
          "units at or after the recovered commit-log end are dropped (positions only, bytes stay)",
          "ConsumeQueue.recover, ConsumeQueue.truncateDirtyLogicFiles"),
+    Rule("recover_bcq", V5, "each batch queue is read from its third-last file to the first unit failing "
+         "offset >= 0, size > 0, msgBaseOffset >= 0, batchSize > 0; from the last file back, units whose record "
+         "starts at or after the recovered commit-log end are dropped (a last file whose first unit does is "
+         "deleted); the max offset is the last kept unit's msgBaseOffset + batchSize; after a crash the "
+         "re-read batch records are appended after the last unit's physical offset",
+         "BatchConsumeQueue.recover, truncateDirtyLogicFiles, reviseMaxOffsetInQueue, putBatchMessagePositionInfo"),
     Rule("recover_stale_tail", "both", "bytes past the recovered end (a torn record, a stale unit) stay on disk and "
          "are cut again, logically, on every start", "MappedFile.setWrotePosition"),
     # -- dispatch (reput) across a bad record --------------------------------------------------------
@@ -328,7 +334,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     **{k: (WARNING, "") for k in _RECORD_DAMAGE},     # the broker starts; broker_start says what it does
     "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "
                             "newest file the checkpoint vouches for"),
-    "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue.truncateDirtyLogicFiles"),
+    "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue/BatchConsumeQueue."
+                                  "truncateDirtyLogicFiles"),
     "cq_stale_unit": (WARNING, "the broker ignores it: ConsumeQueue.recover stops at the first invalid unit"),
     "cq_filler_unit": (WARNING, "consumers step over blank units"),
     "checkpoint_ahead": (WARNING, "the broker uses it only to pick the crash-recovery start file"),

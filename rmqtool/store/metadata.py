@@ -179,13 +179,22 @@ def cq_max_offset(store: Store, topic: str, queue_id: int, phy_end: int | None =
         return _truncated_end(queue, end, C.CQ_STORE_UNIT_SIZE, phy_end, _classic_phy) // C.CQ_STORE_UNIT_SIZE
     if batch.is_dir():
         queue = FileQueue.from_dir(batch)
-        end = _recovered_end(queue, C.BCQ_STORE_UNIT_SIZE, _batch_valid)
-        end = _truncated_end(queue, end, C.BCQ_STORE_UNIT_SIZE, phy_end, _batch_phy)
+        end = bcq_recovered_end(queue, phy_end)
         if end == queue.min_offset:
             return 0
         f, pos = queue.locate(end - C.BCQ_STORE_UNIT_SIZE)
         return decode_bcq_unit(f.read(), pos).next_offset
     return None
+
+
+def bcq_recovered_end(queue: FileQueue, phy_end: int | None = None) -> int:
+    """The byte offset after the last unit a 5.x broker keeps of a batch queue on start:
+    BatchConsumeQueue.recover reads from the third-last file up to the first unit failing offset >= 0,
+    size > 0, msgBaseOffset >= 0, batchSize > 0 (truncateDirtyFiles there), then truncateDirtyLogicFiles
+    drops, from the last file back, the units whose record starts at or after ``phy_end`` (a last file
+    whose first unit does is deleted)."""
+    end = _recovered_end(queue, C.BCQ_STORE_UNIT_SIZE, _batch_valid)
+    return _truncated_end(queue, end, C.BCQ_STORE_UNIT_SIZE, phy_end, _batch_phy)
 
 
 def _classic_phy(buf, pos: int) -> int:
