@@ -121,3 +121,10 @@ def test_inner_batches_count_as_the_broker_counts(name, tmp_path):
     exported = run("export", store_path(name), "--to", tmp_path / "x.jsonl")
     assert exported.exit_code == 0
     assert f"exported {len(records)} records ({total} messages)" in exported.output
+    hits = [json.loads(line) for line in run("grep", store_path(name), *(a for t in batch_max for a in ("--topic", t)),
+                                             "-f", "jsonl").stdout.splitlines()]
+    assert len(hits) == sum(per_topic[t] for t in batch_max)              # a row per record, as export's
+    grepped = {}
+    for h in hits:
+        grepped[h["topic"]] = grepped.get(h["topic"], 0) + h["messages"]
+    assert grepped == batch_max                                           # its messages as the broker counts them

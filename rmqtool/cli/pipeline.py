@@ -168,7 +168,8 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
     """Print the records of STORES that match every given filter, store by store in commit-log order,
     with the store and commit-log file they came from. Repeated values of one filter are alternatives.
     A row is a commit-log record: an inner batch (BatchCQ topic) is one row holding its INNER_NUM messages
-    in its body, matched on the record's own fields (cat-commitlog --unwrap lists its messages).
+    in its body, matched on the record's own fields (cat-commitlog --unwrap lists its messages); its
+    messages column counts them as the broker, stats and export do (1 for any other message).
     Exits 1 when nothing matched.
 
     \b

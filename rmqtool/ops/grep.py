@@ -2,7 +2,8 @@
 across many stores.
 
 ``file_hits`` filters one commit-log file's batches (vectorised, then the regex over the survivors'
-bodies, decompressed when compressed) into an Arrow table; ``hit_rows`` turns tables into the
+bodies, decompressed when compressed) into an Arrow table, with each record's message count as the
+broker counts it; ``hit_rows`` turns tables into the
 documented record rows. Both engines run these same functions, file by file, in (store, offset) order.
 """
 
@@ -31,12 +32,16 @@ def file_hits(f: scan.StoreFile, where: RecordFilter, *, decompress: bool = Fals
 def file_hit_batches(f: scan.StoreFile, where: RecordFilter, *, decompress: bool = False,
                      on_damage: Callable[[Exception], None] | None = None,
                      progress: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
-    """file_hits batch by batch, as they are decoded."""
+    """file_hits batch by batch, as they are decoded; ``messages``: how many messages the broker counts in
+    each record (an inner batch's INNER_NUM, facts.message_counts: as stats and export count them)."""
+    from rmqtool.ops.facts import message_counts
+
     rx = where.compiled()
     for batch in scan.record_batches(f, decompress=decompress, on_damage=on_damage, progress=progress):
         batch = filter_batch(batch, where, rx, decompress)
         if batch.num_rows:
-            yield batch.append_column("store", pa.repeat(f.store, batch.num_rows)) \
+            yield batch.append_column("messages", message_counts(batch)) \
+                       .append_column("store", pa.repeat(f.store, batch.num_rows)) \
                        .append_column("commitlog_file", pa.repeat(f.uri, batch.num_rows))
 
 
@@ -49,7 +54,7 @@ def hit_rows(tables: Iterable[pa.Table | pa.RecordBatch | None], body_encoding: 
         for name in ("born_timestamp", "store_timestamp"):
             i = table.schema.get_field_index(name)
             table = table.set_column(i, name, table.column(i).cast(pa.int64()))
-        extra = [n for n in ["crc_ok"] + LOCATION_FIELDS if n in table.schema.names]
+        extra = [n for n in ["crc_ok", "messages"] + LOCATION_FIELDS if n in table.schema.names]
         for row in table.to_pylist():
             if row["type"] == "blank":
                 yield {k: row[k] if k in _BLANK_FIELDS else None for k in RECORD_FIELDS + extra}
@@ -61,7 +66,7 @@ def hit_rows(tables: Iterable[pa.Table | pa.RecordBatch | None], body_encoding: 
             yield {k: row[k] for k in RECORD_FIELDS + extra}
 
 
-_BLANK_FIELDS = {"type", "physical_offset", "total_size", "magic_code", "store", "commitlog_file"}
+_BLANK_FIELDS = {"type", "physical_offset", "total_size", "magic_code", "messages", "store", "commitlog_file"}
 
 
 def grep_local(files: list[scan.StoreFile], where: RecordFilter, *, decompress: bool = False,
