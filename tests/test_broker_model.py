@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from functools import lru_cache
@@ -444,3 +445,120 @@ def test_batch_unit_past_the_end_is_what_the_broker_drops_on_load(store_copy):
     found = [(f.severity, f.kind, Path(f.path).relative_to(root).as_posix(), f.offset, f.actual)
              for f in verify_store(root, deep=True) if "batchconsumequeue" in (f.path or "")]
     assert found == [("warning", "cq_unit_past_end", "batchconsumequeue/BatchTopic2/0/00000000000000000184", 46, at)]
+
+
+# -- the census: every kind of corruption the broker's load and recovery checks meet, seeded ---------
+def _records(f: Path) -> list[tuple[int, int]]:
+    """(position, size) of each message record of a commit-log file."""
+    from rmqtool.format.commitlog import Blank, decode_entry
+    data, pos, out = f.read_bytes(), 0, []
+    while pos + 8 <= len(data) and any(data[pos:pos + 8]):
+        entry = decode_entry(data, pos)
+        if not isinstance(entry, Blank):
+            out.append((pos, entry.total_size))
+        pos += entry.total_size
+    return out
+
+
+def _record_damage(kind: str, which: int):
+    def damage(root: Path, rng) -> tuple[str, int]:
+        f = sorted((root / "commitlog").iterdir())[which]
+        pos, size = rng.choice(_records(f)[1:-1])       # a record with records on both sides
+        _damage(f, pos, size, kind)
+        return f"commitlog/{f.name}", int(f.name) + pos
+    return damage
+
+
+def _cq_wrong_length(root, rng):
+    f = sorted((root / "consumequeue" / rng.choice(["TopicA", "TopicB"]) / "0").iterdir())[0]
+    os.truncate(f, f.stat().st_size - rng.choice([1, 10, 20]))
+    return f.relative_to(root).as_posix(), None
+
+
+def _stray_in_queue_dir(root, rng):
+    f = root / "consumequeue" / "TopicA" / "0" / rng.choice(["x.tmp", "00000000000000000160.bak", "junk"])
+    f.write_bytes(b"x")
+    return f.relative_to(root).as_posix(), None
+
+
+def _stray_in_commitlog(root, rng):
+    f = root / "commitlog" / f"{rng.randrange(1, 65536):020d}"
+    f.write_bytes(bytes(4096))
+    return f.relative_to(root).as_posix(), int(f.name)
+
+
+def _missing_first_cq(root, rng):
+    d = root / "consumequeue" / "TopicA" / "0"
+    (d / "00000000000000000000").unlink()
+    return d.relative_to(root).as_posix(), "any"
+
+
+def _dir_for_first_cq(root, rng):
+    f = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
+    f.unlink()
+    f.mkdir()
+    return f.relative_to(root).as_posix(), None
+
+
+def _truncated_checkpoint(root, rng):
+    os.truncate(root / "checkpoint", rng.randrange(0, 40))
+    return "checkpoint", 0
+
+
+def _zeroed_index(root, rng):
+    f = rng.choice(sorted((root / "index").iterdir()))
+    f.write_bytes(bytes(f.stat().st_size))
+    return "commitlog", "any"
+
+
+def _deleted_index(root, rng):
+    rng.choice(sorted((root / "index").iterdir())).unlink()
+    return "commitlog", "any"
+
+
+def _slot_past_count(root, rng):
+    f = rng.choice(sorted((root / "index").iterdir()))
+    data = bytearray(f.read_bytes())
+    count = struct.unpack_from(">i", data, 36)[0]
+    slot = rng.choice([i for i in range(16) if struct.unpack_from(">i", data, 40 + 4 * i)[0]])
+    struct.pack_into(">i", data, 40 + 4 * slot, count + rng.randrange(0, 100))
+    f.write_bytes(bytes(data))
+    return f.relative_to(root).as_posix(), 40 + 4 * slot
+
+
+def _truncated_last_file(root, rng):
+    f = sorted((root / "commitlog").iterdir())[-1]
+    os.truncate(f, rng.randrange(1, f.stat().st_size))
+    return f.relative_to(root).as_posix(), int(f.name)
+
+
+CENSUS = [
+    # (damage, the broker's answer: level and finding kind)
+    ("cq_wrong_length", _cq_wrong_length, "error", "cq_file_size"),            # MappedFileQueue.load
+    ("stray_in_queue_dir", _stray_in_queue_dir, "error", "stray_file"),
+    ("stray_in_commitlog", _stray_in_commitlog, "error", "wrong_file_size"),
+    ("missing_first_cq", _missing_first_cq, "error", "cq_missing_unit"),       # records no consumer reaches
+    ("dir_for_first_cq", _dir_for_first_cq, "error", "cq_file_size"),
+    ("truncated_checkpoint", _truncated_checkpoint, "error", "checkpoint_bad"),  # StoreCheckpoint.<init>
+    ("zeroed_index", _zeroed_index, "warning", "index_missing_entry"),          # the broker starts; lookups miss
+    ("deleted_index", _deleted_index, "warning", "index_missing_entry"),
+    ("slot_past_count", _slot_past_count, "warning", "index_bad_slot"),        # IndexFile.selectPhyOffset
+    ("truncated_last_file", _truncated_last_file, "error", "wrong_file_size"),
+] + [(f"{kind}_file{which}", _record_damage(kind, which), "warning", kind)   # CommitLog.checkMessageAndReturnSize
+     for kind in ("bad_magic", "crc_mismatch", "length_mismatch") for which in (0, 1, -1)]
+
+
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+@pytest.mark.parametrize("name,damage,level,kind", CENSUS, ids=[c[0] for c in CENSUS])
+def test_damage_census(base, name, damage, level, kind, store_copy):
+    """Seen 3: each corruption the broker's load or recovery checks meet (seeded choice of file, record,
+    slot, size) is reported by verify --deep at the level the broker model gives it, with its path and byte
+    offset; an error makes verify exit 1."""
+    import random
+    root = store_copy(base)
+    path, offset = damage(root, random.Random(f"{base}/{name}"))
+    found = [(f.severity, f.kind, Path(f.path).relative_to(root).as_posix() if f.path else None, f.offset)
+             for f in verify_store(root, deep=True)]
+    hits = [x for x in found if x[1] == kind and x[2].startswith(path) and (offset == "any" or x[3] == offset)]
+    assert hits and {x[0] for x in hits} == {level}, found
+    assert run("verify", root, "--deep").exit_code == (1 if any(x[0] == "error" for x in found) else 0)

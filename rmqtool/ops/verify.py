@@ -234,6 +234,10 @@ def plan_index(store: Store, min_offset: int) -> tuple[list[IndexPlan], list[Fin
             plan.findings.append(Finding(ERROR, "index_stale_entries", path, g.entry_pos(count),
                                          f"non-zero bytes after entry {count - 1} (indexCount {h.index_count})"))
         slots = _read(ref.path, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
+        for i in np.flatnonzero((slots < 0) | (slots >= count)).tolist():
+            plan.findings.append(Finding(ERROR, "index_bad_slot", path, C.INDEX_HEADER_SIZE + 4 * i,
+                                         f"hash slot {i} holds {int(slots[i])}, not one of the {count - 1} "
+                                         "written entries", f"0..{count - 1}", int(slots[i])))
         used = int(np.count_nonzero(slots))
         n = count - 1
         if n:

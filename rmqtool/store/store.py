@@ -448,12 +448,18 @@ def index_refs(paths: list[Path], geometry: Geometry | None = None) -> list[Inde
     for p, buf in bufs:
         if len(buf) < C.INDEX_HEADER_SIZE:
             raise FormatError(f"index file of {len(buf)} bytes is smaller than its 40-byte header", path=str(p))
-    if geometry is None and bufs:
-        p, buf = max(bufs, key=lambda pb: decode_header(pb[1]).index_count)
-        try:
-            geometry = infer_geometry(buf)
-        except FormatError as exc:
-            raise exc.at(path=str(p)) from None
+    if geometry is None and bufs:        # from the fullest file whose chains are consistent (a damaged
+        error = None                     # file is then checked, and its damage named, with its siblings')
+        for p, buf in sorted(bufs, key=lambda pb: -decode_header(pb[1]).index_count):
+            if error is not None and decode_header(buf).index_count <= 1:
+                break                    # an empty file fits every geometry
+            try:
+                geometry = infer_geometry(buf)
+                break
+            except FormatError as exc:
+                error = error or exc.at(path=str(p))
+        if geometry is None:
+            raise error
     out = []
     for p, buf in bufs:
         if geometry is not None and len(buf) != geometry.file_size:
