@@ -100,7 +100,8 @@ def test_index_file_of_impossible_size(store_copy, tmp_path):
     with open(victim, "r+b") as fh:
         fh.truncate(1000)
     for args in (["cat-index", store], ["query-key", store, "TopicA", "k"]):
-        assert_error(run(*args), ExitCode.BAD_INPUT, f"{victim}: index file of 1000 bytes")
+        assert_error(run(*args), ExitCode.BAD_INPUT, f"{victim}: index file is 1000 bytes; its siblings' "
+                     "geometry (16, 64) needs 1384")      # inferred from the fullest consistent sibling
 
 
 @pytest.mark.parametrize("bad,what", [("C0A8000A00002A9F000000000000000G", "not hexadecimal"),
