@@ -562,3 +562,29 @@ def test_damage_census(base, name, damage, level, kind, store_copy):
     hits = [x for x in found if x[1] == kind and x[2].startswith(path) and (offset == "any" or x[3] == offset)]
     assert hits and {x[0] for x in hits} == {level}, found
     assert run("verify", root, "--deep").exit_code == (1 if any(x[0] == "error" for x in found) else 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+@pytest.mark.parametrize("name,damage", [c[:2] for c in CENSUS], ids=[c[0] for c in CENSUS])
+def test_repair_fixes_each_census_damage_or_says_why_not(base, name, damage, store_copy, tmp_path):
+    """Seen 4 (repair fixes everything it finds or says exactly why not): after repair --apply --accept-loss,
+    verify finds no error, or repair refused with a one-line error, or each error left is named with the
+    command that fixes it; a second repair has nothing to do."""
+    import random
+
+    from rmqtool.ops.repair import LEFT_TO
+    root = store_copy(base)
+    damage(root, random.Random(f"{base}/{name}"))
+    before = snapshot(root)
+    done = run("repair", root, "--apply", "--accept-loss", "--backup", tmp_path / "bk")
+    if done.exit_code in (3, 4):                     # unreadable, or refused: one line, nothing changed
+        assert done.stderr.startswith("rmqtool: error: ") and done.stderr.count("\n") == 1
+        assert snapshot(root) == before
+        return
+    errors = [f for f in verify_store(root, deep=True) if f.severity == "error"]
+    assert all(f.kind in LEFT_TO for f in errors), [str(f) for f in errors]
+    assert done.exit_code == (1 if errors else 0)
+    assert all(f"still: {f}" in done.stderr and LEFT_TO[f.kind] in done.stderr for f in errors)
+    again = run("repair", root, "-f", "jsonl")
+    assert again.exit_code == 0 and again.stdout == "", again.stdout

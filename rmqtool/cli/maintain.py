@@ -205,7 +205,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     """
     if apply_ and dry_run:
         raise click.UsageError("use --apply or --dry-run, not both")
-    from rmqtool.ops.repair import apply_plan, plan_repair
+    from rmqtool.ops.repair import LEFT_TO, apply_plan, plan_repair
     from rmqtool.ops.verify import verify_store
 
     with _store(store, write=apply_, force=force) as st:
@@ -241,7 +241,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
         say_undo("repaired", saved, st.root)
     left = [f for f in verify_store(st.root) if f.kind != "broker_running"]   # forced past the lock
     for f in left:
-        click.echo(f"rmqtool: still: {f}", err=True)
+        why = LEFT_TO.get(f.kind)
+        click.echo(f"rmqtool: still: {f}" + (f" [{why}]" if why else ""), err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if any(f.severity == "error" for f in left) else ExitCode.OK)
 
 

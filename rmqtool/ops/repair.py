@@ -45,6 +45,19 @@ from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
 
+# What repair plans nothing for, and what does (said beside each finding left after --apply)
+LEFT_TO = {
+    "stray_file": "repair removes no file it did not write: move it out of the store",
+    "cq_file_size": "rebuild-cq rebuilds the queue from the commit log",
+    "cq_missing_unit": "rebuild-cq rebuilds the queue from the commit log",
+    "cq_missing_queue": "rebuild-cq rebuilds the queue from the commit log",
+    "cq_unit_mismatch": "rebuild-cq rebuilds the queue from the commit log",
+    "index_bad_slot": "rebuild-index rebuilds the index",
+    "index_missing_entry": "rebuild-index rebuilds the index",
+    "timer_bad_chain": "repair does not rewrite the timer store",
+}
+
+
 @dataclass
 class Action:
     kind: str          # truncate_commitlog, delete_file, rewrite_cq, delete_cq, index_delete, index_write, ...
@@ -141,6 +154,10 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     its consume-queue unit by a blank unit. ``jobs``: worker processes for the walk (facts.scan_files)."""
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
+    for f, problem in queue.problems():     # MappedFileQueue.load refuses it; which files belong is not a guess
+        if f is not None and queue.files and f is not queue.files[-1] and f.length != queue.file_size:
+            raise StoreError(f"{problem}: not a commit-log file the broker maps here; repair does not guess "
+                             "which files belong (move it out of the store)", path=str(f.path))
     abnormal = store.abort_path.exists()
     cp = store.checkpoint() or Checkpoint()
     v5 = store.is_5x
@@ -296,6 +313,8 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
         new_cp = _after_cut(plan, store, scanned, new_cp) if not abnormal else _times_back(scanned, new_cp)
     if ranges and not abnormal:
         _reindex(plan, store, ranges[0][0], f"holds entries from the salvaged record at {ranges[0][0]} on")
+    elif not abnormal and not plan.lost and ledger is None and files:     # a torn tail cut on a normal start
+        _reindex(plan, store, process, f"holds entries at or after the recovered end {process}")
     if store.is_store_root and new_cp != cp and store.path(L.CHECKPOINT).exists():
         plan.writes[L.CHECKPOINT] = encode_checkpoint(new_cp)
         plan.actions.append(Action("checkpoint", L.CHECKPOINT, ", ".join(
