@@ -141,3 +141,19 @@ def test_spark_session_reads_both_kinds_and_leaves_the_database_alone(tmp_path):
     assert out["view_partitions"] == len(list((compact / "compaction" / "compactionLog").glob("*/*/*")))
     assert out["sparse"] == len(sparse_want())
     assert (tree(rocks), sorted(os.listdir(rocks / "consumequeue"))) == before
+
+
+@pytest.mark.spark
+def test_spark_engine_exports_a_compaction_topic_as_its_consumers_see_it(tmp_path):
+    import pyarrow.dataset as ds
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": str(ROOT), "TZ": "UTC"}
+    done = subprocess.run([sys.executable, "-m", "rmqtool", "export", str(store_path(COMPACT)), "--topic", "CompactTopic",
+                           "--to", str(tmp_path / "view"), "--engine", "spark", "--master", "local[1]"],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = sorted(ds.dataset(tmp_path / "view", format="parquet").to_table().to_pylist(),
+                  key=lambda r: (r["queue_id"], r["queue_offset"]))
+    assert [(r["topic"], r["queue_id"], r["queue_offset"], r["physical_offset"], " ".join(r["keys"]), r["uniq_key"],
+             hashlib.sha256(r["body"]).hexdigest()) for r in rows] == consumer_want()
