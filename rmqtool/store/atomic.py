@@ -655,7 +655,9 @@ class PatchTransaction:
                 self._journal.flush()
                 os.fsync(self._journal.fileno())
 
-    def _begin_file(self, rel: str) -> None:
+    def _begin_file(self, rel: str, sync: bool = True) -> None:
+        """Journal ``rel``'s size before it changes (durable now unless ``sync`` is off: the caller syncs
+        the journal before the first byte of it is written)."""
         if rel in self.sizes:
             return
         path = self.root / rel
@@ -670,7 +672,8 @@ class PatchTransaction:
         size = path.stat().st_size if path.exists() else -1
         self.sizes[rel] = size
         self._log({"file": rel, "size": size})
-        self._sync_journal()                       # the undo record is durable before the file changes
+        if sync or missing:
+            self._sync_journal()                   # the undo record is durable before the file changes
         for d in reversed(missing):
             d.mkdir()
             fsync_dir(d.parent)
@@ -680,7 +683,7 @@ class PatchTransaction:
         if self.dry_run or not self.pending:
             return
         for rel in self.pending:
-            self._begin_file(rel)
+            self._begin_file(rel, sync=False)     # synced with the ranges' records below
         self.pending = {rel: _coalesced(writes) for rel, writes in self.pending.items()}
         for rel, writes in self.pending.items():
             path = self.root / rel

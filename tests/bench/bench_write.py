@@ -12,7 +12,8 @@ of the backup the command left (the bytes of its files). ``--version`` is the st
 Then the index writers at the default geometry with 2,000 queues: a generated store (48 MiB of commit
 log in 16 MiB files, 250 topics x 8 queues), killed after its last index file (``abort``, and a
 checkpoint whose indexMsgTimestamp is before that file), so that ``repair --apply`` rebuilds a whole
-index file; and ``rebuild-index --dry-run`` on the same store.
+index file; and ``rebuild-index --dry-run`` on the same store. Last, the header walk ``put`` falls back
+to without an index file, over one full 1 GiB commit-log file of 400-byte records.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,6 +78,29 @@ def _crash_after_last_index_file(root: Path) -> None:
         index_msg_timestamp=last.begin_timestamp - 1)))
 
 
+def walk_full_file(work: Path) -> tuple[int, float]:
+    """(records, seconds) of the header walk that finds the commit log's end without an index hint (the
+    broker's normal recovery): one full 1 GiB commit-log file of 400-byte records, in this process."""
+    sys.path.insert(0, str(ROOT))
+    from rmqtool import constants as C
+    from rmqtool.store.store import Store
+
+    root = work / "full"
+    (root / "commitlog").mkdir(parents=True, exist_ok=True)
+    record = struct.pack(">iI", 400, C.MESSAGE_MAGIC_CODE) + bytes(392)
+    count = ((1 << 30) - 4096) // 400
+    with open(root / "commitlog" / f"{0:020d}", "wb") as fh:
+        for i in range(0, count, 10_000):
+            fh.write(record * min(10_000, count - i))
+        fh.truncate(1 << 30)
+    log = Store.open(root).commitlog
+    started = time.perf_counter()
+    assert log.append_end() == count * 400
+    seconds = time.perf_counter() - started
+    shutil.rmtree(root)
+    return count, seconds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=None)
@@ -113,10 +138,13 @@ def main() -> None:
     _, _, code, out = rmqtool("verify", store)
     assert code == 0, out
     blocks = sum(p.stat().st_blocks * 512 for p in store.rglob("*") if p.is_file())
+    records, walk = walk_full_file(work)
     print(f"store: {store} ({blocks / 2**20:.1f} MB on disk)")
     print(f"{'command':32} {'wall s':>8} {'peak RSS MB':>12} {'backup KB':>10}")
     for name, seconds, rss, backup in table:
         print(f"{name:32} {seconds:8.2f} {rss / 2**20:12.0f} {backup / 1024:10.1f}")
+    print(f"the end of a full 1 GiB commit-log file without an index hint ({records:,} headers walked): "
+          f"{walk:.2f} s")
     if args.dir is None:
         shutil.rmtree(work)
 
