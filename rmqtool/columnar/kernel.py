@@ -3,11 +3,13 @@
 ``scan_window`` walks the MESSAGE chain from a position and, for every record, in the same pass: checks
 the magic code and that the lengths add up to TOTALSIZE inside the file (what ``decode_entry`` demands;
 the first record that fails stops the window and ``decode_entry`` names the reason), gathers the fixed
-fields into columns, takes the body CRC (UtilAll.crc32: zlib's CRC-32, slice-by-8 over aligned words,
-top bit cleared) when asked, and parses PROPERTIES as the 4.9.1+ broker does (items split at \\x02, key
-and value at the first \\x01, both non-empty): the value spans of the properties the tools read and,
-when asked, the span of every item (for the ``properties`` map). ``gather`` copies spans of the mapped
-file into one Arrow-ready buffer.
+fields into columns (an IPv4 host also as one int64: address and port), takes the body CRC
+(UtilAll.crc32: zlib's CRC-32, slice-by-8 over aligned words, top bit cleared) when asked, and parses
+PROPERTIES as the 4.9.1+ broker does (items split at \\x02, key and value at the first \\x01, both
+non-empty): the value spans of the properties the tools read and, when asked, the span of every item
+(for the ``properties`` map), the copies of body, topic and properties and the msgId text. Nothing is
+allocated per record: buffers grow in the caller's loop, helpers return scalars only. ``gather_spans``
+copies spans of the mapped file into one Arrow-ready buffer.
 
 Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (about 3
 CPU seconds): under ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a
