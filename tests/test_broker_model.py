@@ -587,4 +587,22 @@ def test_repair_fixes_each_census_damage_or_says_why_not(base, name, damage, sto
     assert done.exit_code == (1 if errors else 0)
     assert all(f"still: {f}" in done.stderr and LEFT_TO[f.kind] in done.stderr for f in errors)
     again = run("repair", root, "-f", "jsonl")
-    assert again.exit_code == 0 and again.stdout == "", again.stdout
+    assert again.stdout == "" and again.exit_code == (1 if "rmqtool: not repaired: " in again.stderr else 0)
+
+
+def test_repair_dry_run_names_what_it_leaves(store_copy):
+    """A store the broker refuses for what repair does not fix (a stray entry, a consume-queue file of the
+    wrong size): the dry run plans nothing for it (no queue rewritten from a short file), names each with
+    what fixes it and exits 1, the store untouched."""
+    root = store_copy("dev-sample")
+    (root / "consumequeue" / "TopicA" / "0" / "junk").write_bytes(b"x")
+    os.truncate(root / "consumequeue" / "TopicB" / "0" / "00000000000000000000", 150)
+    before = snapshot(root)
+    dry = run("repair", root, "-f", "jsonl")
+    assert (dry.exit_code, dry.stdout) == (1, "")
+    assert dry.stderr.splitlines() == [
+        "rmqtool: not repaired: consumequeue/TopicA/0/junk: not a file the broker maps (its name is not an offset): "
+        "it refuses to load the store [repair removes no file it did not write: move it out of the store]",
+        "rmqtool: not repaired: consumequeue/TopicB/0/00000000000000000000: file is 150 bytes, expected 160 "
+        "[rebuild-cq rebuilds the queue from the commit log]"]
+    assert snapshot(root) == before

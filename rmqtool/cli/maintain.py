@@ -193,7 +193,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     message on topic rmqtool-salvaged, which the broker's dispatch skips), its unit by a blank unit, and
     the index files from it on are rebuilt.
 
-    Without --apply only prints the plan (exit 0 when there is nothing to do, 1 when there is). With
+    Without --apply only prints the plan (exit 0 when there is nothing to do, 1 when there is, or when the
+    store holds what the broker refuses and repair does not fix: each named with what does). With
     --apply, prints the actions once they are done; exit 0 when no error is left (verify's level); the
     last line says how to undo it.
 
@@ -205,7 +206,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     """
     if apply_ and dry_run:
         raise click.UsageError("use --apply or --dry-run, not both")
-    from rmqtool.ops.repair import LEFT_TO, apply_plan, plan_repair
+    from rmqtool.ops.repair import LEFT_TO, apply_plan, left_unrepaired, plan_repair
     from rmqtool.ops.verify import verify_store
 
     with _store(store, write=apply_, force=force) as st:
@@ -222,6 +223,11 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
             if not apply_:
                 _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
                 plan.close()
+                left = [] if rows else left_unrepaired(st)
+                for path, problem, why in left:
+                    click.echo(f"rmqtool: not repaired: {path}: {problem} [{why}]", err=True)
+                if left:
+                    raise click.exceptions.Exit(ExitCode.FINDINGS)
                 end_dry_run(rows, "run with --apply")
             if plan.lost and not accept_loss:
                 click.echo(f"rmqtool: error: refused: the plan deletes {plan.lost} valid message(s) after offset "

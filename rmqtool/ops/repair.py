@@ -58,6 +58,21 @@ LEFT_TO = {
 }
 
 
+def left_unrepaired(store: Store) -> list[tuple[str, str, str]]:
+    """(path, problem, what fixes it) of what the broker's load refuses and repair plans nothing for, found
+    without reading data: entries of the data directories the load refuses (recognition.refused_entries)
+    and consume-queue files of the wrong size (MappedFileQueue.load)."""
+    from rmqtool.store.recognition import refused_entries
+
+    out = [(store.rel(path), reason, LEFT_TO["stray_file"])
+           for path, refused, reason in refused_entries(store.root, broker_5x=store.is_5x) if refused] \
+        if store.is_store_root else []
+    for cq in store.consume_queues():
+        out += [(store.rel(f.path), problem, LEFT_TO["cq_file_size"]) for f, problem in cq.queue.problems()
+                if f is not None and f.length != cq.queue.file_size]
+    return out
+
+
 @dataclass
 class Action:
     kind: str          # truncate_commitlog, delete_file, rewrite_cq, delete_cq, index_delete, index_write, ...
@@ -232,6 +247,9 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     for cq in store.consume_queues():
         size = cq.queue.file_size or cq_size
         name = (cq.topic, cq.queue_id)
+        if any(f.length != size for f in list(cq.queue)[:-1]):
+            untouched.add(name)            # the load refuses it; rebuild-cq rebuilds it (left_unrepaired)
+            continue
         if not ranges and _untouched(cq, size, process, reach.get(name, -1)):
             untouched.add(name)            # most queues of a big store: nothing read but their tails
             continue
