@@ -19,6 +19,7 @@ import mmap
 import struct
 import tempfile
 import warnings
+from itertools import chain
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,14 +31,13 @@ from rmqtool.format.batchcq import UNIT as BCQ_UNIT_STRUCT
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
-from rmqtool.format.indexfile import IndexWriter
 from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.dispatch_plan import valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file, scan_files
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, failed, remove_scratch
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
-from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, map_private, patched
+from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, patched
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
 from rmqtool.store.metadata import batch_cq_topics, bcq_recovered_end
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
@@ -294,27 +294,10 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
             else:
                 kept.append(ref)
         if refs and (ledger is None or ledger.reindex_from is not None):
-            plan.scratch = Path(tempfile.mkdtemp(prefix="rmqtool-repair-index-"))
-            builder = IndexBuilder(refs[0].geometry, continue_copies(kept[-1:], plan.scratch),
-                                   directory=plan.scratch)
-            if stale:
-                for facts in _readable(store, min(r.header.begin_phy_offset for r in stale), recover_from):
-                    builder.add_facts(facts)
-            for facts in _reindexed(scanned, ledger):
-                builder.add_facts(facts)
-            builder.close()
-            written = {name for name, _ in builder.files if name in builder.changed}
-            for r in stale:
-                if r.name not in written:
-                    plan.deletes.append(store.rel(r.path))
-                    plan.actions.append(Action("index_delete", store.rel(r.path), "holds entries at or after "
-                                               f"the damaged or lost record at {first_bad}"))
-            for name, w in builder.files:
-                if name in builder.changed:      # built as a sparse file in the scratch directory (streamed)
-                    rel = L.index_file(name)
-                    plan.writes[rel] = plan.scratch / name
-                    plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to "
-                                               f"offset {w.header.end_phy_offset}"))
+            reread = _readable(store, min(r.header.begin_phy_offset for r in stale), recover_from) if stale else ()
+            builder = _index_files(plan, store, refs[0].geometry, kept, stale,
+                                   chain(reread, _reindexed(scanned, ledger)),
+                                   f"holds entries at or after the damaged or lost record at {first_bad}")
             if builder.full_end_timestamp is not None:
                 new_cp = new_cp._replace(index_msg_timestamp=builder.full_end_timestamp)
         last_cq = [int(f.columns["store_timestamp"][f.gets_cq_unit()][-1]) for f in scanned if f.gets_cq_unit().any()]
@@ -430,22 +413,33 @@ def _reindex(plan: RepairPlan, store: Store, first_bad: int, why: str) -> None:
     stale = [r for r in refs if r.header.end_phy_offset >= first_bad]
     if not stale:
         return
-    kept = [(r.name, IndexWriter.from_bytes(map_private(r.path), r.geometry)) for r in refs if r not in stale]
-    builder = IndexBuilder(refs[0].geometry, kept)
-    for facts in _readable(store, min(r.header.begin_phy_offset for r in stale), process):
-        builder.add_facts(facts)
+    kept = [r for r in refs if r not in stale]
+    _index_files(plan, store, refs[0].geometry, kept, stale,
+                 _readable(store, min(r.header.begin_phy_offset for r in stale), process), why)
+
+
+def _index_files(plan: RepairPlan, store: Store, geometry, kept: list, stale: list, facts, why: str) -> IndexBuilder:
+    """IndexService.buildIndex over ``facts`` after the ``kept`` index files: the last kept one continued and
+    new ones made as sparse files in the plan's scratch directory (streamed, so memory stays small whatever
+    the geometry); ``stale`` files not rebuilt under their own name are deleted."""
+    if plan.scratch is None:
+        plan.scratch = Path(tempfile.mkdtemp(prefix="rmqtool-repair-index-"))
+    builder = IndexBuilder(geometry, continue_copies(kept[-1:], plan.scratch), directory=plan.scratch)
+    for f in facts:
+        builder.add_facts(f)
+    builder.close()
     written = {name for name, _ in builder.files if name in builder.changed}
     for r in stale:
         if r.name not in written:          # a rebuilt file may take a deleted one's name
-            rel = store.rel(r.path)
-            plan.deletes.append(rel)
-            plan.actions.append(Action("index_delete", rel, why))
+            plan.deletes.append(store.rel(r.path))
+            plan.actions.append(Action("index_delete", store.rel(r.path), why))
     for name, w in builder.files:
         if name in builder.changed:
             rel = L.index_file(name)
-            plan.writes[rel] = w.buf
+            plan.writes[rel] = plan.scratch / name
             plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to offset "
                                        f"{w.header.end_phy_offset}"))
+    return builder
 
 
 def _readable(store: Store, lo: int, hi: int):
