@@ -279,9 +279,10 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     new_cp = cp
     if abnormal:
         refs = store.index_files()
-        # beyond the broker (a cut that loses messages, or salvage): older files holding entries of the
-        # damaged or lost records are rebuilt too, from their first offset
-        first_bad = ranges[0][0] if ranges else process if plan.lost else None
+        # beyond the broker (salvage, a cut that loses messages, a torn tail the broker had indexed before it
+        # crashed: IndexService.load keeps such entries): older files holding entries of the damaged, lost
+        # or cut records are rebuilt too, from their first offset
+        first_bad = ranges[0][0] if ranges else process if plan.lost or ledger is None else None
         kept, stale = [], []
         for ref in refs:
             rel = store.rel(ref.path)
