@@ -526,6 +526,21 @@ def _slot_past_count(root, rng):
     return f.relative_to(root).as_posix(), 40 + 4 * slot
 
 
+def _blank_size(over: bool):
+    """The end-of-file BLANK of a file before the last: its TOTALSIZE beyond the rest of the file, or below it."""
+    def damage(root: Path, rng) -> tuple[str, int]:
+        from rmqtool.format.commitlog import decode_entry
+        f = rng.choice(sorted((root / "commitlog").iterdir())[:-1])
+        data = bytearray(f.read_bytes())
+        pos = sum(size for _, size in _records(f))
+        rest = decode_entry(data, pos).total_size
+        assert rest == len(data) - pos
+        struct.pack_into(">i", data, pos, rest + rng.randrange(1, 5000) if over else rng.randrange(-5000, rest))
+        f.write_bytes(bytes(data))
+        return f"commitlog/{f.name}", int(f.name) + pos
+    return damage
+
+
 def _truncated_last_file(root, rng):
     f = sorted((root / "commitlog").iterdir())[-1]
     os.truncate(f, rng.randrange(1, f.stat().st_size))
@@ -544,6 +559,10 @@ CENSUS = [
     ("deleted_index", _deleted_index, "warning", "index_missing_entry"),
     ("slot_past_count", _slot_past_count, "warning", "index_bad_slot"),        # IndexFile.selectPhyOffset
     ("truncated_last_file", _truncated_last_file, "error", "wrong_file_size"),
+    # both versions end the file at such a BLANK (5.3.3's recovery stops at one beyond the rest of the file,
+    # outside the files it reads here: test_recovery_rules), CommitLog.checkMessageAndReturnSize
+    ("blank_size_over", _blank_size(True), "warning", "blank_size_mismatch"),
+    ("blank_size_under", _blank_size(False), "warning", "blank_size_mismatch"),
 ] + [(f"{kind}_file{which}", _record_damage(kind, which), "warning", kind)   # CommitLog.checkMessageAndReturnSize
      for kind in ("bad_magic", "crc_mismatch", "length_mismatch") for which in (0, 1, -1)]
 

@@ -47,6 +47,37 @@ def test_an_oversized_end_of_file_blank_costs_no_data(store_copy, name):
     assert _rows(root) == before and sorted((root / "commitlog").iterdir()) == files
 
 
+@pytest.mark.parametrize("over", [True, False], ids=["over", "under"])
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+def test_a_mismatched_end_of_file_blank_is_judged_per_broker_version(store_copy, name, over):
+    """broker_model "blank_size" (CommitLog.checkMessageAndReturnSize): 4.9.7 ends the file at a BLANK whatever
+    its TOTALSIZE; 5.3.3 rejects a TOTALSIZE beyond the rest of the file before it reads the magic, a smaller one
+    passes and the BLANK ends the file. Both start, so verify warns (exit 0) on a store of either version and
+    says, for 5.3.3 only and only for an oversized BLANK, what its recovery cuts (without consume queues it reads
+    from file 0): the later files and their messages."""
+    root = store_copy(name)
+    shutil.rmtree(root / "consumequeue")
+    rows = _rows(root)
+    blank = next(r for r in rows if r["type"] == "blank")
+    at, rest = blank["physical_offset"], blank["total_size"]
+    path = root / "commitlog" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    struct.pack_into(">i", data, at, rest + 1 if over else rest - 1)
+    path.write_bytes(bytes(data))
+    result = run("verify", root, "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {f["severity"] for f in found} == {"warning"}
+    assert [(f["kind"], f["expected"], f["actual"]) for f in found if f["offset"] == at] == \
+        [("blank_size_mismatch", rest, rest + 1 if over else rest - 1)] + \
+        [("broker_start", "5.3.3", None)] * over
+    later = [r for r in rows if r["type"] == "message" and r["physical_offset"] >= len(data)]
+    files = len(list((root / "commitlog").iterdir())) - 1
+    said = [f["message"] for f in found if f["kind"] == "broker_start"]
+    assert said == [f"a 5.3.3 broker will truncate the commit log at {at} and delete {files} file(s), "
+                    f"{len(later)} message(s)"] * over
+
+
 @pytest.mark.parametrize("damage", ["short", "empty", "missing"])
 @pytest.mark.parametrize("name", DLEDGER_SETS)
 def test_dledger_index_files_are_rebuilt_from_the_data(name, damage, store_copy, tmp_path):

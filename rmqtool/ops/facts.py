@@ -296,12 +296,13 @@ def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, pat
     if magic == C.BLANK_MAGIC_CODE:
         # 4.9.7 ends the file at a BLANK whatever its TOTALSIZE says (CommitLog.checkMessageAndReturnSize checks
         # the magic first); 5.3.x first rejects a TOTALSIZE beyond the rest of the file, so its recovery stops
-        # at an oversized BLANK (broker_model "blank_size"). The walk goes on in the next file either way, and
-        # repair rewrites a mismatched size (fix_blank_size), which both versions then accept.
+        # at an oversized BLANK (broker_model "blank_size", recovery_stop). The walk goes on in the next file
+        # either way, and repair rewrites a mismatched size (fix_blank_size), which both versions then accept.
         facts.stop = "blank"
         if size != remaining:
             facts.findings.append(Finding(ERROR, "blank_size_mismatch", path, f.start + pos,
-                                          "BLANK total size is not the rest of the file", remaining, size))
+                                          f"BLANK total size {'exceeds' if size > remaining else 'is below'} "
+                                          "the rest of the file", remaining, size))
         return
     try:
         entry = decode_entry(buf, pos, check_crc=deep)

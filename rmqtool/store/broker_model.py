@@ -55,7 +55,8 @@ RULES = [
          "checked before the size); recovery goes on in the next file", "CommitLog.checkMessageAndReturnSize"),
     Rule("blank_size", V5, "a record, a BLANK included, whose TOTALSIZE exceeds the bytes left in its file is "
          "rejected before its magic is read (byteBuffer.remaining() < totalSize - 4): recovery stops at an "
-         "oversized BLANK and deletes every later file; repair rewrites such a size to the rest of the file",
+         "oversized BLANK and deletes every later file (a smaller size passes and the BLANK ends the file); "
+         "repair rewrites such a size to the rest of the file",
          "CommitLog.checkMessageAndReturnSize"),
     Rule("recover_cq", "both", "each consume queue is read from its third-last file to the first invalid unit; "
          "units at or after the recovered commit-log end are dropped (positions only, bytes stay)",
@@ -192,6 +193,18 @@ class FileSummary:
     kind: str = ""
     records_after: int = 0            # valid records after the damage (salvage walk)
     crc_only: bool = False            # the damage is a body CRC mismatch only
+    oversized_blank: int | None = None    # offset of an end-of-file BLANK whose TOTALSIZE exceeds the rest of the file
+
+
+def recovery_stop(f: FileSummary, version: str) -> int | None:
+    """Where the recovery walk of a ``version`` broker stops in file ``f`` (None: it goes on in the next
+    file): at the first damaged record, or (rule blank_size) on 5.3.3 at a BLANK whose TOTALSIZE exceeds the
+    rest of the file. CommitLog.checkMessageAndReturnSize: 5.3.3 fails ``byteBuffer.remaining() < totalSize -
+    4`` before it reads the magic, so a BLANK of any smaller size still ends the file; 4.9.7 reads the magic
+    first and ends the file at a BLANK whatever its size."""
+    if f.damage is not None:
+        return f.damage
+    return f.oversized_blank if version == V5 else None
 
 
 @dataclass
@@ -238,11 +251,12 @@ def start_outcome(version: str, files: list[FileSummary], *, abnormal_start: int
     out = Outcome(version, first)
     for i in range(first, len(files)):
         f = files[i]
-        if f.damage is not None:
-            out.cut = f.damage
+        stop = recovery_stop(f, version)
+        if stop is not None:
+            out.cut = stop
             out.lost = f.records_after + sum(g.records + g.records_after for g in files[i + 1:])
-            out.deleted_files = sum(1 for g in files[i + 1:] if g.start > f.damage)
-            out.already_cut = 0 <= cq_max_phy < f.damage
+            out.deleted_files = sum(1 for g in files[i + 1:] if g.start > stop)
+            out.already_cut = 0 <= cq_max_phy < stop
             break
     reput_from = max(cq_max_phy, min_offset)
     for f in files[:first]:
@@ -329,9 +343,12 @@ def timer_recovery(files, last_flush_pos: int, precision_ms: int) -> TimerRecove
 # -- verdict levels of verify's findings -----------------------------------------------------------
 ERROR, WARNING = "error", "warning"
 _RECORD_DAMAGE = ("bad_magic", "crc_mismatch", "length_mismatch", "bad_record", "record_crosses_file_end",
-                  "bad_delay", "torn_tail", "blank_size_mismatch", "data_after_end")
+                  "bad_delay", "torn_tail", "data_after_end")
 LEVELS: dict[str, tuple[str, str]] = {
     **{k: (WARNING, "") for k in _RECORD_DAMAGE},     # the broker starts; broker_start says what it does
+    "blank_size_mismatch": (WARNING, "4.9.7 ends the file at a BLANK whatever its size, 5.3.3 unless the size "
+                                     "exceeds the rest of the file, where its recovery stops (broker_start says "
+                                     "what that costs); repair rewrites the size"),
     "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "
                             "newest file the checkpoint vouches for"),
     "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue/BatchConsumeQueue."
