@@ -388,6 +388,25 @@ def test_damage_matrix(base, kind, store_copy, tmp_path):
             assert kept and max(u[0] for u in kept.values()) < pos
 
 
+@pytest.mark.parametrize("over", [True, False], ids=["over", "under"])
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+def test_rebuild_cq_as_broker_follows_the_blank_size_rule(base, over, store_copy, tmp_path):
+    """broker_model "blank_size": started without consume queues, 5.3.3's recovery stops at an end-of-file BLANK
+    whose TOTALSIZE exceeds the rest of the file (its queues end before it); 4.9.7 goes on in the next file, and
+    so does 5.3.3 at a smaller size: --as-broker gives every record its unit, as the default rebuild does."""
+    import random
+    root = store_copy(base)
+    _, at = _blank_size(over)(root, random.Random(f"{base}/{over}"))
+    assert run("rebuild-cq", root, "--out", tmp_path / "all").exit_code == 0
+    every = _units(tmp_path / "all")
+    for version in (V4, V5):
+        out = tmp_path / version
+        assert run("rebuild-cq", root, "--out", out, "--as-broker", "--broker-version", version).exit_code == 0
+        cut = version == V5 and over
+        assert _units(out) == {k: u for k, u in every.items() if not cut or u[0] < at}
+        assert cut <= (max(u[0] for u in every.values()) > at)
+
+
 # -- batch queues (5.x): recovered and cut by BatchConsumeQueue's own rules --------------------------
 def _torn_batch_tail(root: Path) -> int:
     """dev-batchcq-5x with its last batch record (BatchTopic2/0's unit at 87113) torn and the records after it

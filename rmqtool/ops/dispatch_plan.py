@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_files
-from rmqtool.store.broker_model import V4, V5, VERSIONS, normal_recovery_start, reput_reads_size
+from rmqtool.store.broker_model import V4, V5, VERSIONS, normal_recovery_start, recovery_stop, reput_reads_size
 from rmqtool.store.store import Store
 
 
@@ -69,12 +69,14 @@ def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, key
     for i, facts in enumerate(scan_files(items, names, plan.jobs, progress)):
         recovered = i >= start
         plan.damaged += facts.damaged
+        stop = recovery_stop(plan.as_broker, facts.damaged[0][0] if facts.damaged else None,
+                             facts.oversized_blank) if plan.as_broker is not None and recovered else None
+        if stop is not None:                         # CommitLog.recoverNormally: truncated here
+            plan.cut = stop
+            yield facts.select(facts.columns["offset"] < stop)
+            return
         if plan.as_broker is not None and facts.damaged:
             at, _, kind = facts.damaged[0]
-            if recovered:                            # CommitLog.recoverNormally: truncated here
-                plan.cut = at
-                yield facts.select(facts.columns["offset"] < at)
-                return
             if not reput_reads_size(kind):           # ReputMessageService.doReput: the rest of the file skipped
                 facts = facts.select(facts.columns["offset"] < at)
         yield facts

@@ -81,6 +81,12 @@ class FileFacts:
         """Physical offset after the file's valid data (the file's end after a BLANK)."""
         return self.file.start + self.file.length if self.stop == "blank" else self.stop_offset
 
+    @property
+    def oversized_blank(self) -> int | None:
+        """Offset of the file's end-of-file BLANK when its TOTALSIZE exceeds the rest of the file."""
+        return next((f.offset for f in self.findings if f.kind == "blank_size_mismatch" and f.actual > f.expected),
+                    None)
+
     def select(self, keep: np.ndarray) -> "FileFacts":
         """The same file's facts for the records where ``keep`` is true (columns, key hashes, properties)."""
         out = FileFacts(self.file, {k: v[keep] for k, v in self.columns.items()}, stop=self.stop,

@@ -363,8 +363,7 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
         before = int(np.searchsorted(cols["offset"], at))
         stop, stop_offset, end = "invalid", at, at
         summary = FileSummary(f.start, before, at, kind, len(facts) - before, kind == "crc_mismatch")
-    summary.oversized_blank = next((x.offset for x in facts.findings
-                                    if x.kind == "blank_size_mismatch" and x.actual > x.expected), None)
+    summary.oversized_blank = facts.oversized_blank
     result = FileResult(f, stop, stop_offset, end, bool(len(facts)), facts.findings,
                         {}, {}, {}, {}, {}, int(cols["store_timestamp"].max()) if len(facts) else 0,
                         summary, salvaged_stop=facts.stop)

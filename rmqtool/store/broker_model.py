@@ -196,15 +196,15 @@ class FileSummary:
     oversized_blank: int | None = None    # offset of an end-of-file BLANK whose TOTALSIZE exceeds the rest of the file
 
 
-def recovery_stop(f: FileSummary, version: str) -> int | None:
-    """Where the recovery walk of a ``version`` broker stops in file ``f`` (None: it goes on in the next
-    file): at the first damaged record, or (rule blank_size) on 5.3.3 at a BLANK whose TOTALSIZE exceeds the
-    rest of the file. CommitLog.checkMessageAndReturnSize: 5.3.3 fails ``byteBuffer.remaining() < totalSize -
-    4`` before it reads the magic, so a BLANK of any smaller size still ends the file; 4.9.7 reads the magic
-    first and ends the file at a BLANK whatever its size."""
-    if f.damage is not None:
-        return f.damage
-    return f.oversized_blank if version == V5 else None
+def recovery_stop(version: str, damage: int | None, oversized_blank: int | None) -> int | None:
+    """Where the recovery walk of a ``version`` broker stops in a file (None: it goes on in the next file): at
+    the first damaged record, or (rule blank_size) on 5.3.3 at a BLANK whose TOTALSIZE exceeds the rest of the
+    file. CommitLog.checkMessageAndReturnSize: 5.3.3 fails ``byteBuffer.remaining() < totalSize - 4`` before it
+    reads the magic, so a BLANK of any smaller size still ends the file; 4.9.7 reads the magic first and ends
+    the file at a BLANK whatever its size."""
+    if damage is not None:
+        return damage
+    return oversized_blank if version == V5 else None
 
 
 @dataclass
@@ -251,7 +251,7 @@ def start_outcome(version: str, files: list[FileSummary], *, abnormal_start: int
     out = Outcome(version, first)
     for i in range(first, len(files)):
         f = files[i]
-        stop = recovery_stop(f, version)
+        stop = recovery_stop(version, f.damage, f.oversized_blank)
         if stop is not None:
             out.cut = stop
             out.lost = f.records_after + sum(g.records + g.records_after for g in files[i + 1:])
