@@ -36,8 +36,8 @@ from rmqtool.store import atomic
 pytestmark = pytest.mark.slow
 
 SEED = 17
-SETS = sorted(set(ALL_SETS + FEATURE_SETS + DLEDGER_CRASH_SETS))
-DAMAGES = 308                       # 22 per fixture set
+SETS = sorted(set(ALL_SETS + FEATURE_SETS + DLEDGER_CRASH_SETS + ["dev-compaction-5x", "dev-rocksdbcq-5x"]))
+DAMAGES = 320                       # 20 per fixture set
 KILLS = 50                          # per write command
 DOCUMENTED = {0, 1, 3, 4}           # done, done with findings left, bad input, refused or failed
 LEFTOVERS = (atomic.STAGED, atomic.OLD, atomic.BUILD, atomic.JOURNAL)

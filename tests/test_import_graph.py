@@ -156,3 +156,13 @@ def test_operations_change_no_bytes_in_place():
     found = {name: lines for name, tree in modules().items()
              if name.startswith("rmqtool.ops") and (lines := _in_place_writes(tree))}
     assert found == {}
+
+
+def test_only_the_store_maps_files():
+    """Files are mapped by the store layer (``map_file``, ``map_private``, the writers): nothing above it
+    imports mmap."""
+    found = sorted(name for name, tree in modules().items()
+                   if (name.split(".") + [""])[1] not in ("format", "store") and any(
+                       isinstance(node, ast.Import) and any(a.name == "mmap" for a in node.names)
+                       or isinstance(node, ast.ImportFrom) and node.module == "mmap" for node in ast.walk(tree)))
+    assert found == []

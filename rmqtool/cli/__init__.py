@@ -82,6 +82,9 @@ class RmqCommand(click.Command):
             if exc.filename is None and not isinstance(exc, RmqError):   # library): the path it worked on
                 exc.filename = _path_argument(self, ctx)
             raise
+        finally:                    # a RocksDB consume queue's private directory goes with the command
+            if "rmqtool.store.rocksdbcq" in sys.modules:
+                sys.modules["rmqtool.store.rocksdbcq"].close_all()
 
 
 def _path_argument(command: click.Command, ctx: click.Context) -> str | None:

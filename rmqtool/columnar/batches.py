@@ -16,7 +16,6 @@ most ``batch_rows`` rows, streaming: one mapped file at a time, one window of it
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -37,7 +36,7 @@ from rmqtool.format.rows import entry_row
 from rmqtool.store.broker_model import recovered_tail
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.dledger import DLedgerCommitLog
-from rmqtool.store.filequeue import FileQueue, QueueFile, release_pages
+from rmqtool.store.filequeue import FileQueue, QueueFile, map_file, release_pages
 from rmqtool.store.store import Store
 
 __all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "ledger_file_batches",
@@ -169,10 +168,9 @@ def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:
     return True
 
 
-def _map(f: QueueFile) -> tuple[mmap.mmap, pa.Buffer, np.ndarray]:
+def _map(f: QueueFile) -> tuple[object, pa.Buffer, np.ndarray]:
     """A read-only map of a file, as an Arrow buffer and a byte array over the same memory."""
-    with open(f.path, "rb") as fh:
-        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mm = map_file(f.path)
     return mm, pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
 
 

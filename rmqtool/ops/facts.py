@@ -9,7 +9,6 @@ record-at-a-time decoder, so findings carry the same kind, offset and message as
 
 from __future__ import annotations
 
-import mmap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -27,7 +26,7 @@ from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.workers import default_jobs, process_map
 from rmqtool.store.broker_model import step_over
-from rmqtool.store.filequeue import QueueFile, first_nonzero, release_pages
+from rmqtool.store.filequeue import QueueFile, first_nonzero, map_file, release_pages
 
 Progress = Callable[[int], None]
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
@@ -178,9 +177,9 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
         return got.finish(_scan_ledger_file(f, got))
     facts = FileFacts(f)
     path = str(f.path)
-    mm = _map(f)
-    buf = pa.py_buffer(mm) if mm is not None else pa.py_buffer(b"")
-    data = np.frombuffer(mm, np.uint8) if mm is not None else np.empty(0, np.uint8)
+    mm = map_file(f.path)
+    buf = pa.py_buffer(mm)
+    data = np.frombuffer(mm, np.uint8)
     data64 = words(data)
     pos = released = 0
     while True:
@@ -286,13 +285,6 @@ def _scan_ledger_file(f: QueueFile, got: _Collector) -> FileFacts:
         facts.findings.append(Finding(ERROR, _error_kind(exc, 0, 0), exc.path or str(f.path), facts.stop_offset,
                                       f"{exc.message}; a recovery that reads this file stops here"))
     return facts
-
-
-def _map(f: QueueFile) -> mmap.mmap | None:
-    if f.length == 0:
-        return None
-    with open(f.path, "rb") as fh:
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _stop_at(facts: FileFacts, buf, pos: int, *, remaining: int, deep: bool, path: str) -> None:

@@ -15,7 +15,6 @@ pure). Every byte it plans comes from a store helper (``cut_copy``, ``patched``,
 
 from __future__ import annotations
 
-import mmap
 import struct
 import tempfile
 import warnings
@@ -29,7 +28,7 @@ from rmqtool import constants as C
 from rmqtool.errors import StoreError, StoreWarning
 from rmqtool.format.batchcq import UNIT as BCQ_UNIT_STRUCT
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
-from rmqtool.format.commitlog import Message, encode_message
+from rmqtool.format.commitlog import Buffer, Message, encode_message
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
 from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.dispatch_plan import valid_facts
@@ -91,7 +90,7 @@ class RepairPlan:
     recover_from: int
     lost: int = 0                 # valid messages after the cut (beyond the torn tail): refused unless accepted
     actions: list[Action] = field(default_factory=list)
-    writes: dict[str, bytes | bytearray | mmap.mmap | Path] = field(default_factory=dict)   # bytes-like, or a
+    writes: dict[str, Buffer | Path] = field(default_factory=dict)   # bytes-like, or a
     #                                                                       file built in ``scratch``
     scratch: Path | None = None   # outside the store, removed by close()
     deletes: list[str] = field(default_factory=list)
@@ -478,7 +477,7 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
     index = files.index_queue()
     index_size = index.file_size or store.saved_sizes.get("dledgerMappedFileSizeForEntryIndex") \
         or DEFAULT_INDEX_FILE_SIZE
-    maps: dict[Path, mmap.mmap] = {}
+    maps: dict[Path, Buffer] = {}
     for path, keep in ledger.data_cut:
         maps[path] = cut_copy(path, keep, path.stat().st_size)
     for path, keep in ledger.index_cut:                  # a short index file comes back at full size

@@ -36,6 +36,15 @@ def is_rocksdb_dir(path: Path) -> bool:
     return any(n.startswith("MANIFEST-") for n in names) or any(n.startswith("OPTIONS-") for n in names)
 
 
+_OPEN: "weakref.WeakSet[RocksDbConsumeQueues]" = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every database still open (a command's end: an error's traceback may keep its store alive)."""
+    for db in list(_OPEN):
+        db.close()
+
+
 class RocksDbConsumeQueues:
     """The database, open read-only until this object is collected. The ``offset`` family (two entries per
     queue) is read at once; one queue's units by a prefix scan, every unit (``units``) on demand."""
@@ -64,6 +73,7 @@ class RocksDbConsumeQueues:
         db = self._db
         self._closed.detach()
         self._closed = weakref.finalize(self, _close, db, shadow)
+        _OPEN.add(self)
         if OFFSET_FAMILY not in families:
             self._closed()
             raise StoreError(f"the RocksDB database has no {OFFSET_FAMILY!r} column family (families: "
@@ -83,7 +93,7 @@ class RocksDbConsumeQueues:
         return cls(path)
 
     def close(self) -> None:
-        """Close the database now (else when this object is collected)."""
+        """Close the database now (else when this object is collected, or by ``close_all``)."""
         self._closed()
 
     @cached_property
