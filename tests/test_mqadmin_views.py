@@ -141,6 +141,44 @@ def test_transactions_closed_by_a_batched_5x_op_body(store_copy):
     assert [r["queue_offset"] for r in jsonl(run("transactions", store, "-f", "jsonl"))] == [5]
 
 
+def test_a_re_put_half_is_closed_by_the_op_naming_the_original(store_copy, tmp_path):
+    """checkPrepareQueueOffset: a half the check re-put (putImmunityMsgBackToHalfQueue) is closed by the op
+    record naming its TRAN_PREPARED_QUEUE_OFFSET, and its commit names the original half. dev-sample's real
+    half at queue offset 0 re-put as the broker would (same record, the two properties added, by import) is
+    committed by the real op and commit; one re-put of an original left open stays in doubt; one whose
+    original was rolled back is rolled back; one without CHECK_IMMUNITY_TIME_IN_SECONDS (the check never
+    reads the property then) stays in doubt."""
+    store = store_copy("dev-sample")
+    before = jsonl(run("transactions", store, "--all", "-f", "jsonl"))
+    original = before[0]
+    (half,) = jsonl(run("cat-commitlog", store, "--offset", original["half_offset"], "-n", 1, "-f", "jsonl"))
+
+    def re_put(prepared: int, immunity: bool = True) -> dict:
+        props = {k: v for k, v in half["properties"].items() if k != "CHECK_IMMUNITY_TIME_IN_SECONDS"}
+        props["TRAN_PREPARED_QUEUE_OFFSET"] = str(prepared)
+        if immunity:
+            props["CHECK_IMMUNITY_TIME_IN_SECONDS"] = "60"
+        return {**half, "properties": props, "properties_raw": None}
+
+    for i, args in enumerate((["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicB",
+                               "--property", "CHECK_IMMUNITY_TIME_IN_SECONDS=60", "--body", "open"],
+                              ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicC",
+                               "--property", "CHECK_IMMUNITY_TIME_IN_SECONDS=60", "--body", "undone"],
+                              ["--topic", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "--tag", "d", "--body", "5"])):
+        assert run("put", store, *args, "--backup", tmp_path / f"bk{i}").exit_code == 0      # halves 4, 5
+    lines = tmp_path / "re-put.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in (re_put(0), re_put(4), re_put(5), re_put(0, False))))
+    assert run("import", store, lines, "--backup", tmp_path / "bk").exit_code == 0            # halves 6-9
+    rows = jsonl(run("transactions", store, "--all", "-f", "jsonl"))
+    assert [{**r, "age_ms": 0} for r in rows[:4]] == [{**r, "age_ms": 0} for r in before]     # all committed
+    assert [(r["state"], r["queue_offset"]) for r in rows[4:]] == [
+        ("in_doubt", 4), ("rolled_back", 5), ("committed", 6), ("in_doubt", 7), ("rolled_back", 8), ("in_doubt", 9)]
+    assert (rows[6]["op_offset"], rows[6]["commit_offset"]) == (original["op_offset"], original["commit_offset"])
+    assert rows[8]["op_offset"] == rows[5]["op_offset"] and rows[8]["commit_offset"] is None
+    assert rows[6]["uniq_key"] == original["uniq_key"]
+    assert [r["queue_offset"] for r in jsonl(run("transactions", store, "-f", "jsonl"))] == [4, 7, 9]
+
+
 # -- progress ---------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _recording(seen: list):

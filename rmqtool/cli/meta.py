@@ -193,7 +193,9 @@ def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | No
     """In-doubt transactions: half messages (RMQ_SYS_TRANS_HALF_TOPIC) with no op record
     (RMQ_SYS_TRANS_OP_HALF_TOPIC) at or after the transaction check's progress (group CID_RMQ_SYS_TRANS in
     config/consumerOffset.json): the list the broker's check asks producers about, with their age
-    (age_ms, to the store's newest record).
+    (age_ms, to the store's newest record). A half the check put back while its check immunity lasted is
+    closed as the check closes it: by an op record naming the original half's queue offset (its
+    TRAN_PREPARED_QUEUE_OFFSET property).
 
     With --all, every half message and its state: committed (the real message, whose
     prepared_transaction_offset names the half, is commit_offset), rolled_back (an op record and no commit),

@@ -86,11 +86,25 @@ def op_half_offsets(body: bytes | None) -> list[int]:
     drops the trailing empty part) and parses each part with Long.parseLong, a part that does not parse
     being -1 and so below every queue's minimum: skipped. 4.9.7's fillOpRemoveMap parses the whole body as
     one number, the same on every body a 4.x broker writes."""
-    offsets = []
-    for part in bytes(body or b"").decode("utf-8", "replace").split(","):
-        if re.fullmatch(r"\+?\d+", part):
-            offsets.append(int(part))
-    return offsets
+    parts = (_queue_offset(part) for part in bytes(body or b"").decode("utf-8", "replace").split(","))
+    return [offset for offset in parts if offset is not None]
+
+
+def _queue_offset(text: str | None) -> int | None:
+    """A queue offset as the check's getLong reads it (Long.valueOf), None where it reads -1 or a negative
+    number, which names no half."""
+    return int(text) if text is not None and re.fullmatch(r"\+?\d+", text) else None
+
+
+def _prepared_queue_offset(half: dict) -> int | None:
+    """The original half's queue offset a re-put half names, where the check looks it up: only a half with
+    CHECK_IMMUNITY_TIME_IN_SECONDS reaches checkPrepareQueueOffset, which reads TRAN_PREPARED_QUEUE_OFFSET
+    (TransactionalMessageBridge.renewImmunityHalfMessageInner sets it to the original's queue offset when
+    putImmunityMsgBackToHalfQueue re-puts a half, and keeps it on every later re-put)."""
+    props = dict(half["properties"] or ())
+    if C.PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS not in props:
+        return None
+    return _queue_offset(props.get(C.PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET))
 
 
 def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: bool = False) -> Iterator[dict]:
@@ -101,8 +115,13 @@ def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: 
     TRANSACTION_COMMIT_TYPE, preparedTransactionOffset = the half's physical offset; a closed half without
     one was rolled back. An open half at or after the check's progress in its queue (group CID_RMQ_SYS_TRANS,
     ``half_offsets``) is in doubt: the broker's transaction check asks the producer about it; an open half
-    before it was checked already (put back as a new half, or discarded). Only in-doubt halves unless
-    ``everything``; age_ms counts to the store's newest record."""
+    before it was checked already (put back as a new half, or discarded). A half re-put by the check is also
+    closed by an op record naming the original half's queue offset (TransactionalMessageServiceImpl.check,
+    4.9.x and 5.x: the half's own offset in the op set first, then checkPrepareQueueOffset with
+    ``_prepared_queue_offset``); the producer ended the original then, so its commit names the original's
+    physical offset. The op records are read whole, wherever the check's progress stands (the check itself
+    reads only those naming offsets at or after it: fillOpRemoveMap's miniOffset). Only in-doubt halves
+    unless ``everything``; age_ms counts to the store's newest record."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -110,7 +129,7 @@ def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: 
 
     halves, closed, commits, newest = [], {}, {}, 0
     columns = ["physical_offset", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags",
-               "real_topic", "uniq_key", "prepared_transaction_offset", "body"]
+               "real_topic", "uniq_key", "prepared_transaction_offset", "body", "properties"]
     system = pa.array([C.RMQ_SYS_TRANS_HALF_TOPIC, C.RMQ_SYS_TRANS_OP_HALF_TOPIC], pa.string())
     for batch in iter_record_batches(store.commitlog, batch_rows=16384):
         batch = batch.filter(pc.equal(batch.column("type"), "message"))
@@ -132,9 +151,15 @@ def transaction_rows(store: Store, half_offsets: dict[int, int], *, everything: 
                         closed.setdefault((r["queue_id"], offset), r["physical_offset"])
             else:
                 commits.setdefault(r["prepared_transaction_offset"], r["physical_offset"])
+    by_queue_offset = {(h["queue_id"], h["queue_offset"]): h["physical_offset"] for h in halves}
     for h in halves:
         op = closed.get((h["queue_id"], h["queue_offset"]))
         commit = commits.get(h["physical_offset"]) if op is not None else None
+        prepared = _prepared_queue_offset(h) if op is None else None
+        if prepared is not None:
+            op = closed.get((h["queue_id"], prepared))
+            original = by_queue_offset.get((h["queue_id"], prepared))
+            commit = commits.get(h["physical_offset"], commits.get(original)) if op is not None else None
         if op is None:
             state = "in_doubt" if h["queue_offset"] >= half_offsets.get(h["queue_id"], 0) else "checked"
         else:
