@@ -199,12 +199,19 @@ def local_dir(f: StoreFile) -> Iterator[str]:
     from pyarrow import fs
 
     fsys, path = filesystem(f.uri)
+    with _copies(f, fsys, lambda: [(i.path, i.base_name) for i in _children(fsys, path)
+                                   if i.type == fs.FileType.File]) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _copies(f: StoreFile, fsys, listing) -> Iterator[str]:
+    """A temporary directory holding copies of remote files (``listing()``: their paths and names)."""
     with tempfile.TemporaryDirectory(prefix="rmqtool-") as tmp:
         try:
-            for i in _children(fsys, path):
-                if i.type == fs.FileType.File:
-                    with fsys.open_input_stream(i.path) as src, open(os.path.join(tmp, i.base_name), "wb") as dst:
-                        shutil.copyfileobj(src, dst, _COPY_CHUNK)
+            for source, name in listing():
+                with fsys.open_input_stream(source) as src, open(os.path.join(tmp, name), "wb") as dst:
+                    shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except OSError as exc:
             raise StoreError(f"cannot read: {exc}", path=f.uri) from None
         yield tmp
@@ -250,14 +257,8 @@ def local_path(f: StoreFile) -> Iterator[str]:
         yield f.uri
         return
     fsys, path = filesystem(f.uri)
-    with tempfile.TemporaryDirectory(prefix="rmqtool-") as tmp:
-        target = os.path.join(tmp, f.name)
-        try:
-            with fsys.open_input_stream(path) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst, _COPY_CHUNK)
-        except OSError as exc:
-            raise StoreError(f"cannot read: {exc}", path=f.uri) from None
-        yield target
+    with _copies(f, fsys, lambda: [(path, f.name)]) as tmp:
+        yield os.path.join(tmp, f.name)
 
 
 def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,
