@@ -184,6 +184,65 @@ def test_batch_consume_queue_kind_matches_readback():
     assert sum(r["batch_size"] is not None for r in every) == len(want)
 
 
+def broker_message_counts(name: str) -> dict[str, int]:
+    """Messages per topic as the broker counts them: a batch topic's queues advance by each inner batch's
+    INNER_NUM (readback maxOffsetInQueue), any other topic by one per record."""
+    rb = readback(name)
+    counts: dict[str, int] = {}
+    for r in rb["commitlogRecords"]:
+        if r["type"] == "MESSAGE":
+            counts[r["topic"]] = counts.get(r["topic"], 0) + 1
+    batch = {}
+    for q in rb["batchConsumeQueues"]:
+        batch[q["topic"]] = batch.get(q["topic"], 0) + q["maxOffsetInQueue"]
+    return {**counts, **batch}
+
+
+def test_commitlog_rows_carry_the_message_count():
+    """Each commit-log row's messages: an inner batch's INNER_NUM, 1 for any other message, 0 for a BLANK
+    (facts.message_counts, grep's column), summing per topic to the broker's batch-queue maxima."""
+    path = str(store_path("dev-batchcq-5x"))
+    got = rows(RocketMQDataSource({"path": path, "includeBlank": "true"}).reader(None))
+    summed: dict[str, int] = {}
+    for r in got:
+        if r["type"] == "message":
+            summed[r["topic"]] = summed.get(r["topic"], 0) + r["messages"]
+    want = broker_message_counts("dev-batchcq-5x")
+    assert summed == want and sum(want.values()) > len([r for r in got if r["type"] == "message"])
+    assert {r["messages"] for r in got if r["type"] == "blank"} == {0}
+    grepped = [json.loads(line) for line in run("grep", path, "-f", "jsonl").stdout.splitlines()]
+    assert [(r["physical_offset"], r["messages"]) for r in got if r["type"] == "message"] == \
+        [(r["physical_offset"], r["messages"]) for r in grepped]
+
+
+MESSAGES_SESSION = r"""
+import json, sys
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate())
+df = spark.read.format("rocketmq").load(sys.argv[1])
+out = {"type": dict(df.dtypes)["messages"],
+       "by_topic": {r.topic: r.n for r in df.groupBy("topic").agg(F.sum("messages").alias("n")).collect()}}
+print("RESULT " + json.dumps(out))
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_spark_sums_messages_as_the_broker_counts(tmp_path):
+    """In a plain SparkSession, the messages column (int) of dev-batchcq-5x sums per topic to what the
+    broker counts."""
+    script = tmp_path / "messages.py"
+    script.write_text(MESSAGES_SESSION)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": str(ROOT), "TZ": "UTC"}
+    done = subprocess.run([sys.executable, str(script), str(store_path("dev-batchcq-5x"))], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and result, done.stderr[-3000:]
+    out = json.loads(result[0][len("RESULT "):])
+    assert out == {"type": "int", "by_topic": broker_message_counts("dev-batchcq-5x")}
+
+
 def export_shapes(tmp_path) -> dict[str, str]:
     from rmqtool.ops import dataset
     from rmqtool.ops.export import export

@@ -57,11 +57,14 @@ def spark_type(t: pa.DataType) -> pa.DataType:
 
 
 def record_schema(check_crc: bool) -> pa.Schema:
+    """The record schema plus ``messages``, the messages the broker counts in each record (an inner batch's
+    INNER_NUM, facts.message_counts: as grep, stats and export count them), and the record's location."""
     from rmqtool.columnar import record_schema as base_schema
 
     base = base_schema(check_crc)
     fields = [f.with_type(spark_type(f.type)) for f in base]
-    return pa.schema(fields + [pa.field("store", pa.string()), pa.field("commitlog_file", pa.string())])
+    return pa.schema(fields + [pa.field("messages", pa.int32()), pa.field("store", pa.string()),
+                               pa.field("commitlog_file", pa.string())])
 
 
 def arrow_schema(kind: str, check_crc: bool = False) -> pa.Schema:
@@ -100,9 +103,11 @@ def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decom
     elif kind == "index":
         batch = index_batch(f)
     else:
+        from rmqtool.ops.facts import message_counts
+
         for batch in scan.record_batches(f, check_crc=check_crc, decompress=decompress, on_damage=on_damage):
             if batch.num_rows:
-                yield _with_location(batch, f, schema)
+                yield _with_location(batch.append_column("messages", message_counts(batch)), f, schema)
         return
     if batch.num_rows:
         yield _with_location(batch, f, schema)
