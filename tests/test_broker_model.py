@@ -659,9 +659,6 @@ _LOSE = ("lose_messages", "truncate_commitlog")
 _QUEUE_FILES = ("left", "all", "all")        # cq_file_size / recognition: the load refuses it; repair leaves the
 #                                              queue to rebuild-cq, which reads the commit log only
 _INDEX = ("nothing", "all", "all")           # the broker starts (warning); rebuild-index fixes it, queues untouched
-_DRY_RUN_MISSES = pytest.mark.xfail(strict=True, reason="repair's dry run says 'nothing to do' (exit 0) for a "
-                                    "queue the broker cannot serve from its first unit (verify: cq_missing_unit, an "
-                                    "error); --apply then exits 1 naming rebuild-cq: left_unrepaired reads no data")
 CENSUS_RESULTS = {
     "cq_wrong_length": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     "stray_in_queue_dir": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
@@ -701,8 +698,7 @@ for _kind in ("bad_magic", "crc_mismatch", "length_mismatch"):
 def _census_cases():
     for name, damage_fn, *_ in CENSUS:
         for base in ("dev-sample", "dev-sample-5x"):
-            marks = [_DRY_RUN_MISSES] if name in ("missing_first_cq", "dir_for_first_cq") else []
-            yield pytest.param(base, name, damage_fn, marks=marks, id=f"{base}-{name}")
+            yield pytest.param(base, name, damage_fn, id=f"{base}-{name}")
 
 
 @pytest.mark.parametrize("base,name,damage_fn", list(_census_cases()))

@@ -224,6 +224,14 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                 _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
                 plan.close()
                 left = [] if rows else left_unrepaired(st)
+                if not rows:               # what verify finds and only another command fixes (as --apply says)
+                    named = [path for path, _, _ in left]
+                    for f in verify_store(st.root):
+                        if f.severity == "error" and f.kind in LEFT_TO and f.path and \
+                                Path(f.path).is_relative_to(st.root):
+                            rel = st.rel(f.path)
+                            if not any(n == rel or n.startswith(rel + "/") for n in named):
+                                left.append((rel, f.message, LEFT_TO[f.kind]))
                 for path, problem, why in left:
                     click.echo(f"rmqtool: not repaired: {path}: {problem} [{why}]", err=True)
                 if left:
