@@ -40,7 +40,7 @@ from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, patched
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
 from rmqtool.store.metadata import batch_cq_topics, bcq_recovered_end
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
-from rmqtool.store.queue_writer import CqWriter, safe_topic_dir
+from rmqtool.store.queue_writer import BcqFileWriter, CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
 
@@ -331,6 +331,20 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     return plan
 
 
+class _InMemory:
+    """A queue writer's sink over whole queue files held in memory (start offset -> bytes)."""
+
+    def __init__(self, files: dict[int, bytearray], size: int):
+        self.files, self.size = files, size
+
+    def create(self, name: str, size: int) -> None:
+        self.files.setdefault(int(name), bytearray(size))
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None:
+        self.create(name, self.size)
+        self.files[int(name)][offset:offset + len(data)] = data
+
+
 def _batch_queues(plan: RepairPlan, store: Store, scanned: list[FileFacts], names: QueueNames, batch: set[str],
                   tidy: bool) -> None:
     """Batch queues (5.x) as the broker's start leaves them (rmqtool.store.metadata.bcq_recovered_end:
@@ -369,13 +383,12 @@ def _batch_queues(plan: RepairPlan, store: Store, scanned: list[FileFacts], name
                 cut = min(len(buf), max(0, end - start))
                 buf[cut:] = bytes(len(buf) - cut)
         rows = np.concatenate(added[name]) if name in added else np.empty((0, 6), np.int64)
-        pos = end
-        for phy, length, tags, stamp, base, n in rows[rows[:, 0] > last_phy].tolist():
-            start = pos - pos % size
-            buf = new.setdefault(start, bytearray(size))
-            buf[pos - start:pos - start + unit] = BCQ_UNIT_STRUCT.pack(phy, length, tags, stamp, base, n,
-                                                                       C.BCQ_INVALID_POS, 0)
-            pos += unit
+        w = BcqFileWriter(size, None, _InMemory(new, size))     # putBatchMessagePositionInfo after ``end``
+        w.units, w.last_phy = end // unit, last_phy
+        w.stream.at(end - end % size, end)
+        w.put_many(*rows.T)
+        w.flush()
+        pos = w.units * unit
         topic, qid = name
         for start in sorted(new):
             rel = L.queue_file(topic, qid, start, batch=True)
