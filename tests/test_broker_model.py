@@ -407,6 +407,28 @@ def test_rebuild_cq_as_broker_follows_the_blank_size_rule(base, over, store_copy
         assert cut <= (max(u[0] for u in every.values()) > at)
 
 
+@pytest.mark.parametrize("over", [True, False], ids=["over", "under"])
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+def test_repair_rewrites_a_mismatched_blank_in_every_file(base, over, store_copy, tmp_path):
+    """broker_model "blank_size": a BLANK whose TOTALSIZE is not the rest of its file, in any commit-log file
+    (dev-sample-5x: one before the files its normal recovery reads), is planned in the dry run with its offset
+    and rewritten by --apply; then verify has no blank-size finding, a second repair nothing to do, and
+    rebuild-cq --as-broker 5.3.3 keeps every unit."""
+    import random
+    root = store_copy(base)
+    path, at = _blank_size(over)(root, random.Random(f"{base}/{over}"))
+    dry = run("repair", root, "-f", "jsonl")
+    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert dry.exit_code == 1 and [(r["action"], r["path"]) for r in rows] == [("fix_blank_size", path)], dry.output
+    assert f"the BLANK at offset {at} " in rows[0]["detail"]
+    assert run("repair", root, "--apply", "--backup", tmp_path / "bk").exit_code == 0
+    assert not [f for f in verify_store(root, deep=True) if f.kind == "blank_size_mismatch"]
+    again = run("repair", root, "-f", "jsonl")
+    assert (again.exit_code, again.stdout) == (0, ""), again.output
+    assert run("rebuild-cq", root, "--out", tmp_path / "v5", "--as-broker", "--broker-version", V5).exit_code == 0
+    assert _units(tmp_path / "v5") == _units(FIXTURES / base / "store" / "consumequeue")
+
+
 # -- batch queues (5.x): recovered and cut by BatchConsumeQueue's own rules --------------------------
 def _torn_batch_tail(root: Path) -> int:
     """dev-batchcq-5x with its last batch record (BatchTopic2/0's unit at 87113) torn and the records after it
@@ -676,10 +698,12 @@ CENSUS_RESULTS = {
     "truncated_last_file": {"dev-sample": (("truncate_commitlog", "index_delete", "index_write"), "cut", "cut"),
                             "dev-sample-5x": (("truncate_commitlog",), "cut", "cut")},
     # blank_size: 4.9.7 ends the file at the BLANK; 5.3.3 stops at an oversized one and deletes the later files.
-    # repair rewrites the size in the files its recovery reads (dev-sample-5x: the damaged file 2 or 0 is before
-    # the newest file the queues reach, recover_normal_start)
-    "blank_size_over": {"dev-sample": (("fix_blank_size",), "all", "cut"), "dev-sample-5x": ("nothing", "all", "cut")},
-    "blank_size_under": {"dev-sample": (("fix_blank_size",), "all", "all"), "dev-sample-5x": ("nothing", "all", "all")},
+    # repair rewrites the size in every file, those its recovery reads and older ones (dev-sample-5x: the damaged
+    # file 0 or 1 is before the newest file the queues reach, recover_normal_start)
+    "blank_size_over": {"dev-sample": (("fix_blank_size",), "all", "cut"),
+                        "dev-sample-5x": (("fix_blank_size",), "all", "cut")},
+    "blank_size_under": {"dev-sample": (("fix_blank_size",), "all", "all"),
+                         "dev-sample-5x": (("fix_blank_size",), "all", "all")},
 }
 for _kind in ("bad_magic", "crc_mismatch", "length_mismatch"):
     # dev-sample: both versions' recovery reads every file (4.9.7: the last three; 5.3.3: from file 0 without

@@ -162,7 +162,8 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
                 jobs: int | None = None) -> RepairPlan:
     """The broker's recovery as a plan (rmqtool.store.broker_model, per version). Only the files recovery
     reads are read: from the start file (chosen from first records and the checkpoint after a crash, else
-    CommitLog.recoverNormally's) to the first invalid record. ``plan.lost`` counts the valid messages the
+    CommitLog.recoverNormally's) to the first invalid record; older files only by a header walk to the BLANK
+    that ends them (rule blank_size: a mismatched TOTALSIZE is rewritten wherever it is). ``plan.lost`` counts the valid messages the
     cut would delete beyond it (a bad record before the torn tail). ``salvage`` (beyond the broker): keep
     them, each damaged record before the torn tail replaced by a placeholder of its size (``placeholder``),
     its consume-queue unit by a blank unit. ``jobs``: worker processes for the walk (facts.scan_files)."""
@@ -233,6 +234,12 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
         plan.actions.append(Action("salvage_record", rel, f"damaged record at {at} ({size} bytes) replaced by a "
                                    f"placeholder the broker steps over; the records after it are kept"))
 
+    # rule blank_size, in every commit-log file: those the recovery reads by their walk, older ones (which
+    # only the dispatch reads, and a 5.3.3 broker's recovery without consume queues) by a header walk
+    for f in files[:start] if ledger is None else ():
+        pos = store.commitlog.end_blank(f)
+        if pos is not None:
+            _fix_blank_size(plan, f, pos)
     for fa in scanned if ledger is None else ():
         if fa.stop == "blank":
             _fix_blank_size(plan, fa.file, fa.stop_offset - fa.file.start)

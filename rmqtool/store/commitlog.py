@@ -12,7 +12,7 @@ from typing import Iterator
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
-from rmqtool.store.broker_model import recovered_tail
+from rmqtool.store.broker_model import recovered_tail, step_over
 from rmqtool.store.filequeue import FileQueue, QueueFile, is_offset_name
 
 
@@ -176,6 +176,28 @@ class CommitLog:
                 raise FormatError(f"no valid record header (size {size}, magic {magic:#x})", path=str(f.path),
                                   offset=f.start + pos)
         return end
+
+    def end_blank(self, f: QueueFile) -> int | None:
+        """Position in ``f`` of the BLANK that ends its records (None: they end otherwise, at zeros or the
+        file's end): a walk of record headers (TOTALSIZE, MAGICCODE) from the file's start, a damaged record
+        stepped over as verify's walk steps over it (broker_model.step_over). Reads a few bytes a record."""
+        if self.entry_header_size or not f.length:
+            return None
+        buf = f.read()
+        n, pos = len(buf), 0
+        head = _HEADER.unpack_from
+        smallest = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
+        while n - pos >= 8:
+            size, magic = head(buf, pos)
+            if magic == C.BLANK_MAGIC_CODE:
+                return pos
+            if size == 0 and magic == 0:
+                return None
+            if (magic == C.MESSAGE_MAGIC_CODE or magic == C.MESSAGE_MAGIC_CODE_V2) and smallest <= size <= n - pos:
+                pos += size
+            else:
+                pos = step_over(buf, pos, n)
+        return None
 
     @staticmethod
     def _names_itself(f: QueueFile, pos: int, smallest: int) -> bool:
