@@ -429,6 +429,43 @@ def test_repair_rewrites_a_mismatched_blank_in_every_file(base, over, store_copy
     assert _units(tmp_path / "v5") == _units(FIXTURES / base / "store" / "consumequeue")
 
 
+@pytest.mark.parametrize("command", ["rebuild-cq", "rebuild-index"])
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+def test_stray_commitlog_file_refused_as_the_broker_does(base, command, store_copy, tmp_path):
+    """broker_model "commitlog_file_size": a stray 4 KiB commitlog/00000000000000012345 makes MappedFileQueue.load
+    fail. verify: that one error, naming the file (the files around it checked as if it were not there);
+    --as-broker (both versions): refused in one line naming the file and the rule, exit 4, nothing written; the
+    default rebuild: the correct state from the other files (what the clean store gives) and a warning line
+    naming the file and that the broker refuses to load this store until it is removed."""
+    root = store_copy(base)
+    stray = root / "commitlog" / "00000000000000012345"
+    stray.write_bytes(bytes(4096))
+    found = [(f.severity, f.kind, f.path) for f in verify_store(root, deep=True) if f.severity == "error"]
+    assert found == [("error", "wrong_file_size", str(stray))]
+    before = snapshot(root)
+    out = ("--out", tmp_path / "out") if command == "rebuild-cq" else ("--backup", tmp_path / "bk")
+    for version in (V4, V5):
+        done = run(command, root, *out, "--as-broker", "--broker-version", version)
+        assert (done.exit_code, done.stdout) == (4, ""), done.output
+        assert done.stderr == (f"rmqtool: error: {stray}: file is 4096 bytes, expected 65536: a {version} broker "
+                               "refuses to load this store (rule commitlog_file_size, MappedFileQueue.load): there "
+                               "is no broker result to reproduce\n")
+        assert snapshot(root) == before and not (tmp_path / "out").exists()
+    done = run(command, root, *out)
+    assert done.exit_code == 0, done.output
+    assert (f"rmqtool: warning: {stray}: file is 4096 bytes, expected 65536: a broker refuses to load this store "
+            "(rule commitlog_file_size, MappedFileQueue.load) until it is moved out of the commit-log directory; "
+            "the rebuild leaves it out\n") in done.stderr
+    if command == "rebuild-cq":
+        assert _units(tmp_path / "out") == _units(FIXTURES / base / "store" / "consumequeue")
+    else:
+        refs = Store.open(root).index_files()
+        for q in index_queries(json.loads((FIXTURES / base / "readback.json").read_text("utf-8"))):
+            assert set(q["phyOffsets"]) <= {phy for phy, _ in query_index(refs, q["topic"], q["key"])}, q
+    stray.unlink()
+    assert not [f for f in verify_store(root, deep=True) if f.severity == "error"]
+
+
 # -- batch queues (5.x): recovered and cut by BatchConsumeQueue's own rules --------------------------
 def _torn_batch_tail(root: Path) -> int:
     """dev-batchcq-5x with its last batch record (BatchTopic2/0's unit at 87113) torn and the records after it
@@ -684,8 +721,10 @@ _INDEX = ("nothing", "all", "all")           # the broker starts (warning); rebu
 CENSUS_RESULTS = {
     "cq_wrong_length": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     "stray_in_queue_dir": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
-    # commitlog_file_size: the broker refuses the store and so does repair (it removes no file it did not write)
-    "stray_in_commitlog": {"dev-sample": ("refused", "all", "all"), "dev-sample-5x": ("refused", "all", "all")},
+    # commitlog_file_size: the broker refuses the store, so --as-broker refuses too (no broker result), and so does
+    # repair (it removes no file it did not write); the default rebuild leaves the stray file out and says so
+    "stray_in_commitlog": {"dev-sample": ("refused", "refused", "refused"),
+                           "dev-sample-5x": ("refused", "refused", "refused")},
     "missing_first_cq": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     "dir_for_first_cq": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     # checkpoint: refused by repair as unreadable (exit 3); rebuild-cq needs no checkpoint
@@ -693,10 +732,11 @@ CENSUS_RESULTS = {
     "zeroed_index": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
     "deleted_index": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
     "slot_past_count": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
-    # recover_cut at the torn end: the truncated records are gone for every reader; repair cuts the commit log there
+    # commitlog_file_size: the broker refuses a store whose last file is short (--as-broker too); the truncated
+    # records are gone for every reader; repair restores the file's size, cutting the commit log at the torn end
     # (and the index entries past it when there are any)
-    "truncated_last_file": {"dev-sample": (("truncate_commitlog", "index_delete", "index_write"), "cut", "cut"),
-                            "dev-sample-5x": (("truncate_commitlog",), "cut", "cut")},
+    "truncated_last_file": {"dev-sample": (("truncate_commitlog", "index_delete", "index_write"), "refused", "refused"),
+                            "dev-sample-5x": (("truncate_commitlog",), "refused", "refused")},
     # blank_size: 4.9.7 ends the file at the BLANK; 5.3.3 stops at an oversized one and deletes the later files.
     # repair rewrites the size in every file, those its recovery reads and older ones (dev-sample-5x: the damaged
     # file 0 or 1 is before the newest file the queues reach, recover_normal_start)
@@ -751,10 +791,17 @@ def test_census_repair_and_rebuild_per_version(base, name, damage_fn, store_copy
     assert {k for k in every if got.get(k) == every[k]} == want[default]
     if record:
         assert f"at offset {at} " in done.stdout
+    if "refused" in broker:             # commitlog_file_size: the correct state, and a warning naming the file
+        assert f"{path}: file is " in done.stderr and "broker refuses to load this store" in done.stderr
     for version, says in zip((V4, V5), broker):
         out = tmp_path / version
         done = run("rebuild-cq", root, "--out", out, "--cq-file-size", "160", "--as-broker", "--broker-version",
                    version, "-f", "jsonl")
+        if says == "refused":           # no broker result to reproduce: one line naming the file and the rule
+            assert (done.exit_code, done.stdout, done.stderr.count("\n")) == (4, "", 1), done.output
+            assert path in done.stderr and f"a {version} broker refuses" in done.stderr
+            assert "commitlog_file_size" in done.stderr and not out.exists()
+            continue
         assert done.exit_code == 0, done.output
         got = _units(out)
         kept = {k for k in every if got.get(k) == every[k]}
@@ -798,9 +845,14 @@ def _census_rebuild_index(base, name, damage_fn, at, says, tmp_path):
         root = tmp_path / f"index-{i}"
         shutil.copytree(FIXTURES / base / "store", root)
         damage_fn(root, random.Random(f"{base}/{name}"))
+        before = snapshot(root)
         done = run("rebuild-index", root, "--backup", tmp_path / f"bk-{i}", *(("--as-broker",) + args if args else ()))
         if name == "truncated_checkpoint":     # checkpoint: rmqtool refuses a short one
             assert done.exit_code == 3 and done.stderr.count("\n") == 1, done.output
+            continue
+        if result == "refused":                # commitlog_file_size: the broker does not start
+            assert done.exit_code == 4 and done.stderr.count("\n") == 1 and "commitlog_file_size" in done.stderr
+            assert snapshot(root) == before
             continue
         assert done.exit_code == 0, done.output
         refs = Store.open(root).index_files()

@@ -10,11 +10,15 @@ skips the rest of a file at a bad magic code); the writers then append as Consum
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from rmqtool.errors import StoreError, StoreWarning
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_files
-from rmqtool.store.broker_model import V4, V5, VERSIONS, normal_recovery_start, recovery_stop, reput_reads_size
+from rmqtool.store.broker_model import (V4, V5, VERSIONS, normal_recovery_start, recovery_stop, refusal,
+                                        refused_files, reput_reads_size)
+from rmqtool.store.filequeue import QueueFile
 from rmqtool.store.store import Store
 
 
@@ -53,14 +57,34 @@ def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, de
             return
 
 
+def loaded_files(store: Store, as_broker: str | None) -> list[QueueFile]:
+    """The commit-log files with data a rebuild reads. A file the broker's load refuses (broker_model
+    refused_files: a stray or truncated file) leaves the broker no result: ``as_broker`` refuses the store
+    (StoreError, one line naming the file and the rule); the correct state is built from the other files, a
+    wrong-size file before the last left out (not one the broker maps there: a 4 KiB stray would shadow the
+    offsets of the file before it) and each named in a warning."""
+    queue = store.commitlog.queue
+    refused = refused_files(queue)
+    if refused and as_broker is not None:
+        f, problem = refused[0]
+        raise StoreError(refusal(problem, as_broker) + ": there is no broker result to reproduce", path=str(f.path))
+    last = queue.files[-1] if queue.files else None
+    for f, problem in refused:
+        warnings.warn(StoreWarning(f"{f.path}: {refusal(problem)} until it is "
+                                   + ("restored to its size (repair)" if f is last else
+                                      "moved out of the commit-log directory; the rebuild leaves it out")))
+    left_out = {f.path for f, _ in refused if f is not last}
+    return [f for f in queue.files if f.length and f.path not in left_out]
+
+
 def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, keys: bool = False,
                      props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
     """The records to dispatch, file by file; ``plan.damaged`` (and ``plan.cut``) filled as files go."""
-    files = [f for f in store.commitlog.queue.files if f.length]
     ledger = bool(store.commitlog.entry_header_size)
     if ledger:               # DLedger: every entry the log holds is dispatched (both versions)
         yield from valid_facts(store, names, keys=keys, props=props, progress=progress, jobs=plan.jobs)
         return
+    files = loaded_files(store, plan.as_broker)
     start = len(files) if plan.as_broker is None else \
         normal_recovery_start([f.start for f in files], plan.as_broker, -1)
     # read by the broker's recovery (from ``start`` on): CRC checked

@@ -34,8 +34,10 @@ class Rule(NamedTuple):
 
 RULES = [
     # -- load checks: what makes the broker refuse to start ------------------------------------------
-    Rule("commitlog_file_size", "both", "a commit-log file whose length is not the configured file size: "
-         "load fails (refuses to start)", "MappedFileQueue.load"),
+    Rule("commitlog_file_size", "both", "a commit-log file whose length is not the configured file size (a "
+         "stray file, a truncated one): load fails (refuses to start); rebuild-cq/rebuild-index --as-broker "
+         "refuse too, the default rebuild leaves a wrong-size file before the last out and says so",
+         "MappedFileQueue.load"),
     Rule("cq_file_size", "both", "a consume-queue file whose length is not the queue's file size: load fails",
          "ConsumeQueue.load -> MappedFileQueue.load"),
     Rule("checkpoint", "both", "the checkpoint is mapped and read at load; a short or unreadable one is refused "
@@ -97,6 +99,23 @@ RULES = [
     Rule("timer_chain", V5, "the dequeue walks a slot from lastPos along prevPos and checks nothing: a link to "
          "what is not an earlier unit of that slot loses every unit behind it", "TimerMessageStore.dequeue"),
 ]
+
+
+# -- load checks -------------------------------------------------------------------------------------
+def refused_files(queue) -> list[tuple[object, str]]:
+    """Rule commitlog_file_size: (file, problem) of each file of the commit-log ``queue`` (a FileQueue) whose
+    length is not the file size. MappedFileQueue.load returns false at the first such file ("length not
+    matched message store config value, please check it manually"), so DefaultMessageStore.load fails and
+    the broker does not start (4.9.7 and 5.x alike) until it is moved out (a stray file) or its size restored
+    (a truncated last file: repair)."""
+    size = queue.file_size
+    return [(f, f"file is {f.length} bytes, expected {size}") for f in queue.files if size and f.length != size]
+
+
+def refusal(problem: str, version: str | None = None) -> str:
+    """What a broker (of ``version``) does with a store holding a file of refused_files: it refuses to load."""
+    return (f"{problem}: a {version + ' ' if version else ''}broker refuses to load this store (rule "
+            "commitlog_file_size, MappedFileQueue.load)")
 
 
 # -- stepping over a bad record --------------------------------------------------------------------
@@ -349,6 +368,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     "blank_size_mismatch": (WARNING, "4.9.7 ends the file at a BLANK whatever its size, 5.3.3 unless the size "
                                      "exceeds the rest of the file, where its recovery stops (broker_start says "
                                      "what that costs); repair rewrites the size"),
+    "wrong_file_size": (ERROR, "the broker refuses to load the store: MappedFileQueue.load"),
+    "empty_last_file": (ERROR, "the broker refuses to load the store: MappedFileQueue.load"),
     "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "
                             "newest file the checkpoint vouches for"),
     "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue/BatchConsumeQueue."
