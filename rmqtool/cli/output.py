@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import datetime as dt
 import enum
 import itertools
@@ -319,13 +320,48 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     cols = columns or _union(sample)
     texts = [[cell(c, r.get(c)) for c in cols] for r in sample]
     widths = [max([cell_len(c)] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(cols)]
+    table = open_table(cols, widths, [_truncates(c, first.get(c)) for c in cols], fmt, tablefmt, title, out,
+                       optional, streamed)
+    n = 0
+    for row in itertools.chain(sample, () if failed else rest):
+        text = table.line([_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c)))
+                           for c, w in zip(table.cols, table.widths)])
+        out.write((table.between if n else "") + (text.rstrip() if table.strip else text) + "\n")
+        out.flush()
+        n += 1
+    if failed:                       # the rows before a damaged record print, then its error
+        raise failed
+    out.write(table.tail)
+    return n
+
+
+@dataclasses.dataclass
+class TableFrame:
+    """A table with fixed column widths whose head is written: ``line(cells)`` renders a row of cells
+    already fitted to ``widths``; ``between`` goes before every row but the first, ``tail`` after the
+    last; ``strip``: rows lose their trailing blanks (plain)."""
+    cols: list[str]
+    widths: list[int]
+    line: Callable[[list[str]], str]
+    parts: list[str] | None          # line(cells) is parts[0] + cells[0] + parts[1] + ... (None: markup)
+    between: str
+    tail: str
+    strip: bool
+
+
+def open_table(cols: list[str], widths: list[int], truncates: list[bool], fmt: Format, tablefmt: str,
+               title: str | None, out, optional: tuple[str, ...] = (), streamed: bool = True) -> TableFrame:
+    """Fix the columns and widths of a table whose sample rows' cells need ``widths`` terminal cells
+    (``truncates``: the column is free text that may be cut), write its title and head, return its frame."""
+    from rich.cells import cell_len
+
     if streamed:                              # free text to its usual width, not that of one long body
-        widths = [min(w, max(cell_len(c), FREE_TEXT_WIDTHS[c])) if _truncates(c, first.get(c)) else w
-                  for c, w in zip(cols, widths)]
-    cols, widths = _fit(cols, widths, first, out, optional)
+        widths = [min(w, max(cell_len(c), FREE_TEXT_WIDTHS[c])) if t else w
+                  for c, w, t in zip(cols, widths, truncates)]
+    cols, widths = _fit(cols, widths, truncates, out, optional)
     if fmt is Format.PLAIN:
         widths = [max(w, cell_len(c) + 2) for c, w in zip(cols, widths)]   # tabulate pads headers by 2
-    head, line, between, tail = _frame(cols, widths, fmt, tablefmt)
+    head, line, parts, between, tail = _frame(cols, widths, fmt, tablefmt)
     strip = fmt is Format.PLAIN                  # plain: no trailing blanks after the last column
     if strip:
         head, between, tail = ([s.rstrip() for s in part] for part in (head, between, tail))
@@ -334,18 +370,8 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     if not _headers():              # a top border stays; the header line and the rule under it go
         head = head[:next(k for k, s in enumerate(head) if all(c in s for c in cols))]
     out.write("".join(s + "\n" for s in head))
-    n = 0
-    for row in itertools.chain(sample, () if failed else rest):
-        if n:
-            out.write("".join(s + "\n" for s in between))
-        text = line([_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c))) for c, w in zip(cols, widths)])
-        out.write((text.rstrip() if strip else text) + "\n")
-        out.flush()
-        n += 1
-    if failed:                       # the rows before a damaged record print, then its error
-        raise failed
-    out.write("".join(s + "\n" for s in tail))
-    return n
+    return TableFrame(cols, widths, line, parts, "".join(s + "\n" for s in between),
+                      "".join(s + "\n" for s in tail), strip)
 
 
 def _head(it: Iterator[dict], n: int) -> tuple[list[dict], BaseException | None]:
@@ -373,17 +399,18 @@ def _truncates(key: str, value: Any) -> bool:
     return key in FREE_TEXT_WIDTHS and not isinstance(value, (int, float))
 
 
-def _fit(cols: list[str], widths: list[int], sample: dict, out,
+def _fit(cols: list[str], widths: list[int], truncates: list[bool], out,
          optional: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
-    """On a terminal, leave out ``optional`` columns and narrow the text columns (widest first) until a
-    row fits the screen."""
+    """On a terminal, leave out ``optional`` columns and narrow the text columns (``truncates``, widest
+    first) until a row fits the screen."""
     if not (hasattr(out, "isatty") and out.isatty()):
         return cols, widths
     screen = shutil.get_terminal_size((200, 24)).columns
+    cut_ok = dict(zip(cols, truncates))
     pairs = list(zip(cols, widths))
 
     def least(c: str, w: int) -> int:
-        return min(w, max(MIN_WIDTH, len(c))) if _truncates(c, sample.get(c)) else w
+        return min(w, max(MIN_WIDTH, len(c))) if cut_ok[c] else w
 
     for name in optional:
         if sum(least(c, w) for c, w in pairs) + 3 * len(pairs) + 1 <= screen:
@@ -392,7 +419,7 @@ def _fit(cols: list[str], widths: list[int], sample: dict, out,
     cols, widths = [c for c, _ in pairs], [w for _, w in pairs]
     room = screen - 3 * len(cols) - 1
     while sum(widths) > room:
-        cut = [i for i, c in enumerate(cols) if _truncates(c, sample.get(c)) and widths[i] > max(MIN_WIDTH, len(c))]
+        cut = [i for i, c in enumerate(cols) if cut_ok[c] and widths[i] > max(MIN_WIDTH, len(c))]
         if not cut:
             break
         i = max(cut, key=lambda j: widths[j])
@@ -411,8 +438,9 @@ def _fix(text: str, width: int, truncate: bool) -> str:
 
 
 def _frame(cols: list[str], widths: list[int], fmt: Format, tablefmt: str):
-    """(head lines, row renderer, lines between rows, tail lines) of a table with these fixed widths,
-    taken from the renderer's output for placeholder rows."""
+    """(head lines, row renderer, its parts around the cells (None for a markup format), lines between
+    rows, tail lines) of a table with these fixed widths, taken from the renderer's output for
+    placeholder rows."""
     render = _render_plain if fmt is Format.PLAIN else _render_rich
     x, y = [ch for ch in "XYQZKW" if not any(ch in c for c in cols)][:2]     # placeholders, not in headers
     a = render(cols, widths, [[x * w for w in widths]], tablefmt)
@@ -433,7 +461,9 @@ def _frame(cols: list[str], widths: list[int], fmt: Format, tablefmt: str):
     def markup_line(cells: list[str]) -> str:       # the format escapes its cells: let it
         return render(cols, widths, [cells], tablefmt)[i]
 
-    return a[:i], markup_line if tablefmt in MARKUP_TABLEFMTS else line, ab[i + 1:j], a[i + 1:]
+    if tablefmt in MARKUP_TABLEFMTS:
+        return a[:i], markup_line, None, ab[i + 1:j], a[i + 1:]
+    return a[:i], line, parts, ab[i + 1:j], a[i + 1:]
 
 
 def _render_plain(cols, widths, rows, tablefmt) -> list[str]:

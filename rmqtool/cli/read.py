@@ -93,6 +93,28 @@ def write_records(rows, fmt: Format, tablefmt: str, people_columns: list[str], *
                       tablefmt=tablefmt, title=title, optional=NARROW_DROPS)
 
 
+def write_record_batches(batches, fmt: Format, tablefmt: str, people_columns: list[str], *, body: str | None,
+                         charset: str = "utf-8", body_dir: str | None = None) -> int:
+    """``write_records`` of the columnar scan's record batches: built a batch at a time (jsonl, csv,
+    json, plain, table) where the options allow, else row by row; the same text either way."""
+    from rmqtool.cli.batch_output import table_supported, write_json_batches, write_table_batches
+
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx else {}
+    enc = row_encoding(body, fmt, body_dir)
+    machine = (body or "base64") != "text" and not body_dir and FIELDS_META not in meta
+    if fmt in (Format.JSONL, Format.CSV) and machine:
+        return _write_text_batches(batches, enc, fmt, NO_HEADERS_META not in meta)
+    if fmt is Format.JSON and machine:
+        return write_json_batches(batches, enc, sys.stdout)
+    if table_supported(fmt, tablefmt, body, charset, body_dir):
+        return write_table_batches(batches, fmt, people_columns, tablefmt, sys.stdout, body=body,
+                                   body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+    from rmqtool.ops.grep import hit_rows
+    return write_records(hit_rows(batches, enc), fmt, tablefmt, people_columns, body=body, charset=charset,
+                         body_dir=body_dir)
+
+
 def _note(text: str) -> None:
     click.echo(f"rmqtool: {text}", err=True)
 
@@ -313,13 +335,7 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
         batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
                                check_crc=check_crc, decompress=decompress, progress=progress)
-        if out in (Format.JSONL, Format.CSV) and (body or "base64") != "text" and not body_dir \
-                and FIELDS_META not in ctx.meta:
-            n = _write_text_batches(batches, enc, out, NO_HEADERS_META not in ctx.meta)
-        else:
-            from rmqtool.ops.grep import hit_rows
-            n = write_records(hit_rows(batches, enc), out, tablefmt, columns, body=body, charset=charset,
-                              body_dir=body_dir)
+        n = write_record_batches(batches, out, tablefmt, columns, body=body, charset=charset, body_dir=body_dir)
     if n == 0:
         _nothing(ctx, "no records")
 

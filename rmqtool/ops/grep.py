@@ -54,19 +54,24 @@ def hit_rows(tables: Iterable[pa.Table | pa.RecordBatch | None], body_encoding: 
         for name in ("born_timestamp", "store_timestamp"):
             i = table.schema.get_field_index(name)
             table = table.set_column(i, name, table.column(i).cast(pa.int64()))
-        extra = [n for n in ["crc_ok", "messages"] + LOCATION_FIELDS if n in table.schema.names]
+        fields = row_fields(table.schema)
         for row in table.to_pylist():
             if row["type"] == "blank":
-                yield {k: row[k] if k in _BLANK_FIELDS else None for k in RECORD_FIELDS + extra}
+                yield {k: row[k] if k in BLANK_FIELDS else None for k in fields}
                 continue
             row["properties"] = dict(row["properties"]) if row["properties"] is not None else None
             raw = row["properties_raw"]
             row["properties_raw"] = None if raw is None else base64.b64encode(raw).decode("ascii")
             row["body"], row["body_encoding"] = body_field(row["body"], body_encoding)
-            yield {k: row[k] for k in RECORD_FIELDS + extra}
+            yield {k: row[k] for k in fields}
 
 
-_BLANK_FIELDS = {"type", "physical_offset", "total_size", "magic_code", "messages", "store", "commitlog_file"}
+BLANK_FIELDS = {"type", "physical_offset", "total_size", "magic_code", "messages", "store", "commitlog_file"}
+
+
+def row_fields(schema: pa.Schema) -> list[str]:
+    """The fields of ``hit_rows``'s rows for batches of this schema, in order."""
+    return RECORD_FIELDS + [n for n in ["crc_ok", "messages"] + LOCATION_FIELDS if n in schema.names]
 
 
 def grep_local(files: list[scan.StoreFile], where: RecordFilter, *, decompress: bool = False,
