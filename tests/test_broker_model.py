@@ -429,6 +429,35 @@ def test_repair_rewrites_a_mismatched_blank_in_every_file(base, over, store_copy
     assert _units(tmp_path / "v5") == _units(FIXTURES / base / "store" / "consumequeue")
 
 
+@pytest.mark.parametrize("length", [0, 13, 39])
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+def test_short_checkpoint_is_read_as_the_broker_maps_it(base, length, store_copy, tmp_path):
+    """broker_model "checkpoint": StoreCheckpoint.<init> maps one page READ_WRITE, so a short checkpoint reads
+    zeros past its end and the broker starts (4.9.7 and 5.x): verify warns (exit 0); rebuild-index works; repair
+    plans the checkpoint with its length, --apply rewrites it whole (the fields it lacked from the recovered
+    store, the rest kept), then verify says nothing of it and a second repair has nothing to do."""
+    root = store_copy(base)
+    original = (root / "checkpoint").read_bytes()
+    os.truncate(root / "checkpoint", length)
+    found = [(f.severity, f.kind, f.offset) for f in verify_store(root, deep=True)]
+    assert found == [("warning", "checkpoint_short", length)]
+    assert run("verify", root).exit_code == 0
+    dry = run("repair", root, "-f", "jsonl")
+    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert dry.exit_code == 1 and [(r["action"], r["path"]) for r in rows] == [("checkpoint", "checkpoint")]
+    assert rows[0]["detail"].startswith(f"{length} bytes -> 4096")
+    assert run("repair", root, "--apply", "--backup", tmp_path / "bk").exit_code == 0
+    fixed = (root / "checkpoint").read_bytes()
+    assert len(fixed) == 4096 and fixed[:length] == original[:length] and fixed[40:] == bytes(4056)
+    cp = Store.open(root).checkpoint()
+    latest = max(r["storeTimestamp"] for r in json.loads((FIXTURES / base / "readback.json").read_text("utf-8"))
+                 ["commitlogRecords"] if r.get("storeTimestamp"))
+    assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == latest or length >= 16
+    assert not list(verify_store(root, deep=True)) and run("repair", root, "-f", "jsonl").exit_code == 0
+    os.truncate(root / "checkpoint", length)
+    assert run("rebuild-index", root, "--backup", tmp_path / "bk2").exit_code == 0
+
+
 @pytest.mark.parametrize("command", ["rebuild-cq", "rebuild-index"])
 @pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
 def test_stray_commitlog_file_refused_as_the_broker_does(base, command, store_copy, tmp_path):
@@ -579,8 +608,9 @@ def _dir_for_first_cq(root, rng):
 
 
 def _truncated_checkpoint(root, rng):
-    os.truncate(root / "checkpoint", rng.randrange(0, 40))
-    return "checkpoint", 0
+    length = rng.randrange(0, 40)
+    os.truncate(root / "checkpoint", length)
+    return "checkpoint", length
 
 
 def _zeroed_index(root, rng):
@@ -632,7 +662,7 @@ CENSUS = [
     ("stray_in_commitlog", _stray_in_commitlog, "error", "wrong_file_size"),
     ("missing_first_cq", _missing_first_cq, "error", "cq_missing_unit"),       # records no consumer reaches
     ("dir_for_first_cq", _dir_for_first_cq, "error", "cq_file_size"),
-    ("truncated_checkpoint", _truncated_checkpoint, "error", "checkpoint_bad"),  # StoreCheckpoint.<init>
+    ("truncated_checkpoint", _truncated_checkpoint, "warning", "checkpoint_short"),  # StoreCheckpoint.<init>
     ("zeroed_index", _zeroed_index, "warning", "index_missing_entry"),          # the broker starts; lookups miss
     ("deleted_index", _deleted_index, "warning", "index_missing_entry"),
     ("slot_past_count", _slot_past_count, "warning", "index_bad_slot"),        # IndexFile.selectPhyOffset
@@ -713,7 +743,8 @@ def test_repair_dry_run_names_what_it_leaves(store_copy):
 #   one line), or the first actions planned (exit 1; a lose_messages row names the damaged offset)
 #   broker: "all" (every unit at its queue offset), "cut" (exactly the units of records ending at or before
 #   the offset: the recovery truncates there), "misplaced" (the units before the offset; the dispatch skips
-#   the damaged record or the rest of its file and appends later units at each queue's current position)
+#   the damaged record or the rest of its file and appends later units at each queue's current position),
+#   "refused" (the broker's load fails: --as-broker exits 4 with one line naming the file and the rule)
 _LOSE = ("lose_messages", "truncate_commitlog")
 _QUEUE_FILES = ("left", "all", "all")        # cq_file_size / recognition: the load refuses it; repair leaves the
 #                                              queue to rebuild-cq, which reads the commit log only
@@ -727,8 +758,8 @@ CENSUS_RESULTS = {
                            "dev-sample-5x": ("refused", "refused", "refused")},
     "missing_first_cq": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     "dir_for_first_cq": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
-    # checkpoint: refused by repair as unreadable (exit 3); rebuild-cq needs no checkpoint
-    "truncated_checkpoint": {"dev-sample": ("unreadable", "all", "all"), "dev-sample-5x": ("unreadable", "all", "all")},
+    # checkpoint: the broker reads zeros past the end of a short one and starts; repair rewrites it
+    "truncated_checkpoint": {"dev-sample": (("checkpoint",), "all", "all"), "dev-sample-5x": (("checkpoint",), "all", "all")},
     "zeroed_index": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
     "deleted_index": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
     "slot_past_count": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
@@ -819,8 +850,8 @@ def test_census_repair_and_rebuild_per_version(base, name, damage_fn, store_copy
     elif repair_says == "left":
         assert (dry.exit_code, rows) == (1, []), dry.output
         assert dry.stderr.startswith(f"rmqtool: not repaired: {path}")
-    elif repair_says in ("refused", "unreadable"):
-        assert dry.exit_code == (4 if repair_says == "refused" else 3), dry.output
+    elif repair_says == "refused":
+        assert dry.exit_code == 4, dry.output
         assert dry.stderr.startswith("rmqtool: error: ") and dry.stderr.count("\n") == 1 and path in dry.stderr
     else:
         assert dry.exit_code == 1 and [r["action"] for r in rows][:len(repair_says)] == list(repair_says), dry.output
@@ -832,8 +863,8 @@ def test_census_repair_and_rebuild_per_version(base, name, damage_fn, store_copy
 
 def _census_rebuild_index(base, name, damage_fn, at, says, tmp_path):
     """rebuild-index (default, then --as-broker 4.9.7 and 5.3.3) on copies of the damaged store: which of the
-    readback's key look-ups lose their record, per the same results as rebuild-cq's (a truncated checkpoint:
-    refused, exit 3, one line)."""
+    readback's key look-ups lose their record, per the same results as rebuild-cq's (a wrong-size commit-log
+    file: --as-broker refused, exit 4, one line, nothing changed)."""
     import random
     queries = index_queries(json.loads((FIXTURES / base / "readback.json").read_text("utf-8")))
     phys = {p for q in queries for p in q["phyOffsets"]}
@@ -847,9 +878,6 @@ def _census_rebuild_index(base, name, damage_fn, at, says, tmp_path):
         damage_fn(root, random.Random(f"{base}/{name}"))
         before = snapshot(root)
         done = run("rebuild-index", root, "--backup", tmp_path / f"bk-{i}", *(("--as-broker",) + args if args else ()))
-        if name == "truncated_checkpoint":     # checkpoint: rmqtool refuses a short one
-            assert done.exit_code == 3 and done.stderr.count("\n") == 1, done.output
-            continue
         if result == "refused":                # commitlog_file_size: the broker does not start
             assert done.exit_code == 4 and done.stderr.count("\n") == 1 and "commitlog_file_size" in done.stderr
             assert snapshot(root) == before

@@ -39,6 +39,13 @@ def decode_checkpoint(buf) -> Checkpoint:
     return Checkpoint(*_FIELDS.unpack_from(buf, 0), bytes(buf[_FIELDS.size:]))
 
 
+def decode_checkpoint_mapped(buf) -> Checkpoint:
+    """The checkpoint as the broker reads it (4.9.7 and 5.x): StoreCheckpoint.<init> maps one OS page READ_WRITE
+    and FileChannel.map extends a shorter file with zeros, so the fields a short file lacks read 0 (and its
+    next StoreCheckpoint.flush writes every field)."""
+    return decode_checkpoint(bytes(buf) + bytes(max(0, C.CHECKPOINT_FILE_SIZE - len(buf))))
+
+
 def decode_checkpoint_file(buf) -> Checkpoint:
     """A whole checkpoint file: StoreCheckpoint maps exactly one OS page (MappedFile.OS_PAGE_SIZE), so a
     file of another size (a commit-log file, say) is not one."""

@@ -323,11 +323,16 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
         _reindex(plan, store, ranges[0][0], f"holds entries from the salvaged record at {ranges[0][0]} on")
     elif not abnormal and not plan.lost and ledger is None and files:     # a torn tail cut on a normal start
         _reindex(plan, store, process, f"holds entries at or after the recovered end {process}")
-    if store.is_store_root and new_cp != cp and store.path(L.CHECKPOINT).exists():
+    length = store.checkpoint_length()
+    short = length is not None and length < C.CHECKPOINT_FILE_SIZE
+    if short:
+        new_cp = _lost_fields(store, scanned, cp, new_cp, length)
+    if length is not None and (new_cp != cp or short):
         plan.writes[L.CHECKPOINT] = encode_checkpoint(new_cp)
         plan.actions.append(Action("checkpoint", L.CHECKPOINT, ", ".join(
-            f"{k} {getattr(cp, k)} -> {getattr(new_cp, k)}" for k in Checkpoint._fields[:5]
-            if getattr(cp, k) != getattr(new_cp, k))))
+            ([f"{length} bytes -> {C.CHECKPOINT_FILE_SIZE}"] if short else [])
+            + [f"{k} {getattr(cp, k)} -> {getattr(new_cp, k)}" for k in Checkpoint._fields[:5]
+               if getattr(cp, k) != getattr(new_cp, k)])))
     if abnormal:
         if v5:
             plan.writes[L.ABORT_BAK] = store.abort_path.read_bytes()
@@ -476,6 +481,22 @@ def _after_cut(plan: RepairPlan, store: Store, scanned: list[FileFacts], cp: Che
     and the checkpoint's times brought back to the last kept record (what the cut leaves stale)."""
     _reindex(plan, store, plan.process_offset, f"holds entries at or after the cut {plan.process_offset}")
     return _times_back(scanned, cp)
+
+
+def _lost_fields(store: Store, scanned: list[FileFacts], cp: Checkpoint, new_cp: Checkpoint, length: int) -> Checkpoint:
+    """A checkpoint file of ``length`` bytes, shorter than its page (broker_model "checkpoint": the broker reads
+    zeros past its end and its next StoreCheckpoint.flush writes every field): each field it lacks that recovery
+    left as read gets what the broker's flushes write after this recovery: physicMsgTimestamp the last record's
+    store time, logicsMsgTimestamp the last record with a consume-queue unit's (ConsumeQueue.putMessagePositionInfo),
+    indexMsgTimestamp the newest index file's end timestamp (IndexService.flush); masterFlushedOffset and
+    confirmPhyOffset 0, as a clean shutdown leaves them."""
+    last = next((int(f.columns["store_timestamp"][-1]) for f in reversed(scanned) if len(f)), 0)
+    last_cq = next((int(f.columns["store_timestamp"][f.gets_cq_unit()][-1]) for f in reversed(scanned)
+                    if f.gets_cq_unit().any()), 0)
+    found = {"physic_msg_timestamp": last, "logics_msg_timestamp": last_cq,
+             "index_msg_timestamp": max((r.header.end_timestamp for r in store.index_files()), default=0)}
+    return new_cp._replace(**{k: found.get(k, 0) for i, k in enumerate(Checkpoint._fields[:5])
+                              if length < 8 * (i + 1) and getattr(new_cp, k) == getattr(cp, k)})
 
 
 def _times_back(scanned: list[FileFacts], cp: Checkpoint) -> Checkpoint:

@@ -740,11 +740,7 @@ def _predictions(store: Store, results: list[FileResult], cq_max_phy: int, min_o
 def _stray_files(store: Store) -> Iterator[Finding]:
     """Entries of the data directories that are not files the broker loads there (staged leftovers, ...);
     a store whose version cannot be told gets 4.9.7's rules, the stricter."""
-    try:
-        v5 = store.is_5x
-    except FormatError:          # a bad checkpoint is reported on its own
-        v5 = False
-    for path, refused, reason in refused_entries(store.root, broker_5x=v5):
+    for path, refused, reason in refused_entries(store.root, broker_5x=store.is_5x):
         yield Finding(ERROR, "stray_file", str(path), None, reason) if refused else \
             Finding(WARNING, "skipped_file", str(path), None, reason)
 
@@ -884,10 +880,7 @@ def _unindexed_findings(store: Store, results: list[FileResult]) -> Iterator[Fin
     """Record keys no index entry holds (query-key cannot find them), one warning per commit-log file: the
     broker starts and serves the rest (a 4.9.7 DLedger recovery leaves such records itself); rebuild-index
     indexes them."""
-    try:
-        cp = store.checkpoint()
-    except FormatError:
-        cp = None
+    cp = store.checkpoint()
     for r in results:
         if r.unindexed is None:
             continue
@@ -900,14 +893,14 @@ def _unindexed_findings(store: Store, results: list[FileResult]) -> Iterator[Fin
 
 
 def _verify_checkpoint(store: Store, latest: int, end: int) -> Iterator[Finding]:
-    try:
-        cp = store.checkpoint()
-    except FormatError as exc:
-        yield Finding(ERROR, "checkpoint_bad", exc.path, exc.offset, exc.message)
-        return
+    cp = store.checkpoint()
     if cp is None or not store.is_store_root:
         return
     path = str(store.path(L.CHECKPOINT))
+    length = store.checkpoint_length()
+    if length < C.CHECKPOINT_FILE_SIZE:
+        yield Finding(WARNING, "checkpoint_short", path, length, f"checkpoint is {length} bytes, not "
+                      f"{C.CHECKPOINT_FILE_SIZE}", C.CHECKPOINT_FILE_SIZE, length)
     for pos, name in ((0, "physic_msg_timestamp"), (8, "logics_msg_timestamp"), (16, "index_msg_timestamp")):
         value = getattr(cp, name)
         if value > latest:

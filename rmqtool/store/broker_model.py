@@ -40,8 +40,10 @@ RULES = [
          "MappedFileQueue.load"),
     Rule("cq_file_size", "both", "a consume-queue file whose length is not the queue's file size: load fails",
          "ConsumeQueue.load -> MappedFileQueue.load"),
-    Rule("checkpoint", "both", "the checkpoint is mapped and read at load; a short or unreadable one is refused "
-         "by rmqtool (the broker would read zeros)", "StoreCheckpoint.<init>"),
+    Rule("checkpoint", "both", "the checkpoint is mapped one OS page READ_WRITE at load: a short file is extended "
+         "with zeros and the fields it lacks read 0 (after a crash a zero time makes recovery start at the first "
+         "file and drop every index file), the next flush writes every field; the broker starts: a warning, and "
+         "repair rewrites it from the recovered store", "StoreCheckpoint.<init>, StoreCheckpoint.flush"),
     # -- recovery ------------------------------------------------------------------------------------
     Rule("recover_normal_start", V4, "normal start (no abort file): the commit log is re-checked from the "
          "third-last file only (CRC on); damage in older files is not seen at load", "CommitLog.recoverNormally"),
@@ -376,6 +378,8 @@ LEVELS: dict[str, tuple[str, str]] = {
                                   "truncateDirtyLogicFiles"),
     "cq_stale_unit": (WARNING, "the broker ignores it: ConsumeQueue.recover stops at the first invalid unit"),
     "cq_filler_unit": (WARNING, "consumers step over blank units"),
+    "checkpoint_short": (WARNING, "the broker reads zeros past its end and writes every field at its next "
+                                  "flush: StoreCheckpoint.<init>; repair rewrites it"),
     "checkpoint_ahead": (WARNING, "the broker uses it only to pick the crash-recovery start file"),
     "dledger_crc_mismatch": (WARNING, "DLedger keeps the entry and the broker dispatches it: 4.9.7 checks no "
                                       "body CRC, 5.3.3 cuts the queues back to it on recovery and dispatches it again"),

@@ -15,7 +15,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError, StoreWarning
 from rmqtool.format.batchcq import BatchCqUnit, find_unit
 from rmqtool.format.batchcq import decode_units as decode_batch_units
-from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint
+from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint_mapped
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, valid_prefix
 from rmqtool.format.indexfile import (DEFAULT_GEOMETRY, Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
@@ -413,13 +413,16 @@ class Store:
 
     # -- single files -----------------------------------------------------------------------------
     def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint as the broker reads it (a short file padded with zeros: decode_checkpoint_mapped)."""
         path = self.root / L.CHECKPOINT
         if not self.is_store_root or not path.is_file():
             return None
-        try:
-            return decode_checkpoint(path.read_bytes())
-        except FormatError as exc:
-            raise exc.at(path=str(path)) from None
+        return decode_checkpoint_mapped(path.read_bytes())
+
+    def checkpoint_length(self) -> int | None:
+        """Bytes of the checkpoint file (None: there is none); the broker reads zeros past them."""
+        path = self.root / L.CHECKPOINT
+        return path.stat().st_size if self.is_store_root and path.is_file() else None
 
     @property
     def abort_path(self) -> Path:
