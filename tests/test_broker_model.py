@@ -554,6 +554,31 @@ def test_batch_unit_past_the_end_is_what_the_broker_drops_on_load(store_copy):
     assert found == [("warning", "cq_unit_past_end", "batchconsumequeue/BatchTopic2/0/00000000000000000184", 46, at)]
 
 
+def test_batch_queue_min_offset_after_the_commit_log_head_is_deleted(store_copy):
+    """BatchConsumeQueue.correctMinOffset (ConsumeQueueStore.recoverOffsetTable, with the commit log's min offset):
+    after the oldest commit-log file is deleted, a batch queue's min offset moves past each unit of its first file
+    whose record was in it (msgBaseOffset + batchSize), stopping at the first unit at or after the commit log's
+    first offset; topic-status and info give that min."""
+    from rmqtool.format.batchcq import decode_unit
+    root = store_copy("dev-batchcq-5x")
+    (root / "commitlog" / "00000000000000000000").unlink()
+    want = {}
+    for q in sorted((root / "batchconsumequeue").glob("*/*")):
+        first = sorted(q.iterdir())[0].read_bytes()
+        units = [decode_unit(first, pos) for pos in range(0, len(first) - 45, 46)]
+        low = units[0].msg_base_offset
+        for u in units:
+            if not u.is_valid or u.physical_offset >= 65536:
+                break
+            low = u.msg_base_offset + u.batch_size
+        want[(q.parent.name, int(q.name))] = low
+    assert any(want.values())
+    rows = map(json.loads, run("topic-status", root, "BatchTopic", "BatchTopic2", "-f", "jsonl").stdout.splitlines())
+    assert {(r["topic"], r["queue_id"]): r["min_offset"] for r in rows} == want
+    info = json.loads(run("info", root, "-f", "json").stdout)
+    assert {(q["topic"], q["queue_id"]): q["min_queue_offset"] for q in info["batch_consume_queues"]} == want
+
+
 # -- the census: every kind of corruption the broker's load and recovery checks meet, seeded ---------
 def _records(f: Path) -> list[tuple[int, int]]:
     """(position, size) of each message record of a commit-log file."""

@@ -34,8 +34,8 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None,
     if store.consumequeue_is_rocksdb:
         queues = rocksdb_queue_rows(store, scan["max_physical_offset"])
     batch = [{"topic": q.topic, "queue_id": q.queue_id, "files": len(q.queue), "units": len(q.units()),
-              "min_queue_offset": q.offsets()[0], "max_queue_offset": q.offsets()[1]}
-             for q in store.batch_consume_queues()]
+              "min_queue_offset": low, "max_queue_offset": high}
+             for q in store.batch_consume_queues() for low, high in [q.offsets(cl.min_offset)]]
     cp = store.checkpoint()
     topic_config, ledger = _or_problem(problems, topic_config_rows, store, queues + batch, default=[]), \
         _or_problem(problems, dledger_row, store)

@@ -41,9 +41,9 @@ def store_time_at(store: Store, topic: str, queue_id: int, queue_offset: int) ->
 
 
 def _min_offset(store: Store, topic: str, queue_id: int) -> int:
-    """ConsumeQueue.getMinOffsetInQueue (BatchConsumeQueue: the first unit's msgBaseOffset)."""
+    """ConsumeQueue.getMinOffsetInQueue (BatchConsumeQueue: after correctMinOffset, BatchConsumeQueue.offsets)."""
     if _batch(store, topic):
-        return store.batch_consume_queue(topic, queue_id).offsets()[0]
+        return store.batch_consume_queue(topic, queue_id).offsets(store.commitlog.min_offset)[0]
     first, _ = store.consume_queue(topic, queue_id).extent()
     return first
 

@@ -71,6 +71,10 @@ RULES = [
          "deleted); the max offset is the last kept unit's msgBaseOffset + batchSize; after a crash the "
          "re-read batch records are appended after the last unit's physical offset",
          "BatchConsumeQueue.recover, truncateDirtyLogicFiles, reviseMaxOffsetInQueue, putBatchMessagePositionInfo"),
+    Rule("bcq_min_offset", V5, "after load a batch queue's min offset is its first unit's msgBaseOffset, moved past "
+         "each unit of its first file whose record lies before the commit log's first offset (to msgBaseOffset + "
+         "batchSize), up to the first unit at or after it", "BatchConsumeQueue.correctMinOffset, "
+         "ConsumeQueueStore.recoverOffsetTable"),
     Rule("recover_stale_tail", "both", "bytes past the recovered end (a torn record, a stale unit) stay on disk and "
          "are cut again, logically, on every start", "MappedFile.setWrotePosition"),
     # -- dispatch (reput) across a bad record --------------------------------------------------------

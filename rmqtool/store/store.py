@@ -116,10 +116,20 @@ class BatchConsumeQueue:
         i = find_unit(units, queue_offset)
         return None if i is None else units[i]
 
-    def offsets(self) -> tuple[int, int]:
-        """(min, max) message offset: the first unit's msgBaseOffset, the end of the last unit."""
-        units = self.units()
-        return (units[0].msg_base_offset, units[-1].next_offset) if units else (0, 0)
+    def offsets(self, commitlog_min: int = 0) -> tuple[int, int]:
+        """(min, max) message offset as the broker's load leaves them: the end of the last unit, and the first
+        unit's msgBaseOffset moved past each unit of the first file whose record lies before ``commitlog_min``
+        (the commit log's first offset: BatchConsumeQueue.reviseMinOffsetInQueue, then correctMinOffset, which
+        ConsumeQueueStore.recoverOffsetTable calls with the commit log's min offset; 5.x)."""
+        units = list(self.iter_units())
+        if not units:
+            return 0, 0
+        low = units[0][2].msg_base_offset
+        for f, _, unit in units:
+            if f is not units[0][0] or unit.physical_offset >= commitlog_min:
+                break
+            low = unit.next_offset
+        return low, units[-1][2].next_offset
 
 
 @dataclass(frozen=True)
