@@ -35,6 +35,14 @@ def name(request):
     return request.param
 
 
+@pytest.fixture(autouse=True)
+def _started_a_day_after(monkeypatch):
+    """verify's timer findings as a broker started a day after the fixture's lastReadTimeMs sees them (rule
+    timer_read_time moves the read time only after 7 days): the same on every day the suite runs."""
+    cp = TimerStore.open(store_path(TIMER_SETS[0])).checkpoint()
+    monkeypatch.setattr("rmqtool.ops.timer.clock_ms", lambda: cp.last_read_time_ms + 86_400_000)
+
+
 def test_every_timerlog_unit_and_blank(name):
     ts = TimerStore.open(store_path(name))
     got = list(ts.iter_timerlog())
@@ -360,3 +368,28 @@ def test_timer_slot_lastpos_is_relinked_by_the_recovery(store_copy):
     _patch(root, "timerwheel", index * SLOT_SIZE + 16, ">q", 884)
     found = [(f.severity, f.kind, f.offset, f.expected, f.actual) for f in verify_store(root) if f.kind.startswith("timer_")]
     assert found == [("warning", "timer_slot_revised", index * SLOT_SIZE, 1560, 884)]
+
+
+@pytest.mark.parametrize("hours", [0, 20, 80])
+def test_read_time_moved_after_seven_days(hours, store_copy, monkeypatch):
+    """broker_model "timer_read_time": a broker started 7 days + ``hours`` after lastReadTimeMs reads from
+    formatTimeMs(now) - (7 x 86400 - 60) slots (TimerMessageStore.recover): verify warns with the slots and units
+    before that time (never delivered), and checks the chains of the later slots only."""
+    from rmqtool.ops.timer import timer_findings
+    root = store_copy("dev-timer-5x")
+    ts = TimerStore.open(root)
+    last = ts.checkpoint().last_read_time_ms
+    now = last + 7 * 86_400_000 + hours * 3_600_000 + 999
+    start = now // 1000 * 1000 - (7 * 86400 - 60) * 1000
+    slots = [s for i, s in ts.iter_slots() if s.ticks % ts.slot_count == i and last <= s.time_ms(1000) < start]
+    found = [(f.severity, f.kind, f.expected, f.actual, f.message) for f in timer_findings(Store.open(root), now)]
+    assert bool(slots) == (hours > 0)           # the fixture's first pending slots are due ~20 h after it
+    if not slots:
+        assert found == []
+        return
+    assert found == [("warning", "timer_read_moved", start, last,
+                      f"lastReadTimeMs is more than 7 days old: a 5.3.3 broker started now reads from {start} on "
+                      f"(TimerMessageStore.recover), so the {sum(s.num for s in slots)} unit(s) of the {len(slots)} "
+                      "slot(s) before it are never delivered")]
+    monkeypatch.setattr("rmqtool.ops.timer.clock_ms", lambda: now)
+    assert run("verify", root).exit_code == 0

@@ -16,6 +16,7 @@ the enqueue writes it again with DELETE: a rolled recall stays a delete marker, 
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 from rmqtool import constants as C
@@ -145,11 +146,17 @@ def _int(text: str | None) -> int | None:
 WHEEL_LENGTH = TIMER_WHEEL_TTL_DAY * 86400 * 2 * SLOT_SIZE      # TimerWheel: slotsTotal * 2 slots
 
 
-def timer_findings(store: Store) -> Iterator[Finding]:
-    """The broker model's timer rules (rmqtool.store.broker_model: timer_load, timer_recover, timer_chain):
-    files the load refuses, the unit where the recovery truncates the timer log, slots it re-links, and
-    chains of pending slots (at or after lastReadTimeMs) the dequeue cannot follow."""
-    from rmqtool.store.broker_model import timer_recovery
+def clock_ms() -> int:
+    """Now, when a broker would start on the store (the wall clock)."""
+    return int(time.time() * 1000)
+
+
+def timer_findings(store: Store, now_ms: int | None = None) -> Iterator[Finding]:
+    """The broker model's timer rules (rmqtool.store.broker_model: timer_load, timer_recover, timer_read_time,
+    timer_chain): files the load refuses, the unit where the recovery truncates the timer log, slots it re-links,
+    the slots a broker started at ``now_ms`` (default: clock_ms) skips, and chains of the slots it dequeues that it
+    cannot follow."""
+    from rmqtool.store.broker_model import timer_read_start, timer_recovery
 
     ts = TimerStore.open(store.root) if store.is_store_root else None
     if ts is None:
@@ -174,10 +181,18 @@ def timer_findings(store: Store) -> Iterator[Finding]:
                       f"not a timer-log unit: a 5.3.3 broker's timer recovery truncates the timer log here and deletes "
                       f"{rec.lost_files} later file(s): {rec.lost_units} unit(s) after it are lost "
                       "(TimerMessageStore.recoverAndRevise)")
-    from_ms = cp.last_read_time_ms if cp else 0
+    last_read = cp.last_read_time_ms if cp else 0
+    from_ms = timer_read_start(last_read, ts.precision_ms, clock_ms() if now_ms is None else now_ms)
+    skipped = [slot for index, slot in ts.iter_slots() if slot.ticks % ts.slot_count == index
+               and last_read <= slot.time_ms(ts.precision_ms) < from_ms]
+    if skipped:
+        yield Finding(WARNING, "timer_read_moved", str(ts.wheel_path), None,
+                      f"lastReadTimeMs is more than 7 days old: a 5.3.3 broker started now reads from {from_ms} on "
+                      f"(TimerMessageStore.recover), so the {sum(s.num for s in skipped)} unit(s) of the "
+                      f"{len(skipped)} slot(s) before it are never delivered", from_ms, last_read)
     for index, slot in ts.iter_slots():
         if slot.ticks % ts.slot_count != index or slot.time_ms(ts.precision_ms) < from_ms:
-            continue                     # not this slot's time, or dequeued already
+            continue                     # not this slot's time, or dequeued already (or skipped)
         last = rec.revised.get(slot.ticks, slot.last_pos)
         if last != slot.last_pos and not (rec.damaged and slot.last_pos >= rec.cut):    # (else part of the cut)
             yield Finding(WARNING, "timer_slot_revised", str(ts.wheel_path), index * SLOT_SIZE,

@@ -102,6 +102,9 @@ RULES = [
          "size is not 52 or whose magic has bits above 0xF ends it: the timer log is truncated there and every "
          "later file deleted", "TimerMessageStore.recover, recoverAndRevise, TimerWheel.reviseSlot, "
          "MappedFileQueue.truncateDirtyFiles"),
+    Rule("timer_read_time", V5, "the dequeue reads from the checkpoint's lastReadTimeMs, moved up to the start's "
+         "time less 7 days and 60 slots (formatTimeMs(now) - (slotsTotal - TIMER_BLANK_SLOTS) x precisionMs) when "
+         "older: the units of the slots before it are never delivered", "TimerMessageStore.recover"),
     Rule("timer_chain", V5, "the dequeue walks a slot from lastPos along prevPos and checks nothing: a link to "
          "what is not an earlier unit of that slot loses every unit behind it", "TimerMessageStore.dequeue"),
 ]
@@ -311,6 +314,19 @@ def abnormal_recovery_start(store) -> int:
 
 
 # -- the timer store's recovery (5.x) ----------------------------------------------------------------
+TIMER_BLANK_SLOTS = 60          # TimerMessageStore.TIMER_BLANK_SLOTS (TimerState in later 5.x)
+
+
+def timer_read_start(last_read_ms: int, precision_ms: int, now_ms: int) -> int:
+    """Where the dequeue of a broker started at ``now_ms`` begins (rule timer_read_time, TimerMessageStore.recover):
+    lastReadTimeMs, or formatTimeMs(now) - slotsTotal x precisionMs + TIMER_BLANK_SLOTS x precisionMs when that is
+    later (slotsTotal = TIMER_WHEEL_TTL_DAY x 86400)."""
+    from rmqtool.format.timer import TIMER_WHEEL_TTL_DAY
+
+    floor = now_ms // precision_ms * precision_ms - (TIMER_WHEEL_TTL_DAY * 86400 - TIMER_BLANK_SLOTS) * precision_ms
+    return max(last_read_ms, floor)
+
+
 class TimerRecovery(NamedTuple):
     cut: int                  # timer-log offset where the recovery walk stops (the end of the units, or damage)
     damaged: bool             # the walk stops at bytes that are not the zero end of the units
@@ -399,6 +415,7 @@ LEVELS: dict[str, tuple[str, str]] = {
     "skipped_file": (WARNING, ""),
     "prop_crc_mismatch": (WARNING, ""),
     "timer_bad_unit": (WARNING, ""),         # the finding says what the timer recovery cuts
+    "timer_read_moved": (WARNING, ""),        # the finding says what the start skips
     "timer_slot_revised": (WARNING, "the broker's timer recovery re-links it: TimerWheel.reviseSlot"),      # refused only with forceVerifyPropCRC (off by default)           # a data-directory entry the broker skips or deletes (recognition)
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
