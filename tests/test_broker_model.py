@@ -784,7 +784,8 @@ CENSUS_RESULTS = {
     "missing_first_cq": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     "dir_for_first_cq": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     # checkpoint: the broker reads zeros past the end of a short one and starts; repair rewrites it
-    "truncated_checkpoint": {"dev-sample": (("checkpoint",), "all", "all"), "dev-sample-5x": (("checkpoint",), "all", "all")},
+    "truncated_checkpoint": {"dev-sample": (("checkpoint",), "all", "all"),
+                             "dev-sample-5x": (("checkpoint",), "all", "all")},
     "zeroed_index": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
     "deleted_index": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},
     "slot_past_count": {"dev-sample": _INDEX, "dev-sample-5x": _INDEX},

@@ -163,10 +163,11 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     """The broker's recovery as a plan (rmqtool.store.broker_model, per version). Only the files recovery
     reads are read: from the start file (chosen from first records and the checkpoint after a crash, else
     CommitLog.recoverNormally's) to the first invalid record; older files only by a header walk to the BLANK
-    that ends them (rule blank_size: a mismatched TOTALSIZE is rewritten wherever it is). ``plan.lost`` counts the valid messages the
-    cut would delete beyond it (a bad record before the torn tail). ``salvage`` (beyond the broker): keep
-    them, each damaged record before the torn tail replaced by a placeholder of its size (``placeholder``),
-    its consume-queue unit by a blank unit. ``jobs``: worker processes for the walk (facts.scan_files)."""
+    that ends them (rule blank_size: a mismatched TOTALSIZE is rewritten wherever it is). ``plan.lost`` counts
+    the valid messages the cut would delete beyond it (a bad record before the torn tail). ``salvage`` (beyond
+    the broker): keep them, each damaged record before the torn tail replaced by a placeholder of its size
+    (``placeholder``), its consume-queue unit by a blank unit. ``jobs``: worker processes for the walk
+    (facts.scan_files)."""
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
     for f, problem in queue.problems():     # MappedFileQueue.load refuses it; which files belong is not a guess
