@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ALL_SETS, DLEDGER_SETS, store_path
@@ -13,6 +13,8 @@ from rmqtool.format.commitlog import Blank
 from rmqtool.format.java import index_key_hash
 from rmqtool.ops.facts import QueueNames, _key_hashes, scan_file
 from rmqtool.store.store import Store
+from tests.test_columnar import messages
+from tests.test_kernel import _DAMAGE, _TAILS, _file
 
 
 @pytest.mark.parametrize("name", ALL_SETS + DLEDGER_SETS)
@@ -98,3 +100,53 @@ def test_fact_columns_equal_the_full_decoder(name):
             assert lean.column(col).equals(want), col
         compared += good
     assert compared > 100
+
+
+def _ascii(m):
+    from rmqtool.format.commitlog import Message
+
+    fields = {k: getattr(m, k) for k in Message.__slots__}
+    fields["topic"] = m.topic if m.topic.isascii() else "TopicA"
+    fields["topic_raw"] = None
+    fields["properties_raw"] = bytes(b if b < 128 else 63 for b in m.properties_raw)
+    return Message(**fields)
+
+
+@settings(max_examples=120, deadline=None)
+@given(msgs=st.lists(messages(), min_size=1, max_size=20), damage=_DAMAGE, tail=_TAILS, deep=st.booleans(),
+       ascii_only=st.booleans())
+def test_compiled_facts_equal_the_arrow_path(tmp_path_factory, msgs, damage, tail, deep, ascii_only):
+    """scan_file's compiled facts (columnar.facts) and the Arrow columns of decode_facts give the same
+    facts, queue codes, key hashes, dispatch properties and findings on random valid and damaged files
+    (a window with text that is not ASCII takes the Arrow path)."""
+    from unittest import mock
+
+    from rmqtool.ops import facts as facts_mod
+    from rmqtool.store.filequeue import QueueFile
+
+    raw = _file([_ascii(m) for m in msgs] if ascii_only else msgs, damage, tail)
+    path = tmp_path_factory.mktemp("cl") / "00000000000000000000"
+    path.write_bytes(raw)
+    f = QueueFile(path, 0, len(raw))
+    runs, compiled_windows = [], []
+    window_facts = facts_mod.window_facts
+
+    def counted(*args, **kw):
+        out = window_facts(*args, **kw)
+        compiled_windows.append(out is not None)
+        return out
+
+    for compiled in (True, False):
+        names = QueueNames()
+        with mock.patch.object(facts_mod, "window_facts", counted if compiled else lambda *a, **k: None):
+            runs.append((scan_file(f, names, deep=deep, keys=True, props=True), names.names))
+    (a, names_a), (b, names_b) = runs
+    if ascii_only and damage is None and len(b):
+        assert all(compiled_windows)
+    assert names_a == names_b
+    for k in b.columns:
+        assert a.columns[k].dtype == b.columns[k].dtype and a.columns[k].tolist() == b.columns[k].tolist(), k
+    assert a.key_offsets.tolist() == b.key_offsets.tolist() and a.key_hashes.tolist() == b.key_hashes.tolist()
+    assert a.key_hashes.dtype == b.key_hashes.dtype
+    assert all(a.props[k].equals(b.props[k]) for k in b.props)
+    assert (a.stop, a.stop_offset, a.findings) == (b.stop, b.stop_offset, b.findings)

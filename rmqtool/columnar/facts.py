@@ -1,0 +1,160 @@
+"""The facts the maintenance commands keep per record, computed from a window of the scan kernel in one
+compiled pass (no Arrow arrays, no copies of topics or properties).
+
+``window_facts`` gives, for the records of a window scanned without ``items``: each record's topic as
+an index into the window's distinct topics (numbered in order of first appearance, as
+``pyarrow.compute.dictionary_encode`` numbers them), the TAGS hashCode (the consume queue's tagsCode
+off the delay topic), and on request the index key hashes (IndexService.buildIndex: UNIQ_KEY, then each
+KEYS element split at a space, each hashed as IndexFile.indexKeyHashMethod of ``topic#key``). Java's
+String.hashCode runs over UTF-16 code units, which are the bytes of ASCII text: a window whose topics or
+hashed values hold any other byte gives None, and the caller takes the Arrow path
+(``rmqtool.columnar.decode.decode_facts``) for it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from rmqtool import constants as C
+from rmqtool.columnar.kernel import Window, _jit
+
+_M = 0xFFFFFFFF
+_SPACE = ord(C.KEY_SEPARATOR)
+_HASH_SIGN = ord("#")
+
+
+class WindowFacts(NamedTuple):
+    topic_index: np.ndarray      # per record: its topic's number in ``topics``
+    topics: list[str]            # the distinct topics, in order of first appearance
+    tags_code: np.ndarray        # int64: TAGS hashCode (0 without TAGS); delay-topic records not derived yet
+    key_counts: np.ndarray       # int64: index keys per record (empty without keys)
+    key_hashes: np.ndarray       # int32: the records' index key hashes one after another
+
+
+@_jit
+def _text_hash(d, a, b, h):
+    """String.hashCode continued from ``h`` over the ASCII bytes d[a:b] (unsigned 32-bit); -1 at a byte
+    that is not ASCII. Four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
+    seen = 0
+    while a + 4 <= b:
+        c0, c1, c2, c3 = np.int64(d[a]), np.int64(d[a + 1]), np.int64(d[a + 2]), np.int64(d[a + 3])
+        seen |= c0 | c1 | c2 | c3
+        h = (h * 923521 + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & _M
+        a += 4
+    while a < b:
+        c = np.int64(d[a])
+        seen |= c
+        h = (h * 31 + c) & _M
+        a += 1
+    return -1 if seen >= 128 else h
+
+
+@_jit
+def _index_hash(h):
+    """IndexFile.indexKeyHashMethod: abs of the signed hashCode, Integer.MIN_VALUE as 0."""
+    s = h - (1 << 32) if h >= (1 << 31) else h
+    return 0 if s == -(1 << 31) else abs(s)
+
+
+@_jit
+def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, ascii_s, ascii_e,
+                  want_keys):
+    """(ok, topic index, first record of each topic, tags hashes, key counts, key hashes); ok False: a byte
+    that is not ASCII in a topic, a hashed value or one of the spans ``ascii_s``/``ascii_e`` (rows of spans)."""
+    n = len(topic_pos)
+    cap = 16
+    while cap < 2 * n:
+        cap *= 2
+    table = np.full(cap, -1, np.int64)
+    topic_index = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    topic_hash = np.empty(n, np.int64)
+    tags = np.zeros(n, np.int64)
+    counts = np.zeros(n if want_keys else 0, np.int64)
+    room = 0
+    if want_keys:
+        for i in range(n):
+            room += (uniq_s[i] >= 0) + ((keys_e[i] - keys_s[i] + 1) // 2 if keys_s[i] >= 0 else 0)
+    hashes = np.empty(room, np.int32)
+    k = 0
+    topics = 0
+    for i in range(n):
+        a = topic_pos[i]
+        ln = topic_len[i]
+        h = _text_hash(d, a, a + ln, 0)
+        if h < 0:
+            return False, topic_index, first, tags, counts, hashes
+        slot = h & (cap - 1)
+        while True:
+            t = table[slot]
+            if t < 0:
+                table[slot] = topics
+                first[topics] = i
+                topic_hash[topics] = h
+                t = topics
+                topics += 1
+                break
+            r = first[t]
+            if topic_hash[t] == h and topic_len[r] == ln:
+                same = True
+                for j in range(ln):
+                    if d[topic_pos[r] + j] != d[a + j]:
+                        same = False
+                        break
+                if same:
+                    break
+            slot = (slot + 1) & (cap - 1)
+        topic_index[i] = t
+        if tag_s[i] >= 0:
+            g = _text_hash(d, tag_s[i], tag_e[i], 0)
+            if g < 0:
+                return False, topic_index, first, tags, counts, hashes
+            tags[i] = g - (1 << 32) if g >= (1 << 31) else g
+        if want_keys:
+            head = (h * 31 + _HASH_SIGN) & _M
+            k0 = k
+            if uniq_s[i] >= 0:
+                g = _text_hash(d, uniq_s[i], uniq_e[i], head)
+                if g < 0:
+                    return False, topic_index, first, tags, counts, hashes
+                hashes[k] = _index_hash(g)
+                k += 1
+            if keys_s[i] >= 0:
+                a = keys_s[i]
+                e = keys_e[i]
+                while a < e:
+                    b = a
+                    while b < e and d[b] != _SPACE:
+                        b += 1
+                    if b > a:
+                        g = _text_hash(d, a, b, head)
+                        if g < 0:
+                            return False, topic_index, first, tags, counts, hashes
+                        hashes[k] = _index_hash(g)
+                        k += 1
+                    a = b + 1
+            counts[i] = k - k0
+    for r in range(ascii_s.shape[0]):
+        for i in range(n):
+            if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], 0) < 0:
+                return False, topic_index, first, tags, counts, hashes
+    return True, topic_index, first[:topics], tags, counts, hashes[:k]
+
+
+def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[str, ...] = ()) -> WindowFacts | None:
+    """The facts of the window's records (scanned without ``items``: spans point into ``data``); None when
+    a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``ascii_props``, is not ASCII."""
+    topic_pos, topic_len = win["topic_pos"], win["topic_len"]
+    spans = [win.prop(name) for name in ascii_props]
+    ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), win.n)
+    ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), win.n)
+    ok, topic_index, first, tags, counts, hashes = _window_facts(
+        data, topic_pos, topic_len, *win.prop(C.PROPERTY_TAGS), *win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+        *win.prop(C.PROPERTY_KEYS), ascii_s, ascii_e, keys)
+    if not ok:
+        return None
+    topics = [bytes(data[p:p + ln]).decode("ascii") for p, ln in zip(topic_pos[first].tolist(),
+                                                                       topic_len[first].tolist())]
+    return WindowFacts(topic_index, topics, tags, counts, hashes)
