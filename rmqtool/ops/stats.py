@@ -55,8 +55,11 @@ def _retry_or_dlq(topic: pa.Array) -> pa.Array:
 def original_topic(batch: pa.RecordBatch) -> pa.Array:
     """The topic a record was first sent to: RETRY_TOPIC for retry and DLQ records that carry it."""
     topic = batch.column("topic")
+    retried = pc.fill_null(_retry_or_dlq(topic), False)
+    if not pc.any(retried).as_py():
+        return topic
     first = pc.map_lookup(batch.column("properties"), pa.scalar(C.PROPERTY_RETRY_TOPIC), "first")
-    return pc.if_else(pc.and_(pc.fill_null(_retry_or_dlq(topic), False), pc.is_valid(first)), first, topic)
+    return pc.if_else(pc.and_(retried, pc.is_valid(first)), first, topic)
 
 
 def consumer_group(topic: pa.Array) -> pa.Array:
@@ -69,7 +72,9 @@ def consumer_group(topic: pa.Array) -> pa.Array:
 
 
 def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> pa.Table:
-    batch = batch.filter(pc.equal(batch.column("type"), "message"))
+    messages = pc.equal(batch.column("type"), "message")
+    if not pc.all(messages).as_py():             # a BLANK row: filtered (a copy of every column)
+        batch = batch.filter(messages)
     topic = batch.column("topic")
     tx = pc.bit_wise_and(batch.column("sys_flag"), C.TRANSACTION_MASK)
     ts = batch.column("store_timestamp").cast(pa.int64())

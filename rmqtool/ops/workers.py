@@ -4,24 +4,35 @@
 forked where the platform can (a caller's script needs no ``__main__`` guard; workers touch no lock of
 the parent's progress thread), else spawned: then ``fn`` is pickled, so it is a module-level function or
 a ``functools.partial`` of one. Workers add the bytes they report to one shared counter, which the
-caller's ``progress`` is told about as it grows.
+caller's ``progress`` is told about as it grows. ``process_imap`` yields the results in order while
+the workers compute the next ones (the caller's work on a result overlaps theirs); large results cross
+over in shared memory: their arrays are written once to a file in ``/dev/shm`` and mapped by the
+parent (pickle protocol 5's out-of-band buffers), not pickled through a pipe.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
+import shutil
+import tempfile
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from rmqtool import errors
+from rmqtool.store.filequeue import map_file
 
 PARALLEL_MIN_BYTES = 256 << 20      # below this, starting workers costs more than it saves
 WORKER_BYTES = 1 << 30              # memory set aside per worker (one 1 GiB commit-log file takes ~0.4 GB)
 
 _task: Callable | None = None
 _counter: Any = None
+_parcels: str | None = None         # the directory results cross over in (process_imap)
+SHARED_MEMORY = "/dev/shm"
 
 
 def guard(fn: Callable, *args):
@@ -70,9 +81,9 @@ def available_memory() -> int:
     return 1 << 62
 
 
-def _start(task: Callable, counter) -> None:
-    global _task, _counter
-    _task, _counter = task, counter
+def _start(task: Callable, counter, parcels: str | None = None) -> None:
+    global _task, _counter, _parcels
+    _task, _counter, _parcels = task, counter, parcels
 
 
 def _advance(n: int) -> None:
@@ -82,6 +93,85 @@ def _advance(n: int) -> None:
 
 def _run(item):
     return guard(_task, item, _advance)
+
+
+def _run_parcel(item):
+    """``_run``, its result's buffers written to a file of the parcel directory: (pickle, file, sizes)."""
+    ok, value = _run(item)
+    if not ok:
+        return ok, value
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    fd, path = tempfile.mkstemp(dir=_parcels)
+    with os.fdopen(fd, "wb") as fh:
+        for b in buffers:
+            fh.write(b.raw())
+    return ok, (head, path, [b.raw().nbytes for b in buffers])
+
+
+def _unparcel(parcel):
+    """The result ``_run_parcel`` sent: its buffers mapped (read-only) from the file, which goes."""
+    head, path, sizes = parcel
+    try:
+        if not sum(sizes):
+            return pickle.loads(head, buffers=[b""] * len(sizes))
+        mm = map_file(Path(path))
+    finally:
+        os.unlink(path)
+    view, at, buffers = memoryview(mm), 0, []
+    for n in sizes:
+        buffers.append(view[at:at + n])
+        at += n
+    return pickle.loads(head, buffers=buffers)
+
+
+def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None) -> Iterator:
+    """``fn(item, progress)`` for each item, yielded in order; with several ``jobs``, computed in that many
+    worker processes, each kept busy with the next item while the caller works on the last one yielded
+    (at most ``jobs`` results wait: memory stays bounded). Results cross over in shared memory."""
+    if jobs <= 1 or len(items) <= 1:
+        for item in items:
+            yield fn(item, progress)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    counter = ctx.Value("q", 0)
+    parcels = tempfile.mkdtemp(prefix="rmqtool-", dir=SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None)
+    seen = 0
+    pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start,
+                               initargs=(fn, counter, parcels))
+    try:
+        ahead = deque(pool.submit(_run_parcel, item) for item in items[:jobs])
+        rest = iter(items[jobs:])
+        while ahead:
+            first = ahead.popleft()
+            while True:
+                done, _ = wait([first], timeout=0.2)
+                now = counter.value
+                if progress and now > seen:
+                    progress(now - seen)
+                    seen = now
+                if done:
+                    break
+            ok, value = first.result()
+            if not ok:
+                raise rebuild_error(value)
+            nxt = next(rest, _END)
+            if nxt is not _END:
+                ahead.append(pool.submit(_run_parcel, nxt))
+            yield _unparcel(value)
+    except BrokenProcessPool as exc:
+        raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None
+    except BaseException:                     # interrupted, or the caller stopped early: stop the workers
+        for proc in list((pool._processes or {}).values()):     # Python < 3.14 has no public terminate
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(cancel_futures=True)
+        shutil.rmtree(parcels, ignore_errors=True)
+
+
+_END = object()
 
 
 def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None) -> list:
