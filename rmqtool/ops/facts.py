@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.decode import DISPATCH_PROPERTIES, _tags_codes, decode_facts
 from rmqtool.columnar.facts import window_facts
-from rmqtool.columnar.kernel import Window, scan_window, words
+from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
 from rmqtool.columnar.props import property_values, spans
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
@@ -35,7 +35,8 @@ _NEEDS_CQ = np.array([t in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT
 # bytes walked per kernel window: the facts pass that follows finds the records' topics and properties
 # still in the core's cache (2 MiB of L2 here; 16 MiB windows made that pass ~1.8x slower)
 WINDOW_BYTES = 2 << 20
-_COLUMNS = ("offset", "size", "queue", "queue_offset", "sys_flag", "tags_code", "store_timestamp")
+_COLUMNS = {"offset": np.int64, "size": np.int32, "queue": np.int32, "queue_offset": np.int64, "sys_flag": np.int32,
+            "tags_code": np.int64, "store_timestamp": np.int64}
 
 
 class QueueNames:
@@ -115,12 +116,19 @@ class FileFacts:
 
 
 class _Collector:
-    """The per-batch parts of a file's facts, joined at the end."""
+    """A file's facts, written batch by batch into columns sized for the most records the file can hold
+    (its length over the smallest record): pages never written are never touched, so they cost address
+    space but no memory, and nothing is joined or copied at the end."""
 
-    def __init__(self, names: QueueNames, deep: bool, keys: bool, props: bool, progress: Progress | None):
+    def __init__(self, names: QueueNames, deep: bool, keys: bool, props: bool, progress: Progress | None,
+                 length: int):
         self.names, self.deep, self.keys, self.props, self.progress = names, deep, keys, props, progress
-        self.parts: list[dict[str, np.ndarray]] = []
-        self.key_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        cap = length // MIN_RECORD + 1
+        self.n = 0
+        self.columns = {k: np.empty(cap, t) for k, t in _COLUMNS.items()}
+        self.key_counts = np.empty(cap if keys else 0, np.int64)
+        self.key_hashes = np.empty(2 * cap if keys else 0, np.int32)    # grown when records carry more keys
+        self.key_n = 0
         self.prop_parts: list[dict[str, pa.Array]] = []
 
     def add(self, batch: pa.RecordBatch) -> tuple[dict[str, np.ndarray], int]:
@@ -166,9 +174,19 @@ class _Collector:
         return ok
 
     def _keep(self, cols: dict[str, np.ndarray], keys, props) -> dict[str, np.ndarray]:
-        self.parts.append(cols)
+        n, ok = self.n, len(cols["offset"])
+        for k, v in cols.items():
+            self.columns[k][n:n + ok] = v
+        self.n += ok
         if keys is not None:
-            self.key_parts.append(keys)
+            counts, hashes = keys
+            self.key_counts[n:n + ok] = counts
+            if self.key_n + len(hashes) > len(self.key_hashes):
+                grown = np.empty(2 * (self.key_n + len(hashes)), np.int32)
+                grown[:self.key_n] = self.key_hashes[:self.key_n]
+                self.key_hashes = grown
+            self.key_hashes[self.key_n:self.key_n + len(hashes)] = hashes
+            self.key_n += len(hashes)
         if props is not None:
             self.prop_parts.append(props)
         if self.progress and len(cols["size"]):
@@ -176,13 +194,11 @@ class _Collector:
         return cols
 
     def finish(self, facts: FileFacts) -> FileFacts:
-        """Join the parts column by column, each part's column dropped once joined (peak: one column)."""
-        facts.columns = {k: _join([p.pop(k) for p in self.parts], np.int64) for k in _COLUMNS}
+        facts.columns = {k: v[:self.n] for k, v in self.columns.items()}
         if self.keys:
-            counts = _join([c for c, _ in self.key_parts], np.int64)
-            facts.key_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-            facts.key_hashes = _join([h for _, h in self.key_parts], np.int64)
-            self.key_parts.clear()
+            facts.key_offsets = np.zeros(self.n + 1, np.int64)
+            np.cumsum(self.key_counts[:self.n], out=facts.key_offsets[1:])
+            facts.key_hashes = self.key_hashes[:self.key_n]
         if self.props:
             facts.props = {k: pa.concat_arrays([p[k] for p in self.prop_parts]) if self.prop_parts
                            else pa.array([], pa.string()) for k in DISPATCH_PROPERTIES}
@@ -219,7 +235,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     """Walk one commit-log file from position 0 (see the module docstring); ``ledger``: a DLedger data
     file, whose records sit inside entries. ``keys``: index key hashes; ``props``: DISPATCH_PROPERTIES.
     ``salvage``: go on past a damaged record (``FileFacts.damaged``; ``rmqtool.store.broker_model.step_over``)."""
-    got = _Collector(names, deep, keys, props, progress)
+    got = _Collector(names, deep, keys, props, progress, f.length)
     if ledger:
         return got.finish(_scan_ledger_file(f, got))
     facts = FileFacts(f)
@@ -493,7 +509,3 @@ def _pow_table(base: int, n: int) -> np.ndarray:
         table = np.concatenate([table, table * np.uint64(step) & 0xFFFFFFFF])
     _POW_CACHE[base] = table
     return table[:n]
-
-
-def _join(parts: list[np.ndarray], dtype) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, dtype)

@@ -388,19 +388,31 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
 def _unindexed(facts: FileFacts, matched: list[np.ndarray], recovered: np.ndarray) -> tuple[int, int, int] | None:
     """(keys, first record offset, its store time) of the file's indexed records' keys that no index entry
     holds (IndexService.buildIndex puts UNIQ_KEY and each of KEYS of every record but rollbacks)."""
-    counts = np.diff(facts.key_offsets)
-    rec = np.repeat(np.arange(len(facts)), counts)
-    want = (rec.astype(np.int64) << 32) | (facts.key_hashes.astype(np.int64) & 0xFFFFFFFF)
-    want = want[(facts.indexed() & recovered)[rec]]
-    want = np.sort(want)
-    have = np.sort(np.concatenate(matched)) if matched else np.empty(0, np.int64)
-    # np.setdiff1d(want, have) by a search of sorted keys (its hash-based unique of millions of keys is ~30x slower)
-    at = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
-    missing = np.unique(want[have[at] != want] if len(have) else want)
-    if not len(missing):
+    have = np.concatenate(matched) if matched else np.empty(0, np.int64)
+    matched.clear()
+    have.sort()
+    wanted = facts.indexed() & recovered
+    count, first = 0, None
+    for lo in range(0, len(facts), JOIN_RECORDS):          # (record, key hash) pairs a slice at a time
+        hi = min(lo + JOIN_RECORDS, len(facts))
+        ko = facts.key_offsets[lo:hi + 1]
+        want = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(ko))
+        keep = wanted[want]
+        want <<= 32
+        want |= facts.key_hashes[ko[0]:ko[-1]]            # index hashes are >= 0
+        want = np.sort(want[keep])
+        # np.setdiff1d(want, have) by a search of sorted keys (its hash-based unique is ~30x slower)
+        if len(have):
+            at = np.searchsorted(have, want)
+            np.minimum(at, len(have) - 1, out=at)
+            want = want[have[at] != want]
+        missing = np.unique(want)
+        if len(missing):
+            count += len(missing)
+            first = int(missing[0] >> 32) if first is None else first
+    if not count:
         return None
-    first = int(missing.min() >> 32)
-    return len(missing), int(facts.columns["offset"][first]), int(facts.columns["store_timestamp"][first])
+    return count, int(facts.columns["offset"][first]), int(facts.columns["store_timestamp"][first])
 
 
 def _check_item(item: tuple[QueueFile, int], progress: Progress | None, **kw) -> FileResult:
