@@ -28,6 +28,8 @@ _HASH_SIGN = ord("#")
 class WindowFacts(NamedTuple):
     topic_index: np.ndarray      # per record: its topic's number in ``topics``
     topics: list[str]            # the distinct topics, in order of first appearance
+    pairs: np.ndarray            # the distinct (topic number << 32 | queue id as uint32), in order of first appearance
+    pair_index: np.ndarray       # per record: its pair's number in ``pairs``
     tags_code: np.ndarray        # int64: TAGS hashCode (0 without TAGS); delay-topic records not derived yet
     key_counts: np.ndarray       # int64: index keys per record (empty without keys)
     key_hashes: np.ndarray       # int32: the records' index key hashes one after another
@@ -59,15 +61,20 @@ def _index_hash(h):
 
 
 @_jit
-def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, ascii_s, ascii_e,
+def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, ascii_s, ascii_e,
                   want_keys):
-    """(ok, topic index, first record of each topic, tags hashes, key counts, key hashes); ok False: a byte
-    that is not ASCII in a topic, a hashed value or one of the spans ``ascii_s``/``ascii_e`` (rows of spans)."""
+    """(ok, topic index, first record of each topic, pairs, pair index, tags hashes, key counts, key hashes);
+    ok False: a byte that is not ASCII in a topic, a hashed value or one of the spans ``ascii_s``/``ascii_e``
+    (rows of spans)."""
     n = len(topic_pos)
     cap = 16
     while cap < 2 * n:
         cap *= 2
     table = np.full(cap, -1, np.int64)
+    pair_table = np.full(cap, -1, np.int64)
+    pairs = np.empty(n, np.int64)
+    pair_index = np.empty(n, np.int64)
+    npairs = 0
     topic_index = np.empty(n, np.int64)
     first = np.empty(n, np.int64)
     topic_hash = np.empty(n, np.int64)
@@ -85,7 +92,7 @@ def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s,
         ln = topic_len[i]
         h = _text_hash(d, a, a + ln, 0)
         if h < 0:
-            return False, topic_index, first, tags, counts, hashes
+            return False, topic_index, first, pairs, pair_index, tags, counts, hashes
         slot = h & (cap - 1)
         while True:
             t = table[slot]
@@ -107,10 +114,24 @@ def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s,
                     break
             slot = (slot + 1) & (cap - 1)
         topic_index[i] = t
+        key = (t << 32) | (queue_id[i] & _M)
+        slot = (key * 0x9E3779B1) & (cap - 1)
+        while True:
+            c = pair_table[slot]
+            if c < 0:
+                pair_table[slot] = npairs
+                pairs[npairs] = key
+                c = npairs
+                npairs += 1
+                break
+            if pairs[c] == key:
+                break
+            slot = (slot + 1) & (cap - 1)
+        pair_index[i] = c
         if tag_s[i] >= 0:
             g = _text_hash(d, tag_s[i], tag_e[i], 0)
             if g < 0:
-                return False, topic_index, first, tags, counts, hashes
+                return False, topic_index, first, pairs, pair_index, tags, counts, hashes
             tags[i] = g - (1 << 32) if g >= (1 << 31) else g
         if want_keys:
             head = (h * 31 + _HASH_SIGN) & _M
@@ -118,7 +139,7 @@ def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s,
             if uniq_s[i] >= 0:
                 g = _text_hash(d, uniq_s[i], uniq_e[i], head)
                 if g < 0:
-                    return False, topic_index, first, tags, counts, hashes
+                    return False, topic_index, first, pairs, pair_index, tags, counts, hashes
                 hashes[k] = _index_hash(g)
                 k += 1
             if keys_s[i] >= 0:
@@ -131,7 +152,7 @@ def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s,
                     if b > a:
                         g = _text_hash(d, a, b, head)
                         if g < 0:
-                            return False, topic_index, first, tags, counts, hashes
+                            return False, topic_index, first, pairs, pair_index, tags, counts, hashes
                         hashes[k] = _index_hash(g)
                         k += 1
                     a = b + 1
@@ -139,8 +160,8 @@ def _window_facts(d, topic_pos, topic_len, tag_s, tag_e, uniq_s, uniq_e, keys_s,
     for r in range(ascii_s.shape[0]):
         for i in range(n):
             if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], 0) < 0:
-                return False, topic_index, first, tags, counts, hashes
-    return True, topic_index, first[:topics], tags, counts, hashes[:k]
+                return False, topic_index, first, pairs, pair_index, tags, counts, hashes
+    return True, topic_index, first[:topics], pairs[:npairs], pair_index, tags, counts, hashes[:k]
 
 
 def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[str, ...] = ()) -> WindowFacts | None:
@@ -150,11 +171,11 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[s
     spans = [win.prop(name) for name in ascii_props]
     ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), win.n)
     ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), win.n)
-    ok, topic_index, first, tags, counts, hashes = _window_facts(
-        data, topic_pos, topic_len, *win.prop(C.PROPERTY_TAGS), *win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+    ok, topic_index, first, pairs, pair_index, tags, counts, hashes = _window_facts(
+        data, topic_pos, topic_len, win["queue_id"], *win.prop(C.PROPERTY_TAGS), *win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
         *win.prop(C.PROPERTY_KEYS), ascii_s, ascii_e, keys)
     if not ok:
         return None
     topics = [bytes(data[p:p + ln]).decode("ascii") for p, ln in zip(topic_pos[first].tolist(),
                                                                        topic_len[first].tolist())]
-    return WindowFacts(topic_index, topics, tags, counts, hashes)
+    return WindowFacts(topic_index, topics, pairs, pair_index, tags, counts, hashes)

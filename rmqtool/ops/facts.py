@@ -45,6 +45,9 @@ class QueueNames:
     def __init__(self):
         self.names: list[tuple[str, int]] = []
         self.codes: dict[tuple[str, int], int] = {}
+        self._topics: dict[str, int] = {}          # topic -> number, for the sorted pair keys below
+        self._keys = np.empty(0, np.int64)         # (topic number << 32 | queue id) of known codes, sorted
+        self._values = np.empty(0, np.int64)
 
     def code(self, name: tuple[str, int]) -> int:
         c = self.codes.get(name)
@@ -61,9 +64,26 @@ class QueueNames:
         """``encode`` of topics given as indexes into ``topics`` (numbered in order of first appearance)."""
         pair = topic_index.astype(np.int64) << 32 | (queue_id.astype(np.int64) & 0xFFFFFFFF)
         uniq, inverse = np.unique(pair, return_inverse=True)
-        pairs = zip((uniq >> 32).tolist(), (uniq & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist())
-        table = np.array([self.code((topics[t], q)) for t, q in pairs], np.int64)
-        return table[inverse.reshape(-1)]
+        return self.pair_codes(uniq, topics)[inverse.reshape(-1)]
+
+    def pair_codes(self, pairs: np.ndarray, topics: list[str]) -> np.ndarray:
+        """The codes of distinct (topic index << 32 | queue id as uint32) pairs, indexes into ``topics``;
+        names new to this scan are numbered in the order of their pairs (as ``encode`` numbers them)."""
+        numbers = np.array([self._topics.setdefault(t, len(self._topics)) for t in topics] or [0], np.int64)
+        keys = numbers[pairs >> 32] << 32 | (pairs & 0xFFFFFFFF)
+        at = np.minimum(np.searchsorted(self._keys, keys), max(len(self._keys) - 1, 0))
+        known = self._keys[at] == keys if len(self._keys) else np.zeros(len(keys), bool)
+        codes = np.where(known, self._values[at] if len(self._keys) else 0, -1)
+        new = np.flatnonzero(~known)
+        if len(new):
+            new = new[np.argsort(pairs[new])]
+            ids = (pairs[new] & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist()
+            for i, t, q in zip(new.tolist(), (pairs[new] >> 32).tolist(), ids):
+                codes[i] = self.code((topics[t], q))
+            order = np.argsort(np.concatenate([self._keys, keys[new]]), kind="stable")
+            self._keys = np.concatenate([self._keys, keys[new]])[order]
+            self._values = np.concatenate([self._values, codes[new]])[order]
+        return codes
 
 
 @dataclass
@@ -158,7 +178,7 @@ class _Collector:
         if self.deep:
             bad |= win["crc_ok"] == 0
         ok = int(np.argmax(bad)) if bad.any() else win.n
-        queue = self.names.encode_indexed(wf.topic_index, wf.topics, win["queue_id"])
+        queue = self.names.pair_codes(wf.pairs, wf.topics)[wf.pair_index]
         cols = {"offset": win.starts[:ok] + file_start, "size": win["total"][:ok].astype(np.int32),
                 "queue": queue[:ok].astype(np.int32), "queue_offset": win["queue_offset"][:ok].copy(),
                 "sys_flag": win["sys_flag"][:ok].astype(np.int32), "tags_code": tags[:ok],

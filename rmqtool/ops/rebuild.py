@@ -8,7 +8,6 @@ what is swapped in. The files are written by the store's writers (``rmqtool.stor
 
 from __future__ import annotations
 
-import filecmp
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -287,6 +286,6 @@ def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPl
         builder.add_facts(facts)
     builder.close()
     old = store.index_dir
-    return [(name, w.index_count - 1, (old / name).is_file() and filecmp.cmp(old / name, built / name, shallow=False))
+    return [(name, w.index_count - 1, (old / name).is_file() and same_content(old / name, built / name))
             for name, w in builder.files], builder
 

@@ -174,25 +174,42 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
 _END = object()
 
 
+def _ignore(n: int) -> None:
+    pass
+
+
 def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None) -> list:
-    """``[fn(item, progress) for item in items]``, in ``jobs`` worker processes when there are several."""
+    """``[fn(item, progress) for item in items]`` over ``jobs`` processes when there are several: this one
+    and ``jobs - 1`` workers (one process fewer holding its own copy of the libraries and data). Each
+    worker has up to two items queued, so it never waits for this process to hand it the next."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(item, progress) for item in items]
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     counter = ctx.Value("q", 0)
     seen = 0
-    pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start, initargs=(fn, counter))
+    workers = min(jobs, len(items)) - 1
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start, initargs=(fn, counter))
+    out: list = [None] * len(items)
+    running: dict = {}
+    nxt = 0
     try:
-        futures = [pool.submit(_run, item) for item in items]
-        pending = set(futures)
-        while pending:
-            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+        while nxt < len(items) or running:
+            for f in [f for f in running if f.done()]:
+                out[running.pop(f)] = f.result()
+            while nxt < len(items) - 1 and len(running) < 2 * workers:    # the last item is this process's
+                running[pool.submit(_run, items[nxt])] = nxt
+                nxt += 1
             now = counter.value                     # read once: workers keep adding to it
             if progress and now > seen:
                 progress(now - seen)
                 seen = now
-        return unguard([f.result() for f in futures])
+            if nxt < len(items):
+                out[nxt] = guard(fn, items[nxt], progress or _ignore)
+                nxt += 1
+            elif running:
+                wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
+        return unguard(out)
     except BrokenProcessPool as exc:
         raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None
     except BaseException:                     # interrupted (Ctrl-C): stop the workers, not just their queue
