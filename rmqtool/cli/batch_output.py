@@ -22,7 +22,7 @@ from rich.cells import cell_len
 
 from rmqtool.cli.output import (FREE_TEXT_WIDTHS, SAMPLE_ROWS, SIZE_FIELDS, TIMESTAMP_FIELDS, Format, TableFrame,
                                 _chosen_fields, _fix, cell, check_fields, escape, open_table)
-from rmqtool.columnar.text import encode_bodies
+from rmqtool.columnar.text import column, encode_bodies
 from rmqtool.ops.grep import BLANK_FIELDS, row_fields
 
 _CONTROL_RX = "[\\x00-\\x1f\\x{7f}-\\x{9f}]"                  # output.escape's characters
@@ -131,10 +131,10 @@ def _cells(batch: pa.RecordBatch, cols: list[str], wanted: str, body_chars: int)
         elif c in ("body", "body_encoding"):
             text = _body_cells(batch, wanted, body_chars)[c == "body_encoding"]
         else:
-            text = cell_column(c, batch.column(c))
+            text = cell_column(c, column(batch, c))
         if c not in BLANK_FIELDS and "type" in names:
             if blank is None:
-                blank = pc.equal(batch.column("type"), "blank").fill_null(False)
+                blank = pc.equal(column(batch, "type"), "blank").fill_null(False)
             if pc.any(blank).as_py():
                 text = pc.if_else(blank, "", text)
         out[c] = text
@@ -289,9 +289,9 @@ def _json_map_cells(name: str, arr: pa.MapArray) -> pa.Array:
 def _body_cells(batch: pa.RecordBatch, wanted: str, body_chars: int) -> tuple[pa.Array, pa.Array]:
     """(body, body_encoding) cells of ``present_bodies`` for people: with "text", a UTF-8 body cut to
     ``body_chars`` characters + "…", one that is not UTF-8 as "(N bytes, not UTF-8)" labelled base64."""
-    raw = _binary(batch.column("body"))
+    raw = _binary(column(batch, "body"))
     n = len(raw)
-    message = pc.equal(batch.column("type"), "message").fill_null(False) if "type" in batch.schema.names \
+    message = pc.equal(column(batch, "type"), "message").fill_null(False) if "type" in batch.schema.names \
         else pa.repeat(True, n)
     if wanted != "text":
         label = pa.scalar(None if wanted == "none" else wanted, pa.string())

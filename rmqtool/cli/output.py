@@ -508,6 +508,30 @@ def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", sel
         write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out, select=False)
 
 
+def skip_pandas_probe() -> None:
+    """Spare a command that never hands pandas objects to pyarrow the import of pandas (~0.2 CPU-s) that
+    pyarrow makes on its first conversion of a Python or numpy value, only to ask whether the value is a
+    pandas object: that first probe finds no pandas. pyarrow still imports it where it needs it
+    (to_pandas, from_pandas)."""
+    if "pandas" in sys.modules:
+        return
+    sys.meta_path.insert(0, _NoPandas)          # import pandas fails while the probe runs
+    try:
+        import pyarrow
+
+        pyarrow.scalar(0)
+    finally:
+        sys.meta_path.remove(_NoPandas)
+
+
+class _NoPandas:
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if name.partition(".")[0] == "pandas":
+            raise ImportError(f"{name}: not imported here")
+        return None
+
+
 def stderr_console():
     from rich.console import Console
     return Console(stderr=True, markup=False, highlight=False)

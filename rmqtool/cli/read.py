@@ -18,8 +18,8 @@ from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (check_crc_option, count_option, filter_options, jobs_option, option,
                                  record_filter, record_options, since_until)
 from rmqtool.cli.output import (FIELDS_META, NO_HEADERS_META, PEOPLE, TIMESTAMP, Format, check_fields,
-                                format_timestamp, output_options, progress_bar, resolve_format, write_record,
-                                write_rows)
+                                format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
+                                write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank
 from rmqtool.format.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
@@ -97,19 +97,20 @@ def write_record_batches(batches, fmt: Format, tablefmt: str, people_columns: li
                          charset: str = "utf-8", body_dir: str | None = None) -> int:
     """``write_records`` of the columnar scan's record batches: built a batch at a time (jsonl, csv,
     json, plain, table) where the options allow, else row by row; the same text either way."""
-    from rmqtool.cli.batch_output import table_supported, write_json_batches, write_table_batches
-
+    skip_pandas_probe()
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx else {}
     enc = row_encoding(body, fmt, body_dir)
     machine = (body or "base64") != "text" and not body_dir and FIELDS_META not in meta
     if fmt in (Format.JSONL, Format.CSV) and machine:
         return _write_text_batches(batches, enc, fmt, NO_HEADERS_META not in meta)
+    from rmqtool.cli import batch_output
+
     if fmt is Format.JSON and machine:
-        return write_json_batches(batches, enc, sys.stdout)
-    if table_supported(fmt, tablefmt, body, charset, body_dir):
-        return write_table_batches(batches, fmt, people_columns, tablefmt, sys.stdout, body=body,
-                                   body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+        return batch_output.write_json_batches(batches, enc, sys.stdout)
+    if batch_output.table_supported(fmt, tablefmt, body, charset, body_dir):
+        return batch_output.write_table_batches(batches, fmt, people_columns, tablefmt, sys.stdout, body=body,
+                                                body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
     from rmqtool.ops.grep import hit_rows
     return write_records(hit_rows(batches, enc), fmt, tablefmt, people_columns, body=body, charset=charset,
                          body_dir=body_dir)

@@ -38,11 +38,22 @@ def json_string(arr: pa.Array, *, plain: bool = False) -> pa.Array:
 
 def _any_escape(arr: pa.Array) -> bool:
     """Whether any byte of the column is a control character, a quote or a backslash (one numpy pass)."""
-    if len(arr) == 0 or arr.buffers()[2] is None:
-        return False
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
-    data = np.frombuffer(arr.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    data = _bytes(arr)
     return bool(((data < 0x20) | (data == 0x22) | (data == 0x5C)).any())
+
+
+def _any_byte(arr: pa.Array, chars: str) -> bool:
+    """Whether any value of a string column holds one of these ASCII characters."""
+    data = _bytes(arr)
+    return any(bool((data == ord(c)).any()) for c in chars)
+
+
+def _bytes(arr: pa.Array) -> np.ndarray:
+    """The UTF-8 bytes of a string column's values, back to back."""
+    if len(arr) == 0 or arr.buffers()[2] is None:
+        return np.zeros(0, np.uint8)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    return np.frombuffer(arr.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
 
 
 def _join_lists(offsets: pa.Array, items: pa.Array, arr: pa.Array, open_: str, close: str,
@@ -119,6 +130,24 @@ def _bare(arr: pa.Array, plain: bool = False) -> bool:
     return arr.null_count == 0 and (plain or not _any_escape(arr))
 
 
+_PLAIN_TYPES = {pa.string_view(): pa.string(), pa.large_string(): pa.string(), pa.binary_view(): pa.binary(),
+                pa.large_binary(): pa.binary()}
+
+
+def column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A batch column with view and large string/binary types as plain string/binary (the formatters
+    here read 32-bit offsets), lists and maps of them too."""
+    col = batch.column(name)
+    t = col.type
+    if t in _PLAIN_TYPES:
+        return col.cast(_PLAIN_TYPES[t])
+    if pa.types.is_list(t) and t.value_type in _PLAIN_TYPES:
+        return col.cast(pa.list_(_PLAIN_TYPES[t.value_type]))
+    if pa.types.is_map(t) and (t.key_type in _PLAIN_TYPES or t.item_type in _PLAIN_TYPES):
+        return col.cast(pa.map_(_PLAIN_TYPES.get(t.key_type, t.key_type), _PLAIN_TYPES.get(t.item_type, t.item_type)))
+    return col
+
+
 class Bare:
     """A text column that still needs its opening and closing characters (``text_columns(..., bare=True)``)."""
 
@@ -138,18 +167,18 @@ def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
     cols: dict[str, pa.Array] = {}
     for name in text_names(batch):
         if name == "body_encoding":
-            col = pc.if_else(pc.equal(batch.column("type"), "message"),
+            col = pc.if_else(pc.equal(column(batch, "type"), "message"),
                              pa.scalar(None if body_encoding == "none" else body_encoding, pa.string()),
                              pa.scalar(None, pa.string()))
             if body_encoding == "text":
-                col = pc.if_else(text_fallbacks(batch.column("body")), pa.scalar("base64"), col)
+                col = pc.if_else(text_fallbacks(column(batch, "body")), pa.scalar("base64"), col)
         elif name == "body":
-            col = encode_bodies(batch.column("body"), body_encoding)
+            col = encode_bodies(column(batch, "body"), body_encoding)
         elif name == "properties_raw":
-            raw = batch.column(name)
+            raw = column(batch, name)
             col = pc.if_else(raw.is_null(), pa.scalar(None, pa.string()), _base64(raw))
         else:
-            col = batch.column(name)
+            col = column(batch, name)
         if pa.types.is_map(col.type) or pa.types.is_list(col.type):
             text = (json_object if pa.types.is_map(col.type) else json_array)(col, bare and json_text)
             cols[name] = text if json_text else pc.if_else(col.is_null(), pa.scalar(None, pa.string()), text)
@@ -203,7 +232,8 @@ def _csv_specials() -> str:
     return specials
 
 
-_CSV_QUOTE_RX = "[" + re.escape(_csv_specials()) + "]"
+_CSV_SPECIALS = _csv_specials()
+_CSV_QUOTE_RX = "[" + re.escape(_CSV_SPECIALS) + "]"
 
 
 def csv_header(batch: pa.RecordBatch) -> str:
@@ -213,12 +243,13 @@ def csv_header(batch: pa.RecordBatch) -> str:
 def csv_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
     """One CSV line per record, each ending in a newline: byte-for-byte the rows ``cli.output``'s csv
     writer prints for the record (cells quoted only where needed, None as an empty cell)."""
-    cells = []
+    parts = []
     for col in text_columns(batch, body_encoding, json_text=False).values():
         if not pa.types.is_string(col.type):
             col = col.cast(pa.string())
-        elif len(col) and pc.any(pc.match_substring_regex(col, _CSV_QUOTE_RX)).as_py():
+        elif _any_byte(col, _CSV_SPECIALS):
+            needs = pc.match_substring_regex(col, _CSV_QUOTE_RX).fill_null(False)
             quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
-            col = pc.if_else(pc.match_substring_regex(col, _CSV_QUOTE_RX), quoted, col)
-        cells.append(col.fill_null(""))
-    return pc.binary_join_element_wise(pc.binary_join_element_wise(*cells, ","), "\n", "")
+            col = pc.if_else(needs, quoted, col)
+        parts += [col.fill_null(""), ","]
+    return pc.binary_join_element_wise(*parts[:-1], "\n", "")
