@@ -20,7 +20,10 @@ per process.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from rmqtool import constants as C
 
@@ -70,17 +73,69 @@ _M8 = np.uint64(0xFF)
 _ONES = np.uint64(0xFFFFFFFF)
 
 
+def _load(bits: int, swap: bool):
+    """An unaligned load of an int of ``bits`` at d[p] (d: a byte array), big-endian when ``swap``: one
+    instruction where assembling bytes takes a dozen."""
+    @intrinsic
+    def load(typingctx, arr, idx):
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            ity = ir.IntType(bits)
+            v = builder.load(builder.bitcast(builder.gep(ary.data, [args[1]]), ity.as_pointer()), align=1)
+            if swap:
+                fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ity, [ity]), f"llvm.bswap.i{bits}")
+                v = builder.call(fn, [v])
+            return v
+        return getattr(types, f"int{bits}")(arr, idx), codegen
+    return load
+
+
+_be32, _be64, _le64 = _load(32, True), _load(64, True), _load(64, False)
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Ask the CPU to fetch the cache line of arr[idx] (llvm.prefetch). The chain of records is a chain of
+    dependent loads: without it every record header waits for memory."""
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(builder.gep(ary.data, [args[1]]), i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+    return types.void(arr, idx), codegen
+
+
+@intrinsic
+def _memcpy(typingctx, src, a, n, dst, o):
+    """dst[o:o+n] = src[a:a+n] (byte arrays, no overlap) as one llvm.memcpy."""
+    def codegen(context, builder, signature, args):
+        s = context.make_array(signature.args[0])(context, builder, args[0])
+        d = context.make_array(signature.args[3])(context, builder, args[3])
+        cgutils.raw_memcpy(builder, builder.gep(d.data, [args[4]]), builder.gep(s.data, [args[1]]), args[2], 1)
+        return context.get_dummy_value()
+    return types.void(src, a, n, dst, o), codegen
+
+
+@intrinsic
+def _ctz(typingctx, x):
+    """Trailing zero bits of a non-zero uint64."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]), "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.IntType(1)(1)])
+    return types.uint64(x), codegen
+
+
 @_jit
 def _i32(d, p):
-    v = (np.int64(d[p]) << 24) | (np.int64(d[p + 1]) << 16) | (np.int64(d[p + 2]) << 8) | np.int64(d[p + 3])
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+    return np.int64(_be32(d, p))
 
 
 @_jit
 def _i64(d, p):
-    hi = _i32(d, p)
-    lo = _i32(d, p + 4) & 0xFFFFFFFF
-    return (hi << 32) | lo
+    return np.int64(_be64(d, p))
 
 
 @_jit
@@ -112,29 +167,29 @@ def _same(d, a, b, n):
 
 
 @_jit
-def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off):
-    """(cols, props, items, heap, n, next, bad): see ``scan_window``; with ``want_items`` bodies, topics and
-    properties are copied while the record is in cache, each kind one after another into its buffer of
-    ``heap`` (at body_off, topic_off, props_off), and the msgId texts into ``ids`` (at id_off)."""
+def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off, cols, props, items, bodies,
+          topics, properties, ids):
+    """(n, next, bad, full, body_used, topic_used, props_used, ids_used): see ``scan_window``, into the
+    caller's buffers (``full``: the window stopped where they are full); with ``want_items`` bodies, topics
+    and properties are copied while the record is in cache, each kind one after another into its buffer
+    (at body_off, topic_off, props_off), and the msgId texts into ``ids`` (at id_off). No array is made or
+    grown in the loop (that costs reference counting on every record)."""
     size = len(d)
     m1 = np.int64(C.MESSAGE_MAGIC_CODE) - (np.int64(1) << 32)
     m2 = np.int64(C.MESSAGE_MAGIC_CODE_V2) - (np.int64(1) << 32)
-    cap = max((limit - pos) // (MIN_RECORD + gap) + 2, 1)
-    cols = np.empty((len(FIELDS), cap), np.int64)
-    props = np.empty((2 * (len(name_off) - 1), cap), np.int64)
-    items = np.empty((3, 1024 if want_items else 0), np.int64)
-    bodies = np.empty(limit - pos + 4096 if want_items else 0, np.uint8)
-    topics = np.empty((limit - pos) // 16 if want_items else 0, np.uint8)
-    properties = np.empty((limit - pos) // 4 if want_items else 0, np.uint8)
-    ids = np.empty(cap * 32 if want_items else 0, np.uint8)
     body_used = topic_used = props_used = ids_used = 0
     m = 0
     n = 0
     bad = -1
+    full = False
+    ahead = pos
     while pos < limit:
         p = pos + gap
         if p + 8 > size:
             break
+        while ahead < min(p + 2048, size):
+            _prefetch(d, ahead)
+            ahead += 64
         magic = _i32(d, p + 4)
         if magic != m1 and magic != m2:
             break
@@ -176,8 +231,14 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         if props_len >= 32768 or props_pos + props_len != end:
             bad = p
             break
-        for j in range(props.shape[0]):
-            props[j, n] = -1
+        if n == cols.shape[1] or want_items and (
+                m + props_len // 2 + 1 > items.shape[1] or ids_used + 2 * (store_len + 8) > len(ids)
+                or body_used + body_len > len(bodies) or topic_used + topic_len > len(topics)
+                or props_used + props_len > len(properties)):
+            full = True
+            break
+        for j in range(props.shape[1]):
+            props[n, j] = -1
         cols[0, n] = p
         cols[1, n] = total
         cols[2, n] = v2
@@ -202,37 +263,29 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
         cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
             if check_crc else 1
-        if want_items:
-            if m + props_len // 2 + 1 > items.shape[1]:
-                items = _grow(items, m + props_len // 2 + 1)
         cols[27, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
         cols[28, n] = _i64(d, store_host)
-        m, cols[22, n] = _properties(d, props_pos, end, n, props, items, m, want_items, names, name_off)
+        m, cols[22, n] = _properties(d, props_pos, end, props, n, items, m, want_items, names, name_off)
         cols[23, n] = m
         if want_items:
-            if ids_used + 2 * (store_len + 8) > len(ids):
-                ids = _grown(ids, ids_used, 2 * (store_len + 8))
             cols[29, n] = ids_used
             ids_used = _msg_id(d, store_host, store_len, cols[7, n], ids, ids_used)
-            if body_used + body_len > len(bodies):
-                bodies = _grown(bodies, body_used, body_len)
-            if topic_used + topic_len > len(topics):
-                topics = _grown(topics, topic_used, topic_len)
-            if props_used + props_len > len(properties):
-                properties = _grown(properties, props_used, props_len)
             cols[24, n] = body_used
-            bodies[body_used:body_used + body_len] = d[body_pos:body_pos + body_len]
-            body_used += body_len
+            body_used = _copy(d, body_pos, body_len, bodies, body_used)
             cols[25, n] = topic_used
-            topics[topic_used:topic_used + topic_len] = d[topic_pos:topic_pos + topic_len]
-            topic_used += topic_len
+            topic_used = _copy(d, topic_pos, topic_len, topics, topic_used)
             cols[26, n] = props_used
-            properties[props_used:props_used + props_len] = d[props_pos:props_pos + props_len]
-            props_used += props_len
+            props_used = _copy(d, props_pos, props_len, properties, props_used)
         n += 1
         pos = end
-    return cols, props, items, (bodies[:body_used], topics[:topic_used], properties[:props_used]), ids[:ids_used], n, \
-        pos, bad
+    return n, pos, bad, full, body_used, topic_used, props_used, ids_used
+
+
+@_jit
+def _copy(d, a, n, out, o):
+    """d[a:a+n] into out at o; returns o + n."""
+    _memcpy(d, a, n, out, o)
+    return o + n
 
 
 @_jit
@@ -250,14 +303,6 @@ def _msg_id(d, host, host_len, offset, out, o):
 
 
 @_jit
-def _grown(buf, used, ln):
-    """``buf`` grown to hold ``ln`` more bytes after ``used``."""
-    grown = np.empty(max(2 * len(buf), used + ln), np.uint8)
-    grown[:used] = buf[:used]
-    return grown
-
-
-@_jit
 def _same_name(d, a, names, s, n):
     for i in range(n):
         if d[a + i] != names[s + i]:
@@ -266,36 +311,65 @@ def _same_name(d, a, names, s, n):
 
 
 @_jit
-def _grow(items, need):
-    grown = np.empty((3, max(2 * items.shape[1], need)), np.int64)
-    grown[:, :items.shape[1]] = items
+def _grow(rows, need):
+    """A 2-d array with room for ``need`` columns, its columns copied."""
+    grown = np.empty((rows.shape[0], max(2 * rows.shape[1], need)), rows.dtype)
+    grown[:, :rows.shape[1]] = rows
     return grown
 
 
+_LOW = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_THREE = np.uint64(0x0303030303030303)
+_TWO = np.uint64(0x0202020202020202)
+
+
 @_jit
-def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
+def _find(d, a, end, two_only):
+    """The first position in d[a:end] of a byte \\x02 (``two_only``) or one below 3, else ``end``: eight bytes
+    a step (the lowest flagged byte of the SWAR test is exact)."""
+    while a + 8 <= end:
+        w = np.uint64(_le64(d, a))
+        if two_only:
+            w ^= _TWO
+            hit = (w - _LOW) & ~w & _HIGH
+        else:
+            hit = (w - _THREE) & ~w & _HIGH
+        if hit:
+            return a + np.int64(_ctz(hit) >> np.uint64(3))
+        a += 8
+    while a < end:
+        if d[a] == 2 or (d[a] < 3 and not two_only):
+            return a
+        a += 1
+    return end
+
+
+@_jit
+def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
-    the first \\x01, both non-empty): the value span of each name in ``names`` into column ``row`` of
-    ``props`` (the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's
-    (key start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller). Returns (m,
+    the first \\x01, both non-empty): the value span of each name in ``names`` into ``props[row]`` (start,
+    end per name; the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's (key
+    start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller). Returns (m,
     whether a key repeats)."""
     k = len(name_off) - 1
     repeated = 0
     first_item = m
     while a < end:
-        b = a
+        b = _find(d, a, end, False)
+        while b < end and d[b] == 0:
+            b = _find(d, b + 1, end, False)
         cut = -1
-        while b < end and d[b] != 2:
-            if cut < 0 and d[b] == 1:
-                cut = b
-            b += 1
+        if b < end and d[b] == 1:
+            cut = b
+            b = _find(d, b + 1, end, True)
         if cut > a and cut < b - 1:
             klen = cut - a
             for j in range(k):
                 s = name_off[j]
                 if name_off[j + 1] - s == klen and d[a] == names[s] and _same_name(d, a, names, s, klen):
-                    props[2 * j, row] = cut + 1
-                    props[2 * j + 1, row] = b
+                    props[row, 2 * j] = cut + 1
+                    props[row, 2 * j + 1] = b
                     break
             if want_items:
                 for i in range(first_item, m):
@@ -313,7 +387,7 @@ def _properties(d, a, end, row, props, items, m, want_items, names, name_off):
 def _scan_properties(d, offsets, want_items, names, name_off):
     """``_properties`` over every value of a binary array (data ``d``, value offsets ``offsets``)."""
     n = len(offsets) - 1
-    props = np.full((2 * (len(name_off) - 1), n), -1, np.int64)
+    props = np.full((n, 2 * (len(name_off) - 1)), -1, np.int64)
     items = np.empty((3, 1024), np.int64)
     ends = np.empty(n, np.int64)
     repeated = np.zeros(n, np.int64)
@@ -321,7 +395,7 @@ def _scan_properties(d, offsets, want_items, names, name_off):
     for r in range(n):
         if want_items and m + (offsets[r + 1] - offsets[r]) // 2 + 1 > items.shape[1]:
             items = _grow(items, m + (offsets[r + 1] - offsets[r]) // 2 + 1)
-        m, repeated[r] = _properties(d, offsets[r], offsets[r + 1], r, props, items, m, want_items, names, name_off)
+        m, repeated[r] = _properties(d, offsets[r], offsets[r + 1], props, r, items, m, want_items, names, name_off)
         ends[r] = m
     return props, items, ends, repeated
 
@@ -372,7 +446,7 @@ class Window:
         """(value starts, value ends) of property ``name`` per record, -1 where absent; positions in
         ``heap[2]`` when the window holds copies, else in the scanned data."""
         j = PROPERTIES.index(name)
-        starts, ends = self.props[2 * j, :self.n], self.props[2 * j + 1, :self.n]
+        starts, ends = self.props[:self.n, 2 * j], self.props[:self.n, 2 * j + 1]
         if self.heap:
             shift = self["props_off"] - self["props_pos"]
             starts, ends = np.where(starts >= 0, starts + shift, -1), ends + shift
@@ -391,7 +465,7 @@ class Window:
     def slice(self, lo: int, hi: int) -> "Window":
         """Records lo..hi-1."""
         base = int(self.cols[_F["items_end"], lo - 1]) if lo else self.item_base
-        return Window(self.cols[:, lo:hi], self.props[:, lo:hi], self.items, self.heap, hi - lo, self.next, self.bad,
+        return Window(self.cols[:, lo:hi], self.props[lo:hi], self.items, self.heap, hi - lo, self.next, self.bad,
                       base, self.ids)
 
     def head(self, count: int) -> "Window":
@@ -415,6 +489,14 @@ def words(data: np.ndarray) -> tuple[np.ndarray, int]:
     return data[shift:shift + (max(len(data) - shift, 0) & ~7)].view("<u8"), shift
 
 
+def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised array in Arrow's memory pool: the pool keeps freed memory for the next window, where
+    numpy's large allocations go back to the system and fault their pages in again (a third of a scan)."""
+    import pyarrow as pa
+    count = int(np.prod(shape))
+    return np.frombuffer(pa.allocate_buffer(max(count * np.dtype(dtype).itemsize, 8)), dtype, count).reshape(shape)
+
+
 def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_crc: bool = False,
                 items: bool = False, data64: tuple[np.ndarray, int] | None = None) -> Window:
     """The MESSAGE chain that begins at ``pos`` + ``gap``, for records starting before ``limit`` + ``gap``.
@@ -428,8 +510,20 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     """
     d64, shift = words(data) if data64 is None else data64
     limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
-    cols, props, its, heap, ids, n, nxt, bad = _scan(data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T,
-                                                     _NAME_BYTES, _NAME_OFF)
+    span = max(limit - pos, 0)
+    while True:
+        cap = span // (MIN_RECORD + gap) + 2
+        heap = span + 4096 if items else 0
+        cols, props = _pooled((len(FIELDS), cap), np.int64), _pooled((cap, 2 * len(PROPERTIES)), np.int64)
+        its, ids = _pooled((3, max(heap // 4, 16)), np.int64), _pooled((cap * 32 if items else 0,), np.uint8)
+        bodies, topics, properties = _pooled((heap,), np.uint8), _pooled((heap,), np.uint8), _pooled((heap,), np.uint8)
+        n, nxt, bad, full, body_used, topic_used, props_used, ids_used = _scan(
+            data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T, _NAME_BYTES, _NAME_OFF, cols, props, its,
+            bodies, topics, properties, ids)
+        if n or not full:
+            break
+        span = len(data) - pos             # one record larger than the window: room for the rest of the data
     if not items:
         return Window(cols, props, its, (), n, nxt, bad)
-    return Window(cols, props, its, heap, n, nxt, bad, ids=ids)
+    return Window(cols, props, its, (bodies[:body_used], topics[:topic_used], properties[:props_used]), n, nxt, bad,
+                  ids=ids[:ids_used])
