@@ -2,9 +2,9 @@
 
 The kernel (``rmqtool.columnar.kernel``) has checked the records, gathered their fixed fields and found
 the spans of topic, body, properties and the property values; here those become Arrow arrays: numeric
-columns straight from its output, byte spans copied out of the mapped file in one compiled gather per
-column, property keys and values and msgIds (as hex) written by the kernel in its pass, hosts formatted
-once per distinct value.
+columns over its output (int32 ones cast by Arrow), bodies, topics, properties and msgIds (as hex) as the
+kernel copied them in its pass, property keys and values copied out of the mapped file in one compiled
+gather per column, hosts formatted once per distinct value, tagsCode hashed by the kernel.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window
-from rmqtool.columnar.props import properties_from, property_values, spans, split_keys
+from rmqtool.columnar.kernel import Window, java_hashes
+from rmqtool.columnar.props import arrow, properties_from, property_values, spans, split_keys, strings
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
-from rmqtool.format.java import java_string_hash, tags_code
+from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 
-_MAGIC_TEXT = pa.array([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
+_MAGIC_TEXT = strings([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
 _TS = pa.timestamp("ms")
 
 
@@ -32,20 +32,20 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     props_raw = _heap(win, 2, "props")
     cols: dict[str, pa.Array] = {
         "type": pa.repeat(pa.scalar("message"), n),
-        "physical_offset": pa.array(win.starts + file_start),
+        "physical_offset": _physical_offsets(win, file_start),
         "total_size": _int32(win["total"]),
-        "magic_code": _MAGIC_TEXT.take(pa.array(win["v2"].astype(np.int8))),
+        "magic_code": _MAGIC_TEXT.take(_int64(win["v2"])),
         "body_crc": _int32(win["body_crc"]),
         "queue_id": _int32(win["queue_id"]),
         "flag": _int32(win["flag"]),
-        "queue_offset": pa.array(win["queue_offset"]),
+        "queue_offset": _int64(win["queue_offset"]),
         "sys_flag": _int32(sys_flag),
-        "born_timestamp": pa.array(win["born_timestamp"], _TS),
+        "born_timestamp": arrow(win["born_timestamp"], _TS),
         "born_host": _hosts(data, win, "born", sys_flag & C.SysFlag.BORNHOST_V6),
-        "store_timestamp": pa.array(win["store_timestamp"], _TS),
+        "store_timestamp": arrow(win["store_timestamp"], _TS),
         "store_host": _hosts(data, win, "store", sys_flag & C.SysFlag.STOREHOSTADDRESS_V6),
         "reconsume_times": _int32(win["reconsume_times"]),
-        "prepared_transaction_offset": pa.array(win["prepared_transaction_offset"]),
+        "prepared_transaction_offset": _int64(win["prepared_transaction_offset"]),
         "topic": _utf8(_heap(win, 1, "topic")),
         "body_length": _int32(win["body_len"]),
         "body": _heap(win, 0, "body"),
@@ -55,7 +55,7 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     cols["msg_id"] = _msg_ids(win)
     cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
     if check_crc:
-        cols["crc_ok"] = pa.array(win["crc_ok"].astype(bool))
+        cols["crc_ok"] = _int64(win["crc_ok"]).cast(pa.bool_())
     schema = record_schema(check_crc)
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
@@ -100,7 +100,16 @@ def decode_facts(data: np.ndarray, win: Window, file_start: int, check_crc: bool
 
 
 def _int32(values: np.ndarray) -> pa.Array:
-    return pa.array(values.astype(np.int32))
+    return _int64(values).cast(pa.int32(), safe=False)
+
+
+def _int64(values: np.ndarray) -> pa.Array:
+    return arrow(values, pa.int64())
+
+
+def _physical_offsets(win: Window, file_start: int) -> pa.Array:
+    starts = _int64(win.starts)
+    return pc.add(starts, file_start) if file_start else starts
 
 
 def _copied(win: Window, buf: np.ndarray, starts: np.ndarray, last: int, type_: pa.DataType) -> pa.Array:
@@ -134,10 +143,10 @@ def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Arra
         enc = pc.dictionary_encode(spans(data, pos, pos + width, pa.binary()))
         text = [str(Host(v[:-4], int.from_bytes(v[-4:], "big", signed=True))) for v in enc.dictionary.to_pylist()]
     else:
-        enc = pc.dictionary_encode(pa.array(win[f"{which}_key"]))
+        enc = pc.dictionary_encode(_int64(win[f"{which}_key"]))
         text = [str(Host((k >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)))
                 for k in enc.dictionary.to_pylist()]
-    return pa.array(text, pa.string()).take(enc.indices)
+    return strings(text).take(enc.indices)
 
 
 def _msg_ids(win: Window) -> pa.Array:
@@ -148,10 +157,13 @@ def _msg_ids(win: Window) -> pa.Array:
 
 def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: pa.Array) -> pa.Array:
     """TAGS hashCode (0 without tags); on the delay topic, the DELAY level's deliver time."""
-    enc = pc.dictionary_encode(tags)
-    hashes = np.array([java_string_hash(t) for t in enc.dictionary.to_pylist()] + [0], np.int64)
-    idx = enc.indices.fill_null(len(hashes) - 1).to_numpy(zero_copy_only=False)
-    codes = pa.array(hashes[idx])
+    offsets = np.frombuffer(tags.buffers()[1], np.int32, len(tags) + 1, tags.offset * 4).astype(np.int64)
+    text = tags.buffers()[2]
+    valid = tags.is_valid().to_numpy(zero_copy_only=False) if tags.null_count else True
+    hashes = np.empty(len(tags), np.int64)
+    java_hashes(np.frombuffer(text, np.uint8) if text is not None else np.zeros(1, np.uint8),
+                np.where(valid, offsets[:-1], -1), offsets[1:], hashes)
+    codes = _int64(hashes)
     delayed = np.flatnonzero(pc.equal(topic, C.RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False))
     if not len(delayed):
         return codes

@@ -265,8 +265,6 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
             if check_crc else 1
         cols[27, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
         cols[28, n] = _i64(d, store_host)
-        m, cols[22, n] = _properties(d, props_pos, end, props, n, items, m, want_items, names, name_off)
-        cols[23, n] = m
         if want_items:
             cols[29, n] = ids_used
             ids_used = _msg_id(d, store_host, store_len, cols[7, n], ids, ids_used)
@@ -276,6 +274,12 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
             topic_used = _copy(d, topic_pos, topic_len, topics, topic_used)
             cols[26, n] = props_used
             props_used = _copy(d, props_pos, props_len, properties, props_used)
+            # parsed in the copy: spans in the copies, which later gathers read in order
+            m, cols[22, n] = _properties(properties, props_used - props_len, props_used, props, n, items, m, True,
+                                         names, name_off)
+        else:
+            m, cols[22, n] = _properties(d, props_pos, end, props, n, items, m, False, names, name_off)
+        cols[23, n] = m
         n += 1
         pos = end
     return n, pos, bad, full, body_used, topic_used, props_used, ids_used
@@ -401,26 +405,106 @@ def _scan_properties(d, offsets, want_items, names, name_off):
 
 
 @_jit
-def gather_spans(d, starts, ends):
-    """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
-    n = len(starts)
-    offsets = np.empty(n + 1, np.int32)
+def _span_offsets(starts, ends, offsets):
+    """Offsets of the spans starts[i]:ends[i] one after another (a negative start: empty); returns the total."""
     total = 0
     offsets[0] = 0
-    for i in range(n):
+    for i in range(len(starts)):
         if starts[i] >= 0:
             total += ends[i] - starts[i]
         offsets[i + 1] = total
-    out = np.empty(total, np.uint8)
+    return total
+
+
+@_jit
+def _span_copy(d, starts, ends, out):
     o = 0
-    for i in range(n):
-        s = starts[i]
-        if s >= 0:
-            ln = ends[i] - s
-            for j in range(ln):
-                out[o + j] = d[s + j]
-            o += ln
+    for i in range(len(starts)):
+        if starts[i] >= 0:
+            o = _copy(d, starts[i], ends[i] - starts[i], out, o)
+
+
+def gather_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
+    offsets = _pooled((len(starts) + 1,), np.int32)
+    out = _pooled((_span_offsets(starts, ends, offsets),), np.uint8)
+    _span_copy(d, starts, ends, out)
     return offsets, out
+
+
+@_jit
+def _split_count(d, starts, ends, sep, lists):
+    """Per span (a negative start: none), the parts between ``sep`` bytes that are not empty: their running
+    count into ``lists`` (n + 1); returns (parts, bytes)."""
+    parts = size = 0
+    lists[0] = 0
+    for i in range(len(starts)):
+        a = starts[i]
+        if a >= 0:
+            for j in range(a, ends[i]):
+                if d[j] != sep:
+                    size += 1
+                    if j == a or d[j - 1] == sep:
+                        parts += 1
+        lists[i + 1] = parts
+    return parts, size
+
+
+@_jit
+def _split_fill(d, starts, ends, sep, offsets, out):
+    k = o = 0
+    offsets[0] = 0
+    for i in range(len(starts)):
+        a = starts[i]
+        if a >= 0:
+            for j in range(a, ends[i]):
+                if d[j] != sep:
+                    out[o] = d[j]
+                    o += 1
+                    if j + 1 == ends[i] or d[j + 1] == sep:
+                        k += 1
+                        offsets[k] = o
+
+
+def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
+    """(list offsets n + 1, part offsets, bytes): each span split at ``sep``, empty parts dropped."""
+    lists = _pooled((len(starts) + 1,), np.int32)
+    parts, size = _split_count(d, starts, ends, sep, lists)
+    offsets, out = _pooled((parts + 1,), np.int32), _pooled((size,), np.uint8)
+    _split_fill(d, starts, ends, sep, offsets, out)
+    return lists, offsets, out
+
+
+@_jit
+def java_hashes(d, starts, ends, out):
+    """java.lang.String.hashCode of the UTF-8 text of each span (valid UTF-8; a negative start: 0) into
+    ``out``: over UTF-16 code units, a code point above U+FFFF as its surrogate pair."""
+    mask = np.int64(0xFFFFFFFF)
+    for i in range(len(starts)):
+        h = np.int64(0)
+        j = starts[i]
+        e = ends[i] if j >= 0 else j
+        while j < e:
+            b = np.int64(d[j])
+            if b < 0x80:
+                cp = b
+                j += 1
+            elif b < 0xE0:
+                cp = (b & 0x1F) << 6 | (np.int64(d[j + 1]) & 0x3F)
+                j += 2
+            elif b < 0xF0:
+                cp = (b & 0x0F) << 12 | (np.int64(d[j + 1]) & 0x3F) << 6 | (np.int64(d[j + 2]) & 0x3F)
+                j += 3
+            else:
+                cp = ((b & 0x07) << 18 | (np.int64(d[j + 1]) & 0x3F) << 12 | (np.int64(d[j + 2]) & 0x3F) << 6
+                      | (np.int64(d[j + 3]) & 0x3F))
+                j += 4
+            if cp >= 0x10000:
+                cp -= 0x10000
+                h = (31 * h + 0xD800 + (cp >> 10)) & mask
+                cp = 0xDC00 + (cp & 0x3FF)
+            h = (31 * h + cp) & mask
+        out[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
 
 
 class Window:
@@ -446,21 +530,14 @@ class Window:
         """(value starts, value ends) of property ``name`` per record, -1 where absent; positions in
         ``heap[2]`` when the window holds copies, else in the scanned data."""
         j = PROPERTIES.index(name)
-        starts, ends = self.props[:self.n, 2 * j], self.props[:self.n, 2 * j + 1]
-        if self.heap:
-            shift = self["props_off"] - self["props_pos"]
-            starts, ends = np.where(starts >= 0, starts + shift, -1), ends + shift
-        return starts, ends
+        return self.props[:self.n, 2 * j], self.props[:self.n, 2 * j + 1]
 
     def item_spans(self) -> tuple[np.ndarray, np.ndarray]:
         """(items: key start, \\x01, end per property item of these records, in the positions of ``prop``;
         each record's number of items)."""
         ends = self["items_end"]
         counts = np.diff(ends, prepend=self.item_base)
-        its = self.items[:, self.item_base:self.item_base + int(counts.sum())]
-        if self.heap:
-            its = its + np.repeat(self["props_off"] - self["props_pos"], counts)
-        return its, counts
+        return self.items[:, self.item_base:self.item_base + int(counts.sum())], counts
 
     def slice(self, lo: int, hi: int) -> "Window":
         """Records lo..hi-1."""

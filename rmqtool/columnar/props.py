@@ -3,8 +3,9 @@ columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4
 
 The scan kernel (``rmqtool.columnar.kernel``) finds the spans of every item and of the values the tools
 read in its pass over the records; keys and values are then copied out of the mapped file in one compiled
-gather each. A batch with invalid UTF-8 or a repeated key in one record (a dict keeps the last value)
-takes the record-at-a-time parser instead.
+gather each (KEYS split there too). A batch with invalid UTF-8 or a repeated key in one record (a dict
+keeps the last value) takes the record-at-a-time parser instead. Arrays are built from buffers:
+``pa.array`` would import pandas (a third of a second) on its first call.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, gather_spans, scan_properties
+from rmqtool.columnar.kernel import Window, gather_spans, scan_properties, split_spans
 from rmqtool.format.properties import parse_properties
 from rmqtool.format.rows import real_queue_id
 
@@ -43,9 +44,9 @@ def properties_from(data: np.ndarray, win: Window, raw: pa.BinaryArray) -> dict[
     values = spans(data, its[1] + 1, its[2])
     offsets = np.zeros(win.n + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
-    out = {"properties": pa.MapArray.from_arrays(pa.array(offsets), keys, values)}
+    out = {"properties": pa.MapArray.from_arrays(arrow(offsets, pa.int32()), keys, values)}
     out.update(property_values(data, win, _COLUMN_PROPERTIES))
-    out["keys"] = split_keys(property_values(data, win, {"k": C.PROPERTY_KEYS})["k"])
+    out["keys"] = key_lists(data, *win.prop(C.PROPERTY_KEYS))
     out["real_queue_id"] = queue_ids(property_values(data, win, {"q": C.PROPERTY_REAL_QUEUE_ID})["q"])
     return out
 
@@ -56,12 +57,29 @@ def property_values(data: np.ndarray, win: Window, names: dict[str, str]) -> dic
     return {col: spans(data, *win.prop(name)) for col, name in names.items()}
 
 
+def arrow(values: np.ndarray, type_: pa.DataType, missing: np.ndarray | None = None) -> pa.Array:
+    """A fixed-width numpy array as an Arrow array of ``type_`` over the same memory (null where
+    ``missing``)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(type_, len(values), [_validity(missing), pa.py_buffer(values)])
+
+
+def strings(values: list[str]) -> pa.Array:
+    """A string array of Python strings."""
+    raw = [v.encode() for v in values]
+    offsets = np.zeros(len(raw) + 1, np.int32)
+    np.cumsum([len(r) for r in raw], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+
+
+def _validity(missing: np.ndarray | None) -> pa.Buffer | None:
+    return pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing is not None and missing.any() else None
+
+
 def spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, type_: pa.DataType = pa.string()) -> pa.Array:
     """data[starts[i]:ends[i]] per row as one Arrow array (null where the start is negative)."""
     offsets, out = gather_spans(data, starts, ends)
-    missing = starts < 0
-    validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
-    return pa.Array.from_buffers(type_, len(starts), [validity, pa.py_buffer(offsets), pa.py_buffer(out)])
+    return pa.Array.from_buffers(type_, len(starts), [_validity(starts < 0), pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
 def _utf8(raw: pa.Array) -> bool:
@@ -78,25 +96,32 @@ def _offsets(arr: pa.Array) -> np.ndarray:
 
 def queue_ids(text: pa.Array) -> pa.Array:
     """REAL_QID values as int32 (null where absent or not a Java int); only the few present are parsed."""
+    if not text.null_count < len(text):
+        return pa.nulls(len(text), pa.int32())
     present = np.flatnonzero(text.is_valid().to_numpy(zero_copy_only=False))
     values = np.zeros(len(text), np.int32)
     missing = np.ones(len(text), bool)
-    for i, value in zip(present, text.take(pa.array(present, pa.int64())).to_pylist()):
+    for i, value in zip(present, text.take(arrow(present.astype(np.int64), pa.int64())).to_pylist()):
         parsed = real_queue_id(value)
         if parsed is not None:
             values[i], missing[i] = parsed, False
-    return pa.array(values, pa.int32(), mask=missing)
+    return arrow(values, pa.int32(), missing)
+
+
+def key_lists(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.ListArray:
+    """KEYS values (spans of ``data``) split on one space with empty elements dropped (absent: [])."""
+    lists, offsets, out = split_spans(data, starts, ends, ord(C.KEY_SEPARATOR))
+    parts = pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+    return pa.ListArray.from_arrays(arrow(lists, pa.int32()), parts)
 
 
 def split_keys(keys_text: pa.Array) -> pa.ListArray:
     """KEYS split on one space with empty elements dropped (an absent KEYS gives [])."""
-    parts = pc.split_pattern(keys_text.fill_null(""), C.KEY_SEPARATOR)
-    flat = parts.flatten()
-    keep = pc.greater(pc.binary_length(flat), 0)
-    kept_cum = np.zeros(len(flat) + 1, np.int64)
-    np.cumsum(keep.to_numpy(zero_copy_only=False), out=kept_cum[1:])
-    offsets = kept_cum[_offsets(parts) - parts.offsets[0].as_py()]
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat.filter(keep))
+    offsets = _offsets(keys_text)
+    data = keys_text.buffers()[2]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)
+    starts = np.where(keys_text.is_valid().to_numpy(zero_copy_only=False), offsets[:-1], -1)
+    return key_lists(data, starts, offsets[1:])
 
 
 def _per_record(raw: pa.BinaryArray) -> dict[str, pa.Array]:
