@@ -36,7 +36,7 @@ from rmqtool.format.rows import entry_row
 from rmqtool.store.broker_model import recovered_tail
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.dledger import DLedgerCommitLog
-from rmqtool.store.filequeue import FileQueue, QueueFile, map_file, release_pages
+from rmqtool.store.filequeue import FileQueue, QueueFile, map_file, populate_pages, release_pages
 from rmqtool.store.store import Store
 
 __all__ = ["iter_record_batches", "record_schema", "entries_batch", "open_commitlog", "ledger_file_batches",
@@ -94,6 +94,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
         released = release_pages(mm, pos, released)
+        populate_pages(mm, pos, WINDOW_BYTES + 65536)
         if _at_file_end(data, pos, C.END_FILE_MIN_BLANK_LENGTH, f):
             return False                      # file end without a BLANK: next file
         size, magic = peek_header(buf, pos)

@@ -15,13 +15,14 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.kernel import Window, java_hashes
-from rmqtool.columnar.props import arrow, properties_from, property_values, spans, split_keys, strings
+from rmqtool.columnar.props import arrow, properties_from, property_values, spans, split_keys, strings, valid_rows
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
 from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 
 _MAGIC_TEXT = strings([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
+_MESSAGE, _SCHEDULE_TOPIC = strings(["message", C.RMQ_SYS_SCHEDULE_TOPIC])   # as scalars: Python values would import pandas
 _TS = pa.timestamp("ms")
 
 
@@ -31,7 +32,7 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     sys_flag = win["sys_flag"]
     props_raw = _heap(win, 2, "props")
     cols: dict[str, pa.Array] = {
-        "type": pa.repeat(pa.scalar("message"), n),
+        "type": pa.repeat(_MESSAGE, n),
         "physical_offset": _physical_offsets(win, file_start),
         "total_size": _int32(win["total"]),
         "magic_code": _MAGIC_TEXT.take(_int64(win["v2"])),
@@ -109,7 +110,7 @@ def _int64(values: np.ndarray) -> pa.Array:
 
 def _physical_offsets(win: Window, file_start: int) -> pa.Array:
     starts = _int64(win.starts)
-    return pc.add(starts, file_start) if file_start else starts
+    return pc.add(starts, _int64(np.array([file_start]))[0]) if file_start else starts
 
 
 def _copied(win: Window, buf: np.ndarray, starts: np.ndarray, last: int, type_: pa.DataType) -> pa.Array:
@@ -159,17 +160,17 @@ def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: 
     """TAGS hashCode (0 without tags); on the delay topic, the DELAY level's deliver time."""
     offsets = np.frombuffer(tags.buffers()[1], np.int32, len(tags) + 1, tags.offset * 4).astype(np.int64)
     text = tags.buffers()[2]
-    valid = tags.is_valid().to_numpy(zero_copy_only=False) if tags.null_count else True
     hashes = np.empty(len(tags), np.int64)
     java_hashes(np.frombuffer(text, np.uint8) if text is not None else np.zeros(1, np.uint8),
-                np.where(valid, offsets[:-1], -1), offsets[1:], hashes)
+                np.where(valid_rows(tags), offsets[:-1], -1), offsets[1:], hashes)
     codes = _int64(hashes)
-    delayed = np.flatnonzero(pc.equal(topic, C.RMQ_SYS_SCHEDULE_TOPIC).to_numpy(zero_copy_only=False))
-    if not len(delayed):
+    delayed = pc.equal(topic, _SCHEDULE_TOPIC)
+    if not pc.any(delayed).as_py():
         return codes
+    delayed = pc.indices_nonzero(delayed).to_pylist()
     values = codes.to_pylist()
     ts = store_ts.cast(pa.int64())
-    for i in delayed.tolist():
+    for i in delayed:
         try:
             values[i] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(props_raw[i].as_py()), ts[i].as_py())
         except ValueError:          # a malformed DELAY: the broker rejects such a record

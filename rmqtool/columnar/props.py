@@ -72,6 +72,16 @@ def strings(values: list[str]) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
 
 
+def valid_rows(arr: pa.Array) -> np.ndarray:
+    """Whether each row is not null, from the validity bitmap (Arrow's to_numpy of a bool array imports
+    pandas)."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None or not arr.null_count:
+        return np.ones(len(arr), bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), count=arr.offset + len(arr), bitorder="little")
+    return bits[arr.offset:].astype(bool)
+
+
 def _validity(missing: np.ndarray | None) -> pa.Buffer | None:
     return pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing is not None and missing.any() else None
 
@@ -98,7 +108,7 @@ def queue_ids(text: pa.Array) -> pa.Array:
     """REAL_QID values as int32 (null where absent or not a Java int); only the few present are parsed."""
     if not text.null_count < len(text):
         return pa.nulls(len(text), pa.int32())
-    present = np.flatnonzero(text.is_valid().to_numpy(zero_copy_only=False))
+    present = np.flatnonzero(valid_rows(text))
     values = np.zeros(len(text), np.int32)
     missing = np.ones(len(text), bool)
     for i, value in zip(present, text.take(arrow(present.astype(np.int64), pa.int64())).to_pylist()):
@@ -120,7 +130,7 @@ def split_keys(keys_text: pa.Array) -> pa.ListArray:
     offsets = _offsets(keys_text)
     data = keys_text.buffers()[2]
     data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)
-    starts = np.where(keys_text.is_valid().to_numpy(zero_copy_only=False), offsets[:-1], -1)
+    starts = np.where(valid_rows(keys_text), offsets[:-1], -1)
     return key_lists(data, starts, offsets[1:])
 
 

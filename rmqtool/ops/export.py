@@ -56,10 +56,12 @@ def export_batch(batch, schema, store: str, commitlog_file):
     """``batch`` in the export ``schema``: ``commitlog_file`` is one path for every row, or an array."""
     import pyarrow as pa
 
+    from rmqtool.columnar.props import strings
+
     n = batch.num_rows
     cols = [col if col.type == fld.type else col.cast(fld.type) for col, fld in zip(batch.columns, schema)]
-    files = pa.repeat(commitlog_file, n) if isinstance(commitlog_file, str) else commitlog_file
-    return pa.RecordBatch.from_arrays(cols + [pa.repeat(store, n), files], schema=schema)
+    files = pa.repeat(strings([commitlog_file])[0], n) if isinstance(commitlog_file, str) else commitlog_file
+    return pa.RecordBatch.from_arrays(cols + [pa.repeat(strings([store])[0], n), files], schema=schema)
 
 
 def _file_column(batch, starts, uris):
@@ -67,8 +69,10 @@ def _file_column(batch, starts, uris):
     import numpy as np
     import pyarrow as pa
 
-    which = np.searchsorted(starts, batch.column("physical_offset").to_numpy(zero_copy_only=False), "right") - 1
-    return pa.DictionaryArray.from_arrays(pa.array(which, pa.int32()), pa.array(uris)).cast(pa.string())
+    from rmqtool.columnar.props import arrow, strings
+
+    which = np.searchsorted(starts, batch.column("physical_offset").to_numpy(), "right") - 1
+    return pa.DictionaryArray.from_arrays(arrow(which.astype(np.int32), pa.int32()), strings(uris)).cast(pa.string())
 
 
 def format_for(path: str | os.PathLike, fmt: str | None) -> str:

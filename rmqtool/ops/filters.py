@@ -103,8 +103,10 @@ def keep_records(batch, where: RecordFilter | None, include_blank: bool = False,
     """The records a bulk command keeps: the messages that pass ``where``; BLANKs only when asked for."""
     import pyarrow.compute as pc
 
-    if where is None or where.is_empty:
-        return batch if include_blank else batch.filter(pc.equal(batch.column("type"), "message"))
+    from rmqtool.columnar.props import strings
+
+    if where is None or where.is_empty:     # (a str compared would make a scalar, which imports pandas)
+        return batch if include_blank else batch.filter(pc.equal(batch.column("type"), strings(["message"])[0]))
     return filter_batch(batch, where, where.compiled(), decompressed)
 
 
