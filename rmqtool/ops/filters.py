@@ -105,8 +105,11 @@ def keep_records(batch, where: RecordFilter | None, include_blank: bool = False,
 
     from rmqtool.columnar.props import strings
 
-    if where is None or where.is_empty:     # (a str compared would make a scalar, which imports pandas)
-        return batch if include_blank else batch.filter(pc.equal(batch.column("type"), strings(["message"])[0]))
+    if where is None or where.is_empty:
+        if include_blank:
+            return batch
+        messages = pc.equal(batch.column("type"), strings(["message"])[0])    # (a str would import pandas)
+        return batch if pc.all(messages).as_py() else batch.filter(messages)  # (a filter copies every column)
     return filter_batch(batch, where, where.compiled(), decompressed)
 
 
