@@ -182,3 +182,21 @@ def test_kernel_works_where_numba_finds_no_cache_location():
              "print(scan_window(np.zeros(64, np.uint8), 0, 64).bad)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr
+
+
+@pytest.mark.parametrize("variant", ["_crc32_tables", "_crc32_clmul"])
+def test_crc_variants_are_zlib(variant):
+    """Both CRC paths of the kernel (the carry-less one where the CPU has it) against zlib.crc32 at every
+    length from 0 to 300 and unaligned starts."""
+    import zlib
+
+    from rmqtool.columnar import kernel
+
+    if variant == "_crc32_clmul" and not kernel._has_clmul():
+        pytest.skip("no carry-less multiplication on this CPU")
+    data = np.random.default_rng(19).integers(0, 256, 4096, dtype=np.uint8)
+    d64, shift = kernel.words(data)
+    crc = getattr(kernel, variant)
+    for n in range(301):
+        for at in (0, 1, 5, 8, 13):
+            assert crc(data, d64, shift, at, n, kernel._CRC_T) == zlib.crc32(data[at:at + n].tobytes()), (n, at)

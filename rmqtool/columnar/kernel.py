@@ -1,20 +1,20 @@
 """The compiled scan kernel: one pass over a window of a mapped commit-log file (numba).
 
-``scan_window`` walks the MESSAGE chain from a position and, for every record, in the same pass: checks
-the magic code and that the lengths add up to TOTALSIZE inside the file (what ``decode_entry`` demands;
-the first record that fails stops the window and ``decode_entry`` names the reason), gathers the fixed
-fields into columns (an IPv4 host also as one int64: address and port), takes the body CRC
-(UtilAll.crc32: zlib's CRC-32, slice-by-8 over aligned words, top bit cleared) when asked, and parses
-PROPERTIES as the 4.9.1+ broker does (items split at \\x02, key and value at the first \\x01, both
-non-empty; eight bytes a step): the value spans of the properties the tools read and, when asked, the
-span of every item (for the ``properties`` map), the copies of body, topic and properties (properties
-parsed in their copy) and the msgId text. What makes it run at memory speed: the records' cache lines
-are prefetched ahead of the walk (the chain of records is a chain of dependent loads that otherwise waits
-for memory on every header), fields are read as one unaligned big-endian load each, copies are memcpy,
-nothing is allocated or grown in the loop (numba counts references on every such array), and the output
-buffers come from Arrow's memory pool (which reuses freed pages; numpy's large allocations return to the
-system and fault in again). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer;
-``split_spans`` splits them (KEYS); ``java_hashes`` hashes them (tagsCode).
+``scan_window`` walks the MESSAGE chain from a position and, for every record, in the same pass: checks the
+magic code and that the lengths add up to TOTALSIZE inside the file (what ``decode_entry`` demands; the
+first record that fails stops the window and ``decode_entry`` names the reason), gathers the fixed fields
+into columns (an IPv4 host also as one int64: address and port), takes the body CRC (UtilAll.crc32: zlib's
+CRC-32, top bit cleared; by carry-less multiplication where the CPU has it, else slice-by-8) when asked, and
+parses PROPERTIES as the 4.9.1+ broker does (items split at \\x02, key and value at the first \\x01, both
+non-empty; eight bytes a step): the value spans of the properties the tools read and, when asked, the span
+of every item (for the ``properties`` map), the copies of body, topic and properties (properties parsed in
+their copy) and the msgId text. What makes it run at memory speed: the records' cache lines are prefetched
+ahead of the walk (the chain of records is a chain of dependent loads that otherwise waits for memory on
+every header), fields are read as one unaligned big-endian load each, copies are memcpy, nothing is
+allocated or grown in the loop (numba counts references on every such array), and the output buffers come
+from Arrow's memory pool (which reuses freed pages; numpy's large allocations return to the system and fault
+in again). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer; ``split_spans``
+splits them (KEYS); ``java_hashes`` hashes them (tagsCode).
 
 Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (3-4
 CPU seconds): under ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a
@@ -23,6 +23,8 @@ per process.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from llvmlite import ir
@@ -124,6 +126,34 @@ def _memcpy(typingctx, src, a, n, dst, o):
 
 
 @intrinsic
+def _clmul(typingctx, a, b):
+    """The carry-less product of two uint64 as (low, high) uint64 (x86 PCLMULQDQ)."""
+    def codegen(context, builder, signature, args):
+        v2, i32 = ir.VectorType(ir.IntType(64), 2), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v2, [v2, v2, ir.IntType(8)]),
+                                            "llvm.x86.pclmulqdq")
+        va = builder.insert_element(ir.Constant(v2, ir.Undefined), args[0], i32(0))
+        vb = builder.insert_element(ir.Constant(v2, ir.Undefined), args[1], i32(0))
+        r = builder.call(fn, [va, vb, ir.IntType(8)(0)])
+        return context.make_tuple(builder, signature.return_type,
+                                  [builder.extract_element(r, i32(0)), builder.extract_element(r, i32(1))])
+    return types.UniTuple(types.uint64, 2)(a, b), codegen
+
+
+def _has_clmul() -> bool:
+    """Whether the CPU multiplies carry-less (x86 PCLMULQDQ, since 2010)."""
+    import platform
+
+    import llvmlite.binding as llvm
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        return bool(llvm.get_host_cpu_features().get("pclmul", False))
+    except RuntimeError:            # features not known on this host
+        return False
+
+
+@intrinsic
 def _ctz(typingctx, x):
     """Trailing zero bits of a non-zero uint64."""
     def codegen(context, builder, signature, args):
@@ -144,8 +174,9 @@ def _i64(d, p):
 
 
 @_jit
-def _crc32(d, d64, shift, p, n, t):
-    """zlib.crc32 of d[p:p+n]; ``d64`` is d[shift:] viewed as little-endian uint64 words (aligned reads)."""
+def _crc32_tables(d, d64, shift, p, n, t):
+    """zlib.crc32 of d[p:p+n], slice-by-8; ``d64`` is d[shift:] viewed as little-endian uint64 words
+    (aligned reads)."""
     crc = _ONES
     e = p + n
     while p < e and ((p - shift) & 7) != 0:
@@ -161,6 +192,48 @@ def _crc32(d, d64, shift, p, n, t):
         crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
         p += 1
     return np.int64(crc ^ _ONES)
+
+
+# The CRC-32 polynomial's folding constants (x^(128+32) mod P, x^(128-32) mod P, x^64 mod P, reflected)
+# and its Barrett reduction's P' and mu: Intel's "Fast CRC Computation Using PCLMULQDQ" (as Linux's
+# crc32-pclmul_asm.S and zlib-ng use them for this polynomial).
+_K3, _K4, _K5 = np.uint64(0x1751997D0), np.uint64(0xCCAA009E), np.uint64(0x163CD6124)
+_P, _MU = np.uint64(0x1DB710641), np.uint64(0x1F7011641)
+_S32 = np.uint64(32)
+
+
+@_jit
+def _crc32_clmul(d, d64, shift, p, n, t):
+    """zlib.crc32 of d[p:p+n], 16 bytes a step by carry-less multiplication (four times the tables' rate);
+    the last bytes by table."""
+    crc = _ONES
+    e = p + n
+    if n >= 32:
+        lo = np.uint64(_le64(d, p)) ^ crc
+        hi = np.uint64(_le64(d, p + 8))
+        p += 16
+        while p + 16 <= e:                     # fold 128 bits over the next 16 bytes
+            a_lo, a_hi = _clmul(lo, _K3)
+            b_lo, b_hi = _clmul(hi, _K4)
+            lo = a_lo ^ b_lo ^ np.uint64(_le64(d, p))
+            hi = a_hi ^ b_hi ^ np.uint64(_le64(d, p + 8))
+            p += 16
+        a_lo, a_hi = _clmul(lo, _K4)           # 128 -> 64 bits (and 32 zero bits appended)
+        lo, hi = hi ^ a_lo, a_hi
+        u = lo & _ONES                         # 64 -> 32 bits
+        lo = (lo >> _S32) | (hi << _S32)
+        a_lo, a_hi = _clmul(u, _K5)
+        lo ^= a_lo
+        a_lo, a_hi = _clmul(lo & _ONES, _MU)   # Barrett reduction
+        a_lo, a_hi = _clmul(a_lo & _ONES, _P)
+        crc = ((lo ^ a_lo) >> _S32) & _ONES
+    while p < e:
+        crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
+        p += 1
+    return np.int64(crc ^ _ONES)
+
+
+_crc32 = _crc32_clmul if _has_clmul() else _crc32_tables
 
 
 @_jit
@@ -575,8 +648,9 @@ def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialised array in Arrow's memory pool: the pool keeps freed memory for the next window, where
     numpy's large allocations go back to the system and fault their pages in again (a third of a scan)."""
     import pyarrow as pa
-    count = int(np.prod(shape))
-    return np.frombuffer(pa.allocate_buffer(max(count * np.dtype(dtype).itemsize, 8)), dtype, count).reshape(shape)
+    count = math.prod(shape)
+    out = np.frombuffer(pa.allocate_buffer(max(count * dtype().itemsize, 8)), dtype, count)
+    return out.reshape(shape) if len(shape) > 1 else out
 
 
 def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_crc: bool = False,
