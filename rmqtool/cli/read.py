@@ -675,13 +675,12 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
     enc = row_encoding(body, out, body_dir)
     if scan:
         from rmqtool.ops.filters import filtered_batches
-        from rmqtool.ops.grep import hit_rows
 
         where = record_filter((topic,), keys=(key,), since=since, until=until)
         with progress_bar(_commitlog_total(st.commitlog, None), "scanning", streaming=True) as progress:
             batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress)
-            n = write_records(hit_rows(batches, enc), out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
-                              body_dir=body_dir)
+            n = write_record_batches(batches, out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
+                                     body_dir=body_dir)
         if n == 0:
             _nothing(ctx, f"no record of topic {topic!r} with key {key!r} in the commit log")
         return

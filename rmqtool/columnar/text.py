@@ -244,12 +244,19 @@ def csv_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
     """One CSV line per record, each ending in a newline: byte-for-byte the rows ``cli.output``'s csv
     writer prints for the record (cells quoted only where needed, None as an empty cell)."""
     parts = []
-    for col in text_columns(batch, body_encoding, json_text=False).values():
+    for name, col in text_columns(batch, body_encoding, json_text=False).items():
         if not pa.types.is_string(col.type):
             col = col.cast(pa.string())
         elif _any_byte(col, _CSV_SPECIALS):
-            needs = pc.match_substring_regex(col, _CSV_QUOTE_RX).fill_null(False)
+            if name in batch.schema.names and _nested(batch.schema.field(name).type):
+                needs = pc.greater(pc.binary_length(col), 2)     # JSON text: quotes in all but {} and []
+            else:
+                needs = pc.match_substring_regex(col, _CSV_QUOTE_RX)
             quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
-            col = pc.if_else(needs, quoted, col)
+            col = pc.if_else(needs.fill_null(False), quoted, col)
         parts += [col.fill_null(""), ","]
     return pc.binary_join_element_wise(*parts[:-1], "\n", "")
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_map(t) or pa.types.is_list(t)
