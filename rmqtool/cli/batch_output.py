@@ -74,7 +74,8 @@ def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns:
     frame = open_table(columns, widths, truncates, fmt, tablefmt, None, out, optional)
     cut = dict(zip(columns, truncates))
     n = 0
-    for batch, batch_cells in itertools.chain(_first_rows(sample, cells), () if failed else ((b, None) for b in it)):
+    rest = () if failed else ((b, None) for b in it)
+    for batch, batch_cells in itertools.chain(_sample_rows_first(sample, cells), rest):
         if batch_cells is None:
             batch_cells = _cells(batch, frame.cols, wanted, body_chars)
         lines = _lines(batch_cells, frame, cut)
@@ -89,7 +90,20 @@ def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns:
     return n
 
 
-def _first_rows(sample: list[pa.RecordBatch], cells: list[dict]) -> Iterator[tuple[pa.RecordBatch, dict]]:
+def first_rows(batches: Iterable[pa.RecordBatch], count: int | None) -> Iterator[pa.RecordBatch]:
+    """The batches' first ``count`` rows (all when None)."""
+    left = count
+    for batch in batches:
+        if left is not None:
+            if left <= 0:
+                return
+            batch = batch.slice(0, left)
+            left -= batch.num_rows
+        if batch.num_rows:
+            yield batch
+
+
+def _sample_rows_first(sample: list[pa.RecordBatch], cells: list[dict]) -> Iterator[tuple[pa.RecordBatch, dict]]:
     """The sample batches and their cells, the first SAMPLE_ROWS rows on their own: they print as soon
     as the widths are known."""
     before = 0

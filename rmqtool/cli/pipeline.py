@@ -8,6 +8,7 @@ Both engines give identical output. A damaged record ends its file with a warnin
 
 from __future__ import annotations
 
+import sys
 from itertools import islice
 from typing import Callable
 
@@ -17,7 +18,7 @@ from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import count_option, filter_options, record_filter, record_options
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, write_rows
-from rmqtool.cli.read import SCAN_COLUMNS, row_encoding, write_records
+from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
 
 STATS_GROUPINGS = ["topic", "queue", "group", "hour", "store_host", "tag", "store"]
 ENGINE_CHOICES = ["local", "spark", "auto"]
@@ -191,10 +192,17 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
         n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
                           ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     else:
+        from rmqtool.cli import batch_output
+
         with progress_bar(sum(f.size for f in files), "grep", streaming=True) as progress:
             tables = grep_local(files, where, decompress=decompress, on_damage=damage, progress=progress)
-            n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
-                              ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+            if batch_output.table_supported(out, tablefmt, body, charset, body_dir):   # a batch at a time
+                n = batch_output.write_table_batches(batch_output.first_rows(tables, count), out,
+                                                     ["store"] + SCAN_COLUMNS, tablefmt, sys.stdout, body=body,
+                                                     body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+            else:
+                n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out,
+                                  tablefmt, ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     if n == 0:
         click.echo("rmqtool: no matching records", err=True)
         damage.exit(ExitCode.FINDINGS)
