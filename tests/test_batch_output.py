@@ -192,16 +192,17 @@ def test_view_typed_batches_print_the_same_text(name):
                                                                                 True, None)[0]
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "plain"])
-def test_bulk_cat_commitlog_spares_the_pandas_import(fmt):
+@pytest.mark.parametrize("command,fmt", [("cat-commitlog", "jsonl"), ("cat-commitlog", "plain"), ("grep", "plain"),
+                                         ("grep", "jsonl")])
+def test_bulk_printing_spares_the_pandas_import(command, fmt):
     """pyarrow's first conversion would import pandas only to ask whether a value is a pandas object;
-    cat-commitlog hands it none and skips that probe (~0.2 CPU-s of its start-up)."""
+    cat-commitlog and grep hand it none and skip that probe (~0.2 CPU-s of their start-up)."""
     import subprocess
     import sys
 
     from tests.conftest import ROOT
 
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "rmqtool", "cat-commitlog",
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "rmqtool", command,
                              str(store_path("dev-sample")), "-f", fmt], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0 and len(result.stdout.splitlines()) > 100

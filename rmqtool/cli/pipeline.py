@@ -17,7 +17,7 @@ import click
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import count_option, filter_options, record_filter, record_options
-from rmqtool.cli.output import output_options, progress_bar, resolve_format, write_rows
+from rmqtool.cli.output import output_options, progress_bar, resolve_format, skip_pandas_probe, write_rows
 from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
 
 STATS_GROUPINGS = ["topic", "queue", "group", "hour", "store_host", "tag", "store"]
@@ -192,6 +192,7 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
         n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out, tablefmt,
                           ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     else:
+        skip_pandas_probe()
         from rmqtool.cli import batch_output
 
         with progress_bar(sum(f.size for f in files), "grep", streaming=True) as progress:

@@ -22,7 +22,8 @@ _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
 _PLAIN = {"type", "magic_code", "born_host", "store_host", "msg_id", "body_encoding", "properties_raw"}
 _HEX = b"0123456789abcdef"
 _HEX_LUT = np.array([_HEX[b >> 4] | _HEX[b & 15] << 8 for b in range(256)], "<u2")
-_PADS = pa.array([b"", b"\0", b"\0\0"])
+_PADS = pa.Array.from_buffers(pa.binary(), 3, [None, pa.py_buffer(np.array([0, 0, 1, 3], np.int32)),
+                                                pa.py_buffer(b"\0\0\0")])          # b"", b"\0", b"\0\0"
 
 
 def json_string(arr: pa.Array, *, plain: bool = False) -> pa.Array:
