@@ -115,7 +115,8 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             slot = (slot + 1) & (cap - 1)
         topic_index[i] = t
         key = (t << 32) | (queue_id[i] & _M)
-        slot = (key * 0x9E3779B1) & (cap - 1)
+        mixed = t * 0x9E3779B1 ^ (queue_id[i] & _M) * 0x85EBCA6B     # both halves of the key reach the slot
+        slot = (mixed ^ (mixed >> 17)) & (cap - 1)
         while True:
             c = pair_table[slot]
             if c < 0:
