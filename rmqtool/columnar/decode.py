@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
+from rmqtool.columnar.facts import DISPATCH_PROPERTIES
 from rmqtool.columnar.kernel import Window, java_hashes
 from rmqtool.columnar.props import arrow, properties_from, property_values, spans, split_keys, strings, valid_rows
 from rmqtool.columnar.schema import record_schema
@@ -61,9 +62,6 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
-# Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
-DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
-                       C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
 FACT_COLUMNS = ("physical_offset", "total_size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "topic",
                 "tags_code", "uniq_key", "keys", "properties_raw") + DISPATCH_PROPERTIES
 _FACT_PROPERTIES = {name: name for name in (C.PROPERTY_TAGS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,

@@ -20,6 +20,9 @@ import numpy as np
 from rmqtool import constants as C
 from rmqtool.columnar.kernel import Window, _jit
 
+# Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
+DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
+                       C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
 _M = 0xFFFFFFFF
 _SPACE = ord(C.KEY_SEPARATOR)
 _HASH_SIGN = ord("#")

@@ -17,8 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.decode import DISPATCH_PROPERTIES, _tags_codes, decode_facts
-from rmqtool.columnar.facts import window_facts
+from rmqtool.columnar.facts import DISPATCH_PROPERTIES, window_facts
 from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
 from rmqtool.columnar.props import property_values, spans
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
@@ -162,11 +161,14 @@ class _Collector:
         """``add`` for the records of a kernel window (scanned without items) over the mapped ``data``:
         their facts from one compiled pass (``rmqtool.columnar.facts``), or from the Arrow columns of
         ``decode_facts`` when a topic or a hashed property is not ASCII. Returns the leading valid records."""
+        # columnar.decode, imported only here: it makes pyarrow import pandas (~56 MB in every worker)
         wf = window_facts(data, win, self.keys, DISPATCH_PROPERTIES if self.props else ())
         if wf is None:
+            from rmqtool.columnar.decode import decode_facts
             return self.add(decode_facts(data, win, file_start, self.deep))[1]
         tags, bad = wf.tags_code, np.zeros(win.n, bool)
         if C.RMQ_SYS_SCHEDULE_TOPIC in wf.topics:        # the DELAY level's deliver time (a bad one: null)
+            from rmqtool.columnar.decode import _tags_codes
             rows = np.flatnonzero(wf.topic_index == wf.topics.index(C.RMQ_SYS_SCHEDULE_TOPIC))
             pos = win["props_pos"][rows]
             codes = _tags_codes(spans(data, *(s[rows] for s in win.prop(C.PROPERTY_TAGS))),
