@@ -13,7 +13,9 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Blank, Entry, Message, decode_entry, peek_header
 from rmqtool.store.broker_model import recovered_tail, step_over
-from rmqtool.store.filequeue import FileQueue, QueueFile, is_offset_name
+from rmqtool.store.filequeue import FileQueue, QueueFile, is_offset_name, release_pages
+
+_RELEASE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -184,10 +186,12 @@ class CommitLog:
         if self.entry_header_size or not f.length:
             return None
         buf = f.read()
-        n, pos = len(buf), 0
+        n, pos, released = len(buf), 0, 0
         head = _HEADER.unpack_from
         smallest = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
         while n - pos >= 8:
+            if pos - released >= _RELEASE_BYTES:         # walked pages leave RSS (a 1 GiB file's would stay)
+                released = release_pages(buf, pos, released)
             size, magic = head(buf, pos)
             if magic == C.BLANK_MAGIC_CODE:
                 return pos
