@@ -18,7 +18,7 @@ from conftest import ALL_SETS, CRASH_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, run
 from rmqtool.errors import FormatError, RmqError
 from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store
-from rmqtool.ops.workers import available_memory, default_jobs, process_map
+from rmqtool.ops.workers import available_memory, default_jobs, process_imap, process_map
 from rmqtool.store.store import Store
 
 
@@ -43,6 +43,28 @@ def test_process_map_runs_in_children_keeps_order_and_counts_progress():
     assert [value for value, _ in out] == [25, 1, 16, 4]
     assert any(in_child for _, in_child in out) and not all(in_child for _, in_child in out)
     assert sum(seen) == 12 * 5000
+
+
+def _numbers(item, progress):
+    import numpy as np
+
+    progress(item)
+    return np.arange(item), os.getpid()
+
+
+def test_process_imap_yields_in_order_from_workers_and_stops_them_when_closed():
+    """Results in item order, computed in worker processes and mapped from shared memory (arrays intact);
+    a caller that stops early leaves no worker running."""
+    seen = []
+    it = process_imap(_numbers, [5, 200_000, 3, 7, 9], 2, seen.append)
+    values, pid = next(it)
+    assert values.tolist() == list(range(5)) and pid != os.getpid()
+    values, _ = next(it)
+    assert int(values.sum()) == 200_000 * 199_999 // 2
+    assert [v.tolist() for v, _ in [next(it)]] == [[0, 1, 2]]
+    it.close()
+    assert not multiprocessing.active_children()
+    assert [len(v) for v, _ in process_imap(_numbers, [4, 2], 2)] == [4, 2] and sum(seen) >= 5
 
 
 def test_a_worker_error_is_the_same_one_line_error():
