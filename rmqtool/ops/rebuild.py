@@ -21,7 +21,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, valid_facts
-from rmqtool.ops.facts import FileFacts, Progress, QueueNames
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, present
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.filequeue import same_content
@@ -213,7 +213,7 @@ def _with_multi_dispatch(facts: FileFacts, names: QueueNames,
     targets = facts.props[C.PROPERTY_INNER_MULTI_DISPATCH]
     asked = facts.props[C.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
     extra = []
-    for r in rows[targets.is_valid().to_numpy(zero_copy_only=False)[rows]].tolist():
+    for r in rows[present(targets)[rows]].tolist():
         topic, qid = names.names[int(cols["queue"][r])]
         props = {C.PROPERTY_INNER_MULTI_DISPATCH: targets[r].as_py(),
                  C.PROPERTY_INNER_MULTI_QUEUE_OFFSET: asked[r].as_py() or ""}
@@ -237,7 +237,7 @@ def batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     base = cols["queue_offset"][rows].copy()
     size = np.ones(len(rows), np.int64)
     num, inner = facts.props[C.PROPERTY_INNER_NUM], facts.props[C.PROPERTY_INNER_BASE]
-    both = (num.is_valid().to_numpy(zero_copy_only=False) & inner.is_valid().to_numpy(zero_copy_only=False))[rows]
+    both = (present(num) & present(inner))[rows]
     if both.any():
         picked = pa.array(rows[both])
         try:

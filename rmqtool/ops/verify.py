@@ -699,9 +699,6 @@ def crc32_property_findings(store: Store) -> Iterator[Finding]:
     """5.2+ whole-record CRCs (__CRC32#, enabledAppendPropCRC) that do not match their record: a warning,
     since CommitLog.checkMessageAndReturnSize checks them only with forceVerifyPropCRC (default false),
     when it refuses the record. Read in the files whose first record carries one (a store that uses it)."""
-    import pyarrow.compute as pc
-
-    from rmqtool.columnar import iter_record_batches
     from rmqtool.errors import RmqError
     from rmqtool.format.commitlog import Message, record_crc32, stored_crc32
 
@@ -713,6 +710,9 @@ def crc32_property_findings(store: Store) -> Iterator[Finding]:
             continue
         if not isinstance(first, Message) or stored_crc32(first.properties_raw) is None:
             continue
+        import pyarrow.compute as pc           # here: the record batches make pyarrow import pandas
+
+        from rmqtool.columnar import iter_record_batches
         buf = f.read()
         # damage ends the file's records here; the commit-log check above reports it
         for batch in iter_record_batches(type(cl)(FileQueue([f], cl.queue.file_size)), on_damage=lambda exc: None):
