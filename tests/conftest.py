@@ -33,6 +33,20 @@ settings.register_profile("ci", max_examples=300, deadline=None, suppress_health
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+@lru_cache(maxsize=None)
+def _timer_last_read_ms() -> int:
+    from rmqtool.store.timer import TimerStore
+    return TimerStore.open(FIXTURES / TIMER_SETS[0] / "store").checkpoint().last_read_time_ms
+
+
+@pytest.fixture(autouse=True)
+def _broker_started_a_day_after_the_fixtures(monkeypatch):
+    """Verdicts that depend on when a broker starts (broker_model timer_read_time moves the timer's read time to
+    now - 7 days) as a broker started a day after the fixtures' timer store last read: in-process results do not
+    change with the day the suite runs (a test sets another time the same way)."""
+    monkeypatch.setattr("rmqtool.ops.timer.clock_ms", lambda: _timer_last_read_ms() + 86_400_000)
+
+
 def run(*args, input: bytes | str | None = None, env: dict | None = None):
     """The one way tests run the CLI: in-process, stdout and stderr kept apart, an exception the CLI lets
     escape fails the test (``--traceback`` re-raises, so ``pytest.raises`` sees it)."""

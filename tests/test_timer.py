@@ -35,14 +35,6 @@ def name(request):
     return request.param
 
 
-@pytest.fixture(autouse=True)
-def _started_a_day_after(monkeypatch):
-    """verify's timer findings as a broker started a day after the fixture's lastReadTimeMs sees them (rule
-    timer_read_time moves the read time only after 7 days): the same on every day the suite runs."""
-    cp = TimerStore.open(store_path(TIMER_SETS[0])).checkpoint()
-    monkeypatch.setattr("rmqtool.ops.timer.clock_ms", lambda: cp.last_read_time_ms + 86_400_000)
-
-
 def test_every_timerlog_unit_and_blank(name):
     ts = TimerStore.open(store_path(name))
     got = list(ts.iter_timerlog())
