@@ -101,6 +101,17 @@ _be32, _be64, _le64 = _load(32, True), _load(64, True), _load(64, False)
 
 
 @intrinsic
+def _st64(typingctx, arr, idx, value):
+    """An unaligned store of a uint64 at arr[idx] (arr: a byte array)."""
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        builder.store(args[2], builder.bitcast(builder.gep(ary.data, [args[1]]), i64.as_pointer()), align=1)
+        return context.get_dummy_value()
+    return types.void(arr, idx, types.uint64), codegen
+
+
+@intrinsic
 def _prefetch(typingctx, arr, idx):
     """Ask the CPU to fetch the cache line of arr[idx] (llvm.prefetch). The chain of records is a chain of
     dependent loads: without it every record header waits for memory."""
@@ -496,61 +507,62 @@ def _span_offsets(starts, ends, offsets):
 
 @_jit
 def _span_copy(d, starts, ends, out):
+    """The spans one after another into ``out`` (16 bytes longer than they need): a span of up to 16 bytes
+    as two 8-byte moves where the data has 16 bytes from its start (property keys and values mostly)."""
     o = 0
     for i in range(len(starts)):
-        if starts[i] >= 0:
-            o = _copy(d, starts[i], ends[i] - starts[i], out, o)
+        a = starts[i]
+        if a >= 0:
+            n = ends[i] - a
+            if n <= 16 and a + 16 <= len(d):
+                _st64(out, o, np.uint64(_le64(d, a)))
+                _st64(out, o + 8, np.uint64(_le64(d, a + 8)))
+                o += n
+            else:
+                o = _copy(d, a, n, out, o)
 
 
 def gather_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
     offsets = _pooled((len(starts) + 1,), np.int32)
-    out = _pooled((_span_offsets(starts, ends, offsets),), np.uint8)
+    total = _span_offsets(starts, ends, offsets)
+    out = _pooled((total + 16,), np.uint8)
     _span_copy(d, starts, ends, out)
-    return offsets, out
+    return offsets, out[:total]
 
 
 @_jit
-def _split_count(d, starts, ends, sep, lists):
-    """Per span (a negative start: none), the parts between ``sep`` bytes that are not empty: their running
-    count into ``lists`` (n + 1); returns (parts, bytes)."""
-    parts = size = 0
-    lists[0] = 0
-    for i in range(len(starts)):
-        a = starts[i]
-        if a >= 0:
-            for j in range(a, ends[i]):
-                if d[j] != sep:
-                    size += 1
-                    if j == a or d[j - 1] == sep:
-                        parts += 1
-        lists[i + 1] = parts
-    return parts, size
-
-
-@_jit
-def _split_fill(d, starts, ends, sep, offsets, out):
+def _split(d, starts, ends, sep, lists, offsets, out):
+    """Each span (a negative start: none) split at ``sep`` bytes, empty parts dropped: the parts one after
+    another into ``out`` (their ends into ``offsets[1:]``), each span's running count of parts into ``lists``
+    (n + 1). Returns (parts, bytes)."""
     k = o = 0
-    offsets[0] = 0
+    lists[0] = offsets[0] = 0
     for i in range(len(starts)):
-        a = starts[i]
-        if a >= 0:
-            for j in range(a, ends[i]):
-                if d[j] != sep:
-                    out[o] = d[j]
-                    o += 1
-                    if j + 1 == ends[i] or d[j + 1] == sep:
-                        k += 1
-                        offsets[k] = o
+        j = starts[i]
+        e = ends[i] if j >= 0 else j
+        while j < e:
+            while j < e and d[j] == sep:
+                j += 1
+            b = j
+            while j < e and d[j] != sep:
+                j += 1
+            if j > b:
+                o = _copy(d, b, j - b, out, o)
+                k += 1
+                offsets[k] = o
+        lists[i + 1] = k
+    return k, o
 
 
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
     """(list offsets n + 1, part offsets, bytes): each span split at ``sep``, empty parts dropped."""
+    present = starts >= 0
+    size = int((ends - starts)[present].sum())
     lists = _pooled((len(starts) + 1,), np.int32)
-    parts, size = _split_count(d, starts, ends, sep, lists)
-    offsets, out = _pooled((parts + 1,), np.int32), _pooled((size,), np.uint8)
-    _split_fill(d, starts, ends, sep, offsets, out)
-    return lists, offsets, out
+    offsets, out = _pooled((size // 2 + len(starts) + 1,), np.int32), _pooled((size,), np.uint8)
+    parts, used = _split(d, starts, ends, sep, lists, offsets, out)
+    return lists, offsets[:parts + 1], out[:used]
 
 
 @_jit
