@@ -28,6 +28,7 @@ from rmqtool import constants as C
 from rmqtool.columnar.decode import decode_batch
 from rmqtool.columnar.schema import record_schema
 from rmqtool.columnar.kernel import Window, scan_window, words
+from rmqtool.columnar.props import arrow, strings
 from rmqtool.columnar.walk import WINDOW_BYTES, ledger_headers_ok
 from rmqtool.errors import FormatError
 from rmqtool.format import dledger as D
@@ -194,6 +195,25 @@ def entries_batch(entries: Iterable[tuple[int, Entry]], check_crc: bool = False)
             row["properties_raw"] = entry.properties_raw
             row["properties"] = list(row["properties"].items())
         rows.append(row)
-    return pa.RecordBatch.from_pylist(rows, schema=record_schema(check_crc))
+    schema = record_schema(check_crc)
+    if all(isinstance(v, (str, int)) and not isinstance(v, bool) or v is None for row in rows for v in row.values()):
+        return _scalar_rows(rows, schema)             # BLANKs: no Python objects through pa.array (pandas)
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _scalar_rows(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of rows whose values are str, int or None, built column by column from buffers."""
+    cols = []
+    for f in schema:
+        values = [row.get(f.name) for row in rows]
+        missing = np.array([v is None for v in values])
+        if missing.all():
+            cols.append(pa.nulls(len(rows), f.type))
+        elif pa.types.is_string(f.type):
+            cols.append(strings(values))
+        else:
+            cols.append(arrow(np.array([0 if v is None else v for v in values], np.int64), pa.int64(),
+                              missing if missing.any() else None).cast(f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

@@ -64,12 +64,13 @@ def arrow(values: np.ndarray, type_: pa.DataType, missing: np.ndarray | None = N
     return pa.Array.from_buffers(type_, len(values), [_validity(missing), pa.py_buffer(values)])
 
 
-def strings(values: list[str]) -> pa.Array:
-    """A string array of Python strings."""
-    raw = [v.encode() for v in values]
+def strings(values: list[str | None]) -> pa.Array:
+    """A string array of Python strings (null for None)."""
+    raw = [b"" if v is None else v.encode() for v in values]
     offsets = np.zeros(len(raw) + 1, np.int32)
     np.cumsum([len(r) for r in raw], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+    return pa.Array.from_buffers(pa.string(), len(raw), [_validity(np.array([v is None for v in values], bool)),
+                                                         pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
 
 
 def valid_rows(arr: pa.Array) -> np.ndarray:
