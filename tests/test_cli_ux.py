@@ -27,22 +27,22 @@ def messages(name: str = "dev-sample") -> list[dict]:
 
 
 # -- 1. tables stream -------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def big_store(tmp_path_factory):
+def _generated(tmp_path_factory, size: str, file_size: str):
     root = tmp_path_factory.mktemp("gen") / "store"
-    subprocess.run([sys.executable, "-m", "rmqtool", "generate", str(root), "--size", "48M", "--file-size", "8M",
+    subprocess.run([sys.executable, "-m", "rmqtool", "generate", str(root), "--size", size, "--file-size", file_size,
                     "--no-index", "--cq-file-size", "6000"], check=True, capture_output=True,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
     return root
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory):
+    return _generated(tmp_path_factory, "48M", "8M")
 
 
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gen") / "store"
-    subprocess.run([sys.executable, "-m", "rmqtool", "generate", str(root), "--size", "100K", "--file-size", "1M",
-                    "--no-index", "--cq-file-size", "6000"], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-    return root
+    return _generated(tmp_path_factory, "100K", "1M")
 
 
 def _cpu_seconds(args: list[str]) -> float:
