@@ -32,6 +32,19 @@ def _file(msgs: list[Message], damage, tail: bytes) -> bytes:
     return bytes(data)
 
 
+def test_window_of_small_ipv6_records_is_whole():
+    """The msgId texts of the smallest records with an IPv6 store host (56 hex digits each) fit the window's
+    buffer: one window holds every record (a buffer sized for IPv4's 32 digits ended it early)."""
+    from rmqtool.format.hosts import Host
+    v6 = Host(bytes(range(1, 17)), 10911)
+    msgs = [Message(topic="T", body=b"", properties_raw=b"", sys_flag=int(C.SysFlag.STOREHOSTADDRESS_V6),
+                    born_host=Host(b"\x01\x02\x03\x04", 0), store_host=v6)] * 40
+    raw = _file(msgs, None, b"")
+    win = scan_window(np.frombuffer(raw, np.uint8), 0, len(raw), items=True)
+    assert (win.n, win.next, win.bad) == (40, len(raw), -1)
+    assert bytes(win.ids[win["id_off"][-1]:]).decode() == decode_entry(raw, win.starts[-1]).msg_id
+
+
 def _reference(data: bytes, deep: bool, delay: bool = True):
     """(records, stop position, error or None) of a walk with decode_entry to a BLANK or the zero end of
     data, as the broker's recovery checks (``delay``: a malformed DELAY stops it too)."""

@@ -51,6 +51,7 @@ PROPERTIES = (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_I
               C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
 _NAME_BYTES = np.frombuffer(b"".join(n.encode() for n in PROPERTIES), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in PROPERTIES]).astype(np.int64)
+_ID_ROOM = 2 * (C.IPV6_HOST_LEN + 8)    # msgId hex digits of a record at most (IPv6 store host and offset)
 
 
 def _crc_tables() -> np.ndarray:
@@ -683,7 +684,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
         cap = span // (MIN_RECORD + gap) + 2
         heap = span + 4096 if items else 0
         cols, props = _pooled((len(FIELDS), cap), np.int64), _pooled((cap, 2 * len(PROPERTIES)), np.int64)
-        its, ids = _pooled((3, max(heap // 4, 16)), np.int64), _pooled((cap * 32 if items else 0,), np.uint8)
+        its, ids = _pooled((3, max(heap // 4, 16)), np.int64), _pooled((cap * _ID_ROOM if items else 0,), np.uint8)
         bodies, topics, properties = _pooled((heap,), np.uint8), _pooled((heap,), np.uint8), _pooled((heap,), np.uint8)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = _scan(
             data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T, _NAME_BYTES, _NAME_OFF, cols, props, its,
