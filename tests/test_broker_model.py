@@ -442,6 +442,11 @@ def test_short_checkpoint_is_read_as_the_broker_maps_it(base, length, store_copy
     found = [(f.severity, f.kind, f.offset) for f in verify_store(root, deep=True)]
     assert found == [("warning", "checkpoint_short", length)]
     assert run("verify", root).exit_code == 0
+    shown = run("checkpoint", root, "-f", "json")
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["master_flushed_offset"] == 0   # as the broker reads it
+    assert shown.stderr == (f"rmqtool: warning: {root / 'checkpoint'}: checkpoint is {length} bytes, not 4096: the "
+                            "broker reads zeros past its end and writes every field at its next flush: "
+                            "StoreCheckpoint.<init>; repair rewrites it\n")
     dry = run("repair", root, "-f", "jsonl")
     rows = [json.loads(line) for line in dry.stdout.splitlines()]
     assert dry.exit_code == 1 and [(r["action"], r["path"]) for r in rows] == [("checkpoint", "checkpoint")]
@@ -493,6 +498,28 @@ def test_stray_commitlog_file_refused_as_the_broker_does(base, command, store_co
             assert set(q["phyOffsets"]) <= {phy for phy, _ in query_index(refs, q["topic"], q["key"])}, q
     stray.unlink()
     assert not [f for f in verify_store(root, deep=True) if f.severity == "error"]
+
+
+@pytest.mark.parametrize("base", ["dev-sample", "dev-sample-5x"])
+def test_put_and_import_refuse_a_store_with_a_stray_commitlog_file(base, store_copy, tmp_path):
+    """broker_model "commitlog_file_size": appended after a stray file, records would land at offsets the broker
+    never maps (it refuses to load the store): put and import refuse in one line naming the file, exit 4, and
+    leave the store as it was; once the stray is moved out, put works."""
+    root = store_copy(base)
+    stray = root / "commitlog" / "00000000000000012345"
+    stray.write_bytes(bytes(4096))
+    lines = tmp_path / "in.jsonl"
+    lines.write_text(json.dumps({"topic": "T", "body": "b"}) + "\n", "utf-8")
+    before = snapshot(root)
+    for args in (("put", root, "--topic", "T", "--body", "b"), ("import", root, lines)):
+        done = run(*args, "--backup", tmp_path / f"bk-{args[0]}")
+        assert (done.exit_code, done.stdout) == (4, ""), done.output
+        assert done.stderr == (f"rmqtool: error: {stray}: file is 4096 bytes, expected 65536: a broker refuses to "
+                               "load this store (rule commitlog_file_size, MappedFileQueue.load); move a stray file "
+                               "out of the commit-log directory (or restore a truncated one with repair) first\n")
+        assert snapshot(root) == before
+    stray.unlink()
+    assert run("put", root, "--topic", "T", "--body", "b", "--backup", tmp_path / "bk").exit_code == 0
 
 
 # -- batch queues (5.x): recovered and cut by BatchConsumeQueue's own rules --------------------------

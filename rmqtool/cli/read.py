@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import array
 import sys
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -20,7 +21,7 @@ from rmqtool.cli.options import (check_crc_option, count_option, filter_options,
 from rmqtool.cli.output import (FIELDS_META, NO_HEADERS_META, PEOPLE, TIMESTAMP, Format, check_fields,
                                 format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
                                 write_record, write_rows)
-from rmqtool.errors import FormatError, StoreError
+from rmqtool.errors import FormatError, StoreError, StoreWarning
 from rmqtool.format.commitlog import Blank
 from rmqtool.format.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
 from rmqtool.store import layout as L
@@ -835,4 +836,9 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
         cp = st.checkpoint()
         if cp is None:
             raise StoreError("no checkpoint file", path=str(st.path(L.CHECKPOINT)))
+        length = st.checkpoint_length()
+        if length < C.CHECKPOINT_FILE_SIZE:     # the fields past its end are shown as the broker reads them: 0
+            from rmqtool.store.broker_model import level_of
+            warnings.warn(StoreWarning(f"{st.path(L.CHECKPOINT)}: checkpoint is {length} bytes, not "
+                                       f"{C.CHECKPOINT_FILE_SIZE}: {level_of('checkpoint_short')[1]}"))
     write_record(checkpoint_row(cp), resolve_format(fmt), tablefmt=tablefmt)

@@ -30,6 +30,7 @@ from rmqtool.format.rows import decode_body
 from rmqtool.store import layout as L
 from rmqtool.store.appender import CommitLogAppender
 from rmqtool.store.atomic import PatchTransaction, atomic_write, preallocate
+from rmqtool.store.broker_model import refusal, refused_files
 from rmqtool.ops.findings import ERROR
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
@@ -116,6 +117,10 @@ class StoreWriter:
         if store.abort_path.exists():
             raise UnsafeWrite("abort file present: the store was not shut down cleanly; run repair first",
                               path=str(store.abort_path))
+        if store.dledger is None:
+            for f, problem in refused_files(store.commitlog.queue)[:1]:   # appended after it, records go astray
+                raise UnsafeWrite(refusal(problem) + "; move a stray file out of the commit-log directory (or "
+                                  "restore a truncated one with repair) first", path=str(f.path))
         self.store = store
         self.txn = PatchTransaction(store.root, backup, label="put", dry_run=dry_run)
         self.file_size = store.commitlog_file_size
