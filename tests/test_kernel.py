@@ -195,6 +195,7 @@ def test_kernel_works_where_numba_finds_no_cache_location():
              "print(scan_window(np.zeros(64, np.uint8), 0, 64).bad)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr
+    assert proc.stderr.startswith("rmqtool: note: no writable cache directory") and proc.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("variant", ["_crc32_tables", "_crc32_clmul"])

@@ -16,15 +16,18 @@ from Arrow's memory pool (which reuses freed pages; numpy's large allocations re
 in again). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer; ``split_spans``
 splits them (KEYS); ``java_hashes`` hashes them (tagsCode).
 
-Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (3-4
-CPU seconds): under ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a
-read-only install) in the user's cache directory; where none is writable it is compiled in memory once
-per process.
+Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (about 2
+CPU seconds: every function compiles for one set of argument types only, so the kernel reads the mapped
+file and its own copies as read-only arrays of one type and no counter starts as a literal 0): under
+``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a read-only install) in the
+user's cache directory; where none is writable it is compiled in memory once per process (one line on
+stderr says so).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 from llvmlite import ir
@@ -68,11 +71,19 @@ def _crc_tables() -> np.ndarray:
 
 def _jit(fn):
     """Compiled with numba, its machine code cached on disk; where numba finds no writable cache location
-    (a read-only install, an unwritable home and no NUMBA_CACHE_DIR) it is compiled once per process."""
+    (a read-only install, an unwritable home and no NUMBA_CACHE_DIR) it is compiled once per process, said
+    in one line on stderr."""
     try:
         return njit(cache=True, nogil=True)(fn)
     except RuntimeError:          # numba's "cannot cache function ...: no locator available"
+        if not _UNCACHED:
+            _UNCACHED.append(fn.__name__)
+            sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
+                             "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
         return njit(nogil=True)(fn)
+
+
+_UNCACHED: list[str] = []
 
 
 _CRC_T = _crc_tables()
@@ -258,7 +269,7 @@ def _same(d, a, b, n):
 
 @_jit
 def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off, cols, props, items, bodies,
-          topics, properties, ids):
+          topics, properties, parsed, ids):
     """(n, next, bad, full, body_used, topic_used, props_used, ids_used): see ``scan_window``, into the
     caller's buffers (``full``: the window stopped where they are full); with ``want_items`` bodies, topics
     and properties are copied while the record is in cache, each kind one after another into its buffer
@@ -267,9 +278,8 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
     size = len(d)
     m1 = np.int64(C.MESSAGE_MAGIC_CODE) - (np.int64(1) << 32)
     m2 = np.int64(C.MESSAGE_MAGIC_CODE_V2) - (np.int64(1) << 32)
-    body_used = topic_used = props_used = ids_used = 0
-    m = 0
-    n = 0
+    zero = np.int64(0)               # not the literal 0: helpers would compile once more for Literal[int](0)
+    body_used = topic_used = props_used = ids_used = m = n = zero
     bad = -1
     full = False
     ahead = pos
@@ -364,11 +374,11 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
             topic_used = _copy(d, topic_pos, topic_len, topics, topic_used)
             cols[26, n] = props_used
             props_used = _copy(d, props_pos, props_len, properties, props_used)
-            # parsed in the copy: spans in the copies, which later gathers read in order
-            m, cols[22, n] = _properties(properties, props_used - props_len, props_used, props, n, items, m, True,
+            # parsed in the copy (in cache; spans in the copies, which later gathers read in order)
+            m, cols[22, n] = _properties(parsed, props_used - props_len, props_used, props, n, items, m, want_items,
                                          names, name_off)
         else:
-            m, cols[22, n] = _properties(d, props_pos, end, props, n, items, m, False, names, name_off)
+            m, cols[22, n] = _properties(d, props_pos, end, props, n, items, m, want_items, names, name_off)
         cols[23, n] = m
         n += 1
         pos = end
@@ -510,7 +520,7 @@ def _span_offsets(starts, ends, offsets):
 def _span_copy(d, starts, ends, out):
     """The spans one after another into ``out`` (16 bytes longer than they need): a span of up to 16 bytes
     as two 8-byte moves where the data has 16 bytes from its start (property keys and values mostly)."""
-    o = 0
+    o = np.int64(0)
     for i in range(len(starts)):
         a = starts[i]
         if a >= 0:
@@ -525,6 +535,7 @@ def _span_copy(d, starts, ends, out):
 
 def gather_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
+    starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled layout
     offsets = _pooled((len(starts) + 1,), np.int32)
     total = _span_offsets(starts, ends, offsets)
     out = _pooled((total + 16,), np.uint8)
@@ -537,7 +548,7 @@ def _split(d, starts, ends, sep, lists, offsets, out):
     """Each span (a negative start: none) split at ``sep`` bytes, empty parts dropped: the parts one after
     another into ``out`` (their ends into ``offsets[1:]``), each span's running count of parts into ``lists``
     (n + 1). Returns (parts, bytes)."""
-    k = o = 0
+    k = o = np.int64(0)
     lists[0] = offsets[0] = 0
     for i in range(len(starts)):
         j = starts[i]
@@ -558,6 +569,7 @@ def _split(d, starts, ends, sep, lists, offsets, out):
 
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
     """(list offsets n + 1, part offsets, bytes): each span split at ``sep``, empty parts dropped."""
+    starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled layout
     present = starts >= 0
     size = int((ends - starts)[present].sum())
     lists = _pooled((len(starts) + 1,), np.int32)
@@ -657,6 +669,15 @@ def words(data: np.ndarray) -> tuple[np.ndarray, int]:
     return data[shift:shift + (max(len(data) - shift, 0) & ~7)].view("<u8"), shift
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only (typed as the mapped file is: numba compiles a function once per array type)."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialised array in Arrow's memory pool: the pool keeps freed memory for the next window, where
     numpy's large allocations go back to the system and fault their pages in again (a third of a scan)."""
@@ -678,6 +699,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     msgId texts (``Window.ids``, at ``id_off``). ``data64``: ``words(data)``, computed once per file.
     """
     d64, shift = words(data) if data64 is None else data64
+    data, d64 = _read_only(data), _read_only(d64)    # one compiled kernel, whatever the caller's arrays
     limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
     span = max(limit - pos, 0)
     while True:
@@ -688,7 +710,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
         bodies, topics, properties = _pooled((heap,), np.uint8), _pooled((heap,), np.uint8), _pooled((heap,), np.uint8)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = _scan(
             data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T, _NAME_BYTES, _NAME_OFF, cols, props, its,
-            bodies, topics, properties, ids)
+            bodies, topics, properties, _read_only(properties), ids)
         if n or not full:
             break
         span = len(data) - pos             # one record larger than the window: room for the rest of the data
