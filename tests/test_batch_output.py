@@ -140,6 +140,41 @@ def test_json_a_batch_at_a_time_is_the_row_writers_text(tmp_path_factory, msgs, 
     assert _both([], Format.JSON, "simple", body, None, True, None) == ["[]\n", "[]\n"]
 
 
+def _export_csv_reference(rows: list[dict]) -> bytes:
+    """What ``export`` wrote with pyarrow's CSV writer (quoting "needed": every string quoted, numbers
+    and booleans bare, None empty), from the rows."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    cols = {}
+    for name in rows[0]:
+        values = [output._csv_cell(r[name]) if isinstance(r[name], (dict, list, bytes)) else r[name] for r in rows]
+        cols[name] = pa.array(values)
+    out = io.BytesIO()
+    pacsv.write_csv(pa.table(cols), out, pacsv.WriteOptions(quoting_style="needed"))
+    return out.getvalue()
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(msgs=_records(), batch_rows=st.sampled_from([1, 4, 100]),
+       body=st.sampled_from(["base64", "text", "hex", "none"]))
+def test_json_and_csv_lines_are_the_row_writers_bytes(tmp_path_factory, msgs, batch_rows, body):
+    """JSON lines, cat-commitlog's CSV and export's CSV (one compiled pass over a batch's columns) are
+    byte for byte ``dumps(entry_row)``, the csv writer's rows and pyarrow's CSV writer's."""
+    from rmqtool.columnar.text import csv_header, export_csv_header, text_bytes
+
+    batches = _batches(tmp_path_factory, msgs, batch_rows)
+    rows = list(hit_rows(iter(batches), body))
+    assert b"".join(text_bytes(b, body, "json") for b in batches) == \
+        "".join(output.dumps(r) + "\n" for r in rows).encode()
+    want = io.StringIO()
+    output._write_csv(rows, None, want)
+    assert (csv_header(batches[0]) + "".join(bytes(text_bytes(b, body, "csv")).decode() for b in batches)) == \
+        want.getvalue()
+    assert export_csv_header(batches[0]).encode() + b"".join(text_bytes(b, body, "export_csv") for b in batches) \
+        == _export_csv_reference(rows)
+
+
 @pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x", "dev-batchcq-5x", "dev-dledger-5x"])
 @pytest.mark.parametrize("args", [["-f", "plain"], ["-f", "table", "--check-crc"], ["-f", "json"],
                                   ["-f", "plain", "--tablefmt", "grid", "--body-encoding", "hex"]])

@@ -238,21 +238,14 @@ def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = 
 def _write_text_batches(batches, body: str, fmt: Format, headers: bool = True) -> int:
     """JSON lines or CSV straight from the columnar decoder, a batch at a time (the same bytes as the row
     path)."""
-    import numpy as np
-
-    from rmqtool.columnar.text import csv_header, csv_lines, json_lines
+    from rmqtool.columnar.text import csv_header, text_bytes
 
     out = sys.stdout.buffer
     n = 0
     for batch in batches:
-        if fmt is Format.CSV:
-            if n == 0 and headers:
-                out.write(csv_header(batch).encode())
-            lines = csv_lines(batch, body)
-        else:
-            lines = json_lines(batch, body)
-        offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
-        out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
+        if fmt is Format.CSV and n == 0 and headers:
+            out.write(csv_header(batch).encode())
+        out.write(text_bytes(batch, body, "csv" if fmt is Format.CSV else "json"))
         out.flush()
         n += batch.num_rows
     return n

@@ -57,26 +57,20 @@ def _bytes(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(arr.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
 
 
-def _join_lists(offsets: pa.Array, items: pa.Array, arr: pa.Array, open_: str, close: str,
-                bare: bool) -> pa.Array | Bare:
-    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, items), ",")
-    if bare and arr.null_count == 0:
-        return Bare(joined, open_, close)
-    wrapped = pc.binary_join_element_wise(open_, joined, close, "")
-    return wrapped if arr.null_count == 0 else pc.if_else(arr.is_null(), "null", wrapped)
+def _join_lists(offsets: pa.Array, items: pa.Array, arr: pa.Array, open_: str, close: str) -> pa.Array:
+    wrapped = pc.binary_join_element_wise(open_, pc.binary_join(pa.ListArray.from_arrays(offsets, items), ","),
+                                          close, "")
+    return wrapped if arr.null_count == 0 else pc.if_else(arr.is_null(), pa.scalar(None, pa.string()), wrapped)
 
 
-def json_object(maps: pa.MapArray, bare: bool = False) -> pa.Array | Bare:
-    keys, values = maps.keys, maps.items
-    if _bare(keys) and _bare(values):       # the usual case: one join quotes both
-        items = pc.binary_join_element_wise('"', keys, '":"', values, '"', "")
-    else:
-        items = pc.binary_join_element_wise(json_string(keys), json_string(values), ":")
-    return _join_lists(maps.offsets, items, maps, "{", "}", bare)
+def json_object(maps: pa.MapArray) -> pa.Array:
+    """Each map as JSON text (null where the map is null)."""
+    items = pc.binary_join_element_wise(json_string(maps.keys), json_string(maps.items), ":")
+    return _join_lists(maps.offsets, items, maps, "{", "}")
 
 
-def json_array(lists: pa.ListArray, bare: bool = False) -> pa.Array | Bare:
-    return _join_lists(lists.offsets, json_string(lists.values), lists, "[", "]", bare)
+def json_array(lists: pa.ListArray) -> pa.Array:
+    return _join_lists(lists.offsets, json_string(lists.values), lists, "[", "]")
 
 
 def encode_bodies(body: pa.BinaryArray, encoding: str) -> pa.Array:
@@ -126,11 +120,6 @@ def _base64(body: pa.BinaryArray) -> pa.Array:
                                                           pa.py_buffer(text)])
 
 
-def _bare(arr: pa.Array, plain: bool = False) -> bool:
-    """Whether the strings become JSON literals by quoting alone (no nulls, nothing to escape)."""
-    return arr.null_count == 0 and (plain or not _any_escape(arr))
-
-
 _PLAIN_TYPES = {pa.string_view(): pa.string(), pa.large_string(): pa.string(), pa.binary_view(): pa.binary(),
                 pa.large_binary(): pa.binary()}
 
@@ -149,74 +138,9 @@ def column(batch: pa.RecordBatch, name: str) -> pa.Array:
     return col
 
 
-class Bare:
-    """A text column that still needs its opening and closing characters (``text_columns(..., bare=True)``)."""
-
-    def __init__(self, values: pa.Array, open_: str = '"', close: str = '"'):
-        self.values, self.open, self.close = values, open_, close
-
-
 def text_names(batch: pa.RecordBatch) -> list[str]:
     """The row fields of a batch's records, in row order."""
     return [n for n in RECORD_FIELDS + ["crc_ok"] if n in batch.schema.names or n == "body_encoding"]
-
-
-def text_columns(batch: pa.RecordBatch, body_encoding: str, *, json_text: bool,
-                 bare: bool = False) -> dict[str, pa.Array | Bare]:
-    """The row fields of ``entry_row`` as text (JSON literals when ``json_text``, else CSV cells).
-    ``bare``: JSON columns without nulls that need only quotes or brackets come as ``Bare``."""
-    cols: dict[str, pa.Array] = {}
-    for name in text_names(batch):
-        if name == "body_encoding":
-            col = pc.if_else(pc.equal(column(batch, "type"), "message"),
-                             pa.scalar(None if body_encoding == "none" else body_encoding, pa.string()),
-                             pa.scalar(None, pa.string()))
-            if body_encoding == "text":
-                col = pc.if_else(text_fallbacks(column(batch, "body")), pa.scalar("base64"), col)
-        elif name == "body":
-            col = encode_bodies(column(batch, "body"), body_encoding)
-        elif name == "properties_raw":
-            raw = column(batch, name)
-            col = pc.if_else(raw.is_null(), pa.scalar(None, pa.string()), _base64(raw))
-        else:
-            col = column(batch, name)
-        if pa.types.is_map(col.type) or pa.types.is_list(col.type):
-            text = (json_object if pa.types.is_map(col.type) else json_array)(col, bare and json_text)
-            cols[name] = text if json_text else pc.if_else(col.is_null(), pa.scalar(None, pa.string()), text)
-        elif pa.types.is_string(col.type):
-            plain = name in _PLAIN or (name == "body" and body_encoding != "text")
-            if not json_text:
-                cols[name] = col
-            elif bare and _bare(col, plain):
-                cols[name] = Bare(col)
-            else:
-                cols[name] = json_string(col, plain=plain)
-        elif pa.types.is_boolean(col.type) and not json_text:
-            cols[name] = pc.if_else(col, "true", "false")      # as in JSON, not Python reprs
-        else:
-            if pa.types.is_timestamp(col.type):
-                col = col.cast(pa.int64())
-            cols[name] = col.cast(pa.string()).fill_null("null") if json_text else col
-    return cols
-
-
-def json_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
-    """One JSON object per record, each ending in a newline (one join of literals and columns)."""
-    parts: list = []
-    literal = "{"
-    for name, text in text_columns(batch, body_encoding, json_text=True, bare=True).items():
-        literal += json.dumps(name) + ":"
-        if isinstance(text, Bare):
-            parts += [literal + text.open, text.values]
-            literal = text.close + ","
-        else:
-            parts += [literal, text]
-            literal = ","
-    return pc.binary_join_element_wise(*parts, literal[:-1] + "}\n", "")
-
-
-def csv_table(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Table:
-    return pa.table(text_columns(batch, body_encoding, json_text=False))
 
 
 def _csv_specials() -> str:
@@ -241,23 +165,113 @@ def csv_header(batch: pa.RecordBatch) -> str:
     return ",".join(text_names(batch)) + "\n"
 
 
+
+
+def export_csv_header(batch: pa.RecordBatch) -> str:
+    """The header of ``export``'s CSV (pyarrow's CSV writer's: every name quoted)."""
+    return ",".join(f'"{n}"' for n in text_names(batch)) + "\n"
+
+
+# The literals of a map and a list (opening, key/value separator, item separator, closing, empty) as
+# JSON, as JSON inside a quoted CSV cell, and as that for ``export`` (where every string is quoted).
+_MAP = {"json": (b'{"', b'":"', b'","', b'"}', b"{}"), "csv": (b'"{""', b'"":""', b'"",""', b'""}"', b"{}"),
+        "export_csv": (b'"{""', b'"":""', b'"",""', b'""}"', b'"{}"')}
+_LIST = {"json": (b'["', b"", b'","', b'"]', b"[]"), "csv": (b'"[""', b"", b'"",""', b'""]"', b"[]"),
+         "export_csv": (b'"[""', b"", b'"",""', b'""]"', b'"[]"')}
+
+
+def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets, bytes) of one line per record in ``style``: "json" (``dumps(entry_row(...))``),
+    "csv" (``cli.output``'s csv writer: a cell quoted only where needed) or "export_csv" (pyarrow's CSV
+    writer: every string quoted)."""
+    from rmqtool.columnar.lines import BASE64, INT32, INT64, LIST, MAP, NULL, TEXT, Lines
+
+    lines = Lines(batch.num_rows)
+    json_text, quote_all = style == "json", style == "export_csv"
+    for i, name in enumerate(text_names(batch)):
+        sep = b"," if i else b"{" if json_text else b""
+        pre = sep + (f'"{name}":'.encode() if json_text else b"")
+        null = pre + b"null" if json_text else sep
+        quoted = (pre + b'"', b'"') if json_text or quote_all else (pre, b"")
+        if name == "body_encoding":
+            col = pc.if_else(pc.equal(column(batch, "type"), "message"),
+                             pa.scalar(None if body_encoding == "none" else body_encoding, pa.string()),
+                             pa.scalar(None, pa.string()))
+            if body_encoding == "text":
+                col = pc.if_else(text_fallbacks(column(batch, "body")), pa.scalar("base64"), col)
+        elif name == "body" and body_encoding != "base64":
+            col = encode_bodies(column(batch, "body"), body_encoding)
+        else:
+            col = column(batch, name)
+        t = col.type
+        if pa.types.is_binary(t):                        # body and properties_raw in base64
+            lines.add(BASE64, col, *quoted, null)
+        elif pa.types.is_timestamp(t) or t in (pa.int32(), pa.int64()):
+            lines.add(INT32 if t == pa.int32() else INT64, col, pre, b"", null)
+        elif pa.types.is_integer(t):
+            lines.add(INT64, col.cast(pa.int64()), pre, b"", null)
+        elif pa.types.is_null(t):
+            lines.add(NULL, None, pre, b"", null)
+        elif pa.types.is_boolean(t):
+            lines.add(TEXT, pc.if_else(col, "true", "false"), pre, b"", null)
+        elif pa.types.is_map(t) or pa.types.is_list(t):
+            is_map = pa.types.is_map(t)
+            items = [col.keys, col.items] if is_map else [col.values]
+            if all(v.null_count == 0 and not _any_escape(v) for v in items):
+                lines.add(MAP if is_map else LIST, col, pre, b"", null, (_MAP if is_map else _LIST)[style])
+            else:
+                text = (json_object if is_map else json_array)(col)
+                if json_text:
+                    lines.add(TEXT, text, pre, b"", null)
+                else:                      # JSON text holds quotes in all but {} and []
+                    _add_csv_text(lines, text, pre, null, quote_all, pc.greater(pc.binary_length(text), 2))
+        elif json_text:
+            plain = name in _PLAIN or (name == "body" and body_encoding != "text")
+            if plain or not _any_escape(col):
+                lines.add(TEXT, col, *quoted, null)
+            else:
+                lines.add(TEXT, json_string(col), pre, b"", null)
+        else:
+            _add_csv_text(lines, col, pre, null, quote_all)
+    return lines.text(b"}\n" if json_text else b"\n")
+
+
+def _add_csv_text(lines, col: pa.Array, pre: bytes, null: bytes, quote_all: bool, needs=None) -> None:
+    """A string column as CSV cells: every value quoted (``quote_all``) or those that hold a special
+    character (or where ``needs``), a quote doubled inside quotes."""
+    from rmqtool.columnar.lines import TEXT
+
+    if quote_all:
+        if _any_byte(col, '"'):
+            col = pc.replace_substring(col, '"', '""')
+        lines.add(TEXT, col, pre + b'"', b'"', null)
+        return
+    if _any_byte(col, _CSV_SPECIALS):
+        if needs is None:
+            needs = pc.match_substring_regex(col, _CSV_QUOTE_RX)
+        quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
+        col = pc.if_else(needs.fill_null(False), quoted, col)
+    lines.add(TEXT, col, pre, b"", null)
+
+
+def _array(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    n = len(offsets) - 1
+    if offsets[-1] < 2 ** 31:
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def json_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
+    """One JSON object per record, each ending in a newline."""
+    return _array(*_lines(batch, body_encoding, "json"))
+
+
 def csv_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
     """One CSV line per record, each ending in a newline: byte-for-byte the rows ``cli.output``'s csv
     writer prints for the record (cells quoted only where needed, None as an empty cell)."""
-    parts = []
-    for name, col in text_columns(batch, body_encoding, json_text=False).items():
-        if not pa.types.is_string(col.type):
-            col = col.cast(pa.string())
-        elif _any_byte(col, _CSV_SPECIALS):
-            if name in batch.schema.names and _nested(batch.schema.field(name).type):
-                needs = pc.greater(pc.binary_length(col), 2)     # JSON text: quotes in all but {} and []
-            else:
-                needs = pc.match_substring_regex(col, _CSV_QUOTE_RX)
-            quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
-            col = pc.if_else(needs.fill_null(False), quoted, col)
-        parts += [col.fill_null(""), ","]
-    return pc.binary_join_element_wise(*parts[:-1], "\n", "")
+    return _array(*_lines(batch, body_encoding, "csv"))
 
 
-def _nested(t: pa.DataType) -> bool:
-    return pa.types.is_map(t) or pa.types.is_list(t)
+def text_bytes(batch: pa.RecordBatch, body_encoding: str, style: str) -> memoryview:
+    """The lines of ``_lines`` back to back (what a writer writes)."""
+    return memoryview(_lines(batch, body_encoding, style)[1])

@@ -201,36 +201,17 @@ def _writer(fmt: str, path: Path, schema, body_encoding: str) -> Callable:
                 pw.close()
         return write_parquet
 
-    import numpy as np
-
-    from rmqtool.columnar.text import csv_table, json_lines
+    from rmqtool.columnar.text import export_csv_header, text_bytes
     out = open(path, "wb")
-    csv_writer = None
+    started = False
 
     def write_text(batch, abort: bool = False) -> None:
-        nonlocal csv_writer
+        nonlocal started
         if batch is None:
-            if csv_writer is not None:
-                csv_writer.close()
             out.close()
             return
-        if fmt == "jsonl":
-            lines = json_lines(batch, body_encoding)
-            if len(lines):
-                offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
-                out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
-            return
-        import pyarrow.csv as pacsv
-        table = csv_table(batch, body_encoding)
-        if csv_writer is None:
-            csv_writer = pacsv.CSVWriter(out, _csv_schema(table.schema),
-                                         write_options=pacsv.WriteOptions(quoting_style="needed"))
-        csv_writer.write_table(table.cast(_csv_schema(table.schema)))
+        if fmt == "csv" and not started:
+            out.write(export_csv_header(batch).encode())
+        started = True
+        out.write(text_bytes(batch, body_encoding, "json" if fmt == "jsonl" else "export_csv"))
     return write_text
-
-
-def _csv_schema(schema):
-    """One column type per field whatever the batch (a BLANK batch has nulls where messages have text)."""
-    import pyarrow as pa
-    return pa.schema([pa.field(f.name, pa.string() if pa.types.is_string(f.type) or pa.types.is_null(f.type)
-                               else f.type) for f in schema])
