@@ -120,13 +120,13 @@ def _sample_rows_first(sample: list[pa.RecordBatch], cells: list[dict]) -> Itera
 def write_json_batches(batches: Iterable[pa.RecordBatch], body_encoding: str, out) -> int:
     """``write_rows(hit_rows(batches), Format.JSON)`` a batch at a time: the JSON lines joined by ",\\n"
     (a JSON line holds no newline) inside "[\\n" ... "\\n]\\n"."""
-    from rmqtool.columnar.text import json_lines
+    from rmqtool.columnar.text import text_bytes
 
     out.write("[")
     n = 0
     for batch in batches:
         if batch.num_rows:
-            text = bytes(_utf8_bytes(json_lines(batch, body_encoding)))
+            text = bytes(text_bytes(batch, body_encoding, "json"))
             write_bytes(out, (b",\n" if n else b"\n") + text[:-1].replace(b"\n", b",\n"))
             n += batch.num_rows
     out.write("\n]\n" if n else "]\n")
