@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from rmqtool import constants as C
+from rmqtool.columnar.joins import join_entries, join_units, queue_rows, unmatched_keys
 from rmqtool.errors import FormatError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
@@ -373,46 +374,18 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
     _join_queues(queues, f.start, hi_phy, facts, names, covered, min_offset, result)
     _coverage(facts, names, covered, own, batch_topics, result)
     offsets = cols["offset"]
-    bounds = [f.start] + offsets[JOIN_RECORDS::JOIN_RECORDS].tolist() + [hi_phy]   # bounded temporaries
-    matched: list[np.ndarray] = []
+    bounds = [f.start] + offsets[JOIN_RECORDS::JOIN_RECORDS].tolist() + [hi_phy]   # bounded reads
+    matched = np.zeros(len(facts.key_hashes) if index else 0, bool)     # per key hash: an entry holds it
     for plan in index:
         for lo, hi in zip(bounds, bounds[1:]):
             _join_index(plan, lo, hi, facts, min_offset, result, matched)
     if index and len(facts):
         recovered = cols["offset"] < (facts.damaged[0][0] if facts.damaged else hi_phy)  # past it: the broker cuts
-        result.unindexed = _unindexed(facts, matched, recovered)
+        count, first = unmatched_keys(facts.key_offsets, facts.key_hashes, matched, facts.indexed() & recovered)
+        if count:
+            result.unindexed = count, int(cols["offset"][first]), int(cols["store_timestamp"][first])
     result.damaged = [at for at, _, _ in facts.damaged]
     return result
-
-
-def _unindexed(facts: FileFacts, matched: list[np.ndarray], recovered: np.ndarray) -> tuple[int, int, int] | None:
-    """(keys, first record offset, its store time) of the file's indexed records' keys that no index entry
-    holds (IndexService.buildIndex puts UNIQ_KEY and each of KEYS of every record but rollbacks)."""
-    have = np.concatenate(matched) if matched else np.empty(0, np.int64)
-    matched.clear()
-    have.sort()
-    wanted = facts.indexed() & recovered
-    count, first = 0, None
-    for lo in range(0, len(facts), JOIN_RECORDS):          # (record, key hash) pairs a slice at a time
-        hi = min(lo + JOIN_RECORDS, len(facts))
-        ko = facts.key_offsets[lo:hi + 1]
-        want = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(ko))
-        keep = wanted[want]
-        want <<= 32
-        want |= facts.key_hashes[ko[0]:ko[-1]]            # index hashes are >= 0
-        want = np.sort(want[keep])
-        # np.setdiff1d(want, have) by a search of sorted keys (its hash-based unique is ~30x slower)
-        if len(have):
-            at = np.searchsorted(have, want)
-            np.minimum(at, len(have) - 1, out=at)
-            want = want[have[at] != want]
-        missing = np.unique(want)
-        if len(missing):
-            count += len(missing)
-            first = int(missing[0] >> 32) if first is None else first
-    if not count:
-        return None
-    return count, int(facts.columns["offset"][first]), int(facts.columns["store_timestamp"][first])
 
 
 def _check_item(item: tuple[QueueFile, int], progress: Progress | None, **kw) -> FileResult:
@@ -423,6 +396,8 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
                  covered: np.ndarray, min_offset: int, result: FileResult) -> None:
     """Every queue's units in [lo, hi), gathered and joined to the file's records some queues at a time
     (at least JOIN_UNITS units each: bounded temporaries)."""
+    cols = facts.columns
+    by_queue = queue_rows(cols["queue"], len(names.names))
     picked, count = [], 0
     for q in queues:
         code = names.codes.get((q.topic, q.queue_id), -1)
@@ -432,34 +407,30 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
                 picked.append((q, seg, code, idx, u))
                 count += len(u)
         if count >= JOIN_UNITS:
-            _join_units(picked, facts, names, covered, result)
+            _join_units(picked, facts, names, by_queue, covered, result)
             picked, count = [], 0
     if picked:
-        _join_units(picked, facts, names, covered, result)
+        _join_units(picked, facts, names, by_queue, covered, result)
 
 
-def _join_units(picked: list, facts: FileFacts, names: QueueNames, covered: np.ndarray,
-                result: FileResult) -> None:
-    """Gathered units (every one of their queues' units in the window) joined to the file's records."""
+def _join_units(picked: list, facts: FileFacts, names: QueueNames, by_queue: tuple[np.ndarray, np.ndarray],
+                covered: np.ndarray, result: FileResult) -> None:
+    """Gathered units (every one of their queues' units in the window) joined to the file's records
+    (``rmqtool.columnar.joins.join_units``; ``by_queue``: its ``queue_rows``)."""
     u = np.concatenate([p[4] for p in picked])
     which = np.repeat(np.arange(len(picked)), [len(p[4]) for p in picked])
-    code = np.array([p[2] for p in picked])[which]
+    code = np.array([p[2] for p in picked], np.int64)[which]
     qo = np.concatenate([int(p[1].path.name) // C.CQ_STORE_UNIT_SIZE + p[3] for p in picked])
     phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
-    cols, n = facts.columns, len(facts)
-    at, hit = _units_records(picked, phy, qo, facts, len(names.names))
-    if n:    # a unit reaching past the file's data covers nothing
-        covered[at[hit & (cols["queue"][at] == code) & (phy + size <= facts.end)]] = True
-        bad = ~hit | (cols["size"][at] != size) | (cols["queue"][at] != code) \
-            | (cols["queue_offset"][at] != qo) | (cols["tags_code"][at] != tags)
-    else:
-        bad = ~hit
+    cols = facts.columns
+    at, bad = join_units(cols["offset"], cols["queue"], cols["queue_offset"], cols["size"], cols["tags_code"],
+                         *by_queue, facts.end, phy, size, tags, qo, code, covered)
     for i in np.flatnonzero(bad).tolist():
         q, seg = picked[which[i]][:2]
         where = (str(seg.path), (int(qo[i]) - int(seg.path.name) // C.CQ_STORE_UNIT_SIZE) * C.CQ_STORE_UNIT_SIZE)
         p, s, qoff = int(phy[i]), int(size[i]), int(qo[i])
         out = result.unit_findings.setdefault((q.topic, q.queue_id), [])
-        if not hit[i]:
+        if at[i] < 0:
             out.append((p, s, qoff, Finding(ERROR, "cq_unit_no_record", *where,
                                             f"queue offset {qoff} points at {p}, where no record starts", actual=p)))
             continue
@@ -471,40 +442,6 @@ def _join_units(picked: list, facts: FileFacts, names: QueueNames, covered: np.n
             if exp != act:
                 out.append((p, s, qoff, Finding(ERROR, f"cq_{name}_mismatch", *where,
                                                 f"queue offset {qoff} -> record {p}: {name} differs", exp, act)))
-
-
-def _units_records(picked: list, phy: np.ndarray, qo: np.ndarray, facts: FileFacts,
-                   n_codes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(record index, whether a record starts there) for each gathered unit. A queue whose units here
-    form one run finds them from its records' queue offsets (no search); the other units, and units a
-    record does not claim, are looked up by physical offset."""
-    cols, n = facts.columns, len(facts)
-    at, hit = np.zeros(len(phy), np.int64), np.zeros(len(phy), bool)
-    if not n:
-        return at, hit
-    base, first, count = np.full(n_codes + 1, -1), np.zeros(n_codes + 1, np.int64), np.zeros(n_codes + 1, np.int64)
-    runs: dict[int, int] = {}
-    start = 0
-    for _, _, code, idx, u in picked:
-        if code >= 0 and (idx[-1] - idx[0] + 1 == len(idx)):
-            runs[code] = runs.get(code, 0) + 1
-            base[code], first[code], count[code] = start, int(qo[start]), len(u)
-        start += len(u)
-    for code, k in runs.items():
-        if k > 1:                                   # several runs of one queue: searched below
-            base[code] = -1
-    rows = np.flatnonzero(base[cols["queue"]] >= 0)
-    queue = cols["queue"][rows]
-    rel = cols["queue_offset"][rows] - first[queue]
-    ok = (rel >= 0) & (rel < count[queue])
-    unit, rows = base[queue][ok] + rel[ok], rows[ok]
-    claimed = phy[unit] == cols["offset"][rows]
-    at[unit[claimed]], hit[unit[claimed]] = rows[claimed], True
-    rest = np.flatnonzero(~hit)
-    if len(rest):
-        found = np.minimum(np.searchsorted(cols["offset"], phy[rest]), n - 1)
-        at[rest], hit[rest] = found, cols["offset"][found] == phy[rest]
-    return at, hit
 
 
 def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set, batch_topics: frozenset,
@@ -537,31 +474,10 @@ def _coverage(facts: FileFacts, names: QueueNames, covered: np.ndarray, own: set
         result.coverage[name] = (bool(cov.any()), before, after)
 
 
-def _locate(offsets: np.ndarray, phy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of the record at each offset, whether one starts there); each distinct offset of a sorted
-    run (index entries: a record's keys in a row) is searched once."""
-    if not len(offsets):
-        return np.zeros(len(phy), np.int64), np.zeros(len(phy), bool)
-    new = np.flatnonzero(np.diff(phy)) + 1
-    firsts = np.concatenate([[0], new])
-    at = np.minimum(np.searchsorted(offsets, phy[firsts]), len(offsets) - 1)
-    at = np.repeat(at, np.diff(np.append(firsts, len(phy))))
-    return at, offsets[at] == phy
-
-
-def _has_key(facts: FileFacts, rec: np.ndarray, key_hash: np.ndarray) -> np.ndarray:
-    """Whether each record ``rec[i]`` has a key whose index hash is ``key_hash[i]``."""
-    first, counts = facts.key_offsets[rec], np.diff(facts.key_offsets)[rec]
-    found = np.zeros(len(rec), bool)
-    hashes = facts.key_hashes
-    for j in range(int(counts.max()) if len(counts) else 0):     # records carry a few keys each
-        at = np.flatnonzero((counts > j) & ~found)
-        found[at] = hashes[first[at] + j] == key_hash[at]
-    return found
-
-
 def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset: int, result: FileResult,
-                matched: list[np.ndarray]) -> None:
+                matched: np.ndarray) -> None:
+    """The plan's index entries in [lo, hi) joined to the file's records (``rmqtool.columnar.joins.join_entries``:
+    ``matched`` flags the key hashes an entry holds)."""
     seg, ref = plan.segment, plan.ref
     if seg is None:
         return
@@ -577,13 +493,11 @@ def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset:
     if not len(e):
         return
     phy, key_hash = e["phy"].astype(np.int64), e["hash"].astype(np.int64)
-    at_c, hit = _locate(cols["offset"], phy)
-    ok = hit & _has_key(facts, at_c, key_hash) if len(facts) else hit
-    matched.append((at_c[ok].astype(np.int64) << 32) | (key_hash[ok].astype(np.int64) & 0xFFFFFFFF))
+    at, ok = join_entries(cols["offset"], facts.key_offsets, facts.key_hashes, phy, key_hash, matched)
     out = result.entry_findings.setdefault(path, [])
     for i in np.flatnonzero(~ok).tolist():
         n, p = int(idx[i]), int(phy[i])
-        if not hit[i]:
+        if at[i] < 0:
             out.append(Finding(ERROR, "index_entry_no_record", path, g.entry_pos(n),
                                f"entry {n} points at {p}, where no valid record starts", actual=p))
         else:

@@ -1,0 +1,141 @@
+"""verify's joins of one commit-log file's records (their facts: sorted offsets and columns) to the
+consume-queue units and index entries pointing into it, each a compiled pass over sorted arrays
+(no temporaries the size of the file, no per-record Python).
+
+Records are found by physical offset: through their queue's run of queue offsets where it is unbroken
+(a unit's record is then one look-up away), else by a search of the sorted offsets that starts from
+the last record found (units and entries come in rising offsets).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rmqtool.columnar.kernel import _jit
+
+
+@_jit
+def queue_rows(queue, n_codes):
+    """(rows, first): the records grouped by queue code, in offset order within a queue (a counting
+    sort); queue c's records are rows[first[c]:first[c + 1]]."""
+    first = np.zeros(n_codes + 1, np.int64)
+    for i in range(len(queue)):
+        first[queue[i] + 1] += 1
+    for c in range(n_codes):
+        first[c + 1] += first[c]
+    fill = first[:-1].copy()
+    rows = np.empty(len(queue), np.int64)
+    for i in range(len(queue)):
+        c = queue[i]
+        rows[fill[c]] = i
+        fill[c] += 1
+    return rows, first
+
+
+@_jit
+def _find(offsets, phy, hint):
+    """The record starting at ``phy`` (-1 for none): a galloping search of the sorted ``offsets`` from
+    ``hint`` (the last record found)."""
+    n = len(offsets)
+    if n == 0:
+        return -1
+    lo, hi = 0, n
+    if 0 <= hint < n:
+        if offsets[hint] <= phy:
+            lo, step = hint, 1
+            while lo + step < n and offsets[lo + step] <= phy:
+                lo += step
+                step *= 2
+            hi = min(lo + step, n)
+        else:
+            hi, step = hint, 1
+            while hi - step >= 0 and offsets[hi - step] > phy:
+                hi -= step
+                step *= 2
+            lo = max(hi - step, 0)
+    while lo < hi:                       # first index whose offset is > phy, in [lo, hi]
+        mid = (lo + hi) // 2
+        if offsets[mid] <= phy:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1 if lo > 0 and offsets[lo - 1] == phy else -1
+
+
+@_jit
+def join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
+               phy, unit_size, unit_tags, unit_qo, unit_code, covered):
+    """(record of each unit or -1, whether the unit disagrees with it): size, queue, queue offset and
+    tagsCode compared; ``covered`` set for the records a unit of their own queue holds (one that
+    reaches past ``end``, the file's data, covers nothing)."""
+    m = len(phy)
+    at = np.full(m, -1, np.int64)
+    bad = np.ones(m, np.bool_)
+    hint = -1
+    for i in range(m):
+        c = unit_code[i]
+        r = -1
+        if c >= 0 and first[c + 1] > first[c]:
+            k = unit_qo[i] - queue_offset[rows[first[c]]]
+            if 0 <= k < first[c + 1] - first[c]:
+                j = rows[first[c] + k]
+                if offsets[j] == phy[i]:
+                    r = j
+        if r < 0:
+            r = _find(offsets, phy[i], hint)
+            if r < 0:
+                continue
+        hint = r
+        at[i] = r
+        mine = queue[r] == c
+        if mine and phy[i] + unit_size[i] <= end:
+            covered[r] = True
+        bad[i] = not (mine and size[r] == unit_size[i] and queue_offset[r] == unit_qo[i]
+                      and tags_code[r] == unit_tags[i])
+    return at, bad
+
+
+@_jit
+def join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched):
+    """(record of each index entry or -1, whether that record has a key of the entry's hash); every key
+    of a record an entry holds is set in ``matched`` (a flag per key hash)."""
+    m = len(phy)
+    at = np.full(m, -1, np.int64)
+    ok = np.zeros(m, np.bool_)
+    r = hint = -1
+    for i in range(m):
+        if i == 0 or phy[i] != phy[i - 1]:          # a record's keys come in a row: searched once
+            r = _find(offsets, phy[i], hint)
+        if r < 0:
+            continue
+        hint = r
+        at[i] = r
+        for s in range(key_offsets[r], key_offsets[r + 1]):
+            if key_hashes[s] == key_hash[i]:
+                ok[i] = True
+                matched[s] = True
+    return at, ok
+
+
+@_jit
+def unmatched_keys(key_offsets, key_hashes, matched, wanted):
+    """(distinct (record, key hash) pairs of the ``wanted`` records that no entry holds, the first such
+    record or -1)."""
+    count, first = 0, -1
+    for r in range(len(wanted)):
+        if not wanted[r]:
+            continue
+        a = key_offsets[r]
+        for s in range(a, key_offsets[r + 1]):
+            if matched[s]:
+                continue
+            seen = False
+            for t in range(a, s):                  # the same hash twice in a record counts once
+                if key_hashes[t] == key_hashes[s]:
+                    seen = True
+                    break
+            if not seen:
+                count += 1
+                if first < 0:
+                    first = r
+    return count, first
