@@ -1,6 +1,7 @@
 """verify's joins of one commit-log file's records (their facts: sorted offsets and columns) to the
 consume-queue units and index entries pointing into it, each a compiled pass over sorted arrays
-(no temporaries the size of the file, no per-record Python).
+(no temporaries the size of the file, no per-record Python); the grouping by queue that rebuild-cq
+shares.
 
 Records are found by physical offset: through their queue's run of queue offsets where it is unbroken
 (a unit's record is then one look-up away), else by a search of the sorted offsets that starts from
@@ -139,3 +140,16 @@ def unmatched_keys(key_offsets, key_hashes, matched, wanted):
                 if first < 0:
                     first = r
     return count, first
+
+
+@_jit
+def unbroken(first, queue_offset, end):
+    """Per group g (items first[g]:first[g + 1]): whether its queue offsets step by one and its ends
+    (physical offset + size) rise, i.e. it can go into its queue as one block."""
+    out = np.ones(len(first) - 1, np.bool_)
+    for g in range(len(first) - 1):
+        for i in range(first[g] + 1, first[g + 1]):
+            if queue_offset[i] != queue_offset[i - 1] + 1 or end[i] <= end[i - 1]:
+                out[g] = False
+                break
+    return out

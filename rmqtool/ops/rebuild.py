@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqtool import constants as C
+from rmqtool.columnar.joins import queue_rows, unbroken
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, valid_facts
@@ -27,7 +28,7 @@ from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
-from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
+from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
 
@@ -186,17 +187,26 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
             if topics is not None:
                 keep = np.isin(queue, [c for c, (t, _) in enumerate(names.names) if t in topics])
                 queue, rec, offset = queue[keep], rec[keep], offset[keep]
-            order = np.lexsort((rec, queue))
-            queue, rec, offset = queue[order], rec[order], offset[order]
-            codes, first = np.unique(queue, return_index=True)
-            for code, lo, hi in zip(codes.tolist(), first.tolist(), first[1:].tolist() + [len(queue)]):
-                r = rec[lo:hi]
-                w = writer(code, is_batch, int(cols["offset"][r[0]]))
+            if len(rec) > 1 and (rec[1:] < rec[:-1]).any():     # multi-dispatch units follow the records' own
+                order = np.argsort(rec, kind="stable")
+                queue, rec, offset = queue[order], rec[order], offset[order]
+            order, first = queue_rows(queue, len(names.names))        # by queue, in record order within
+            rec, offset = rec[order], offset[order]
+            phy, size, tags = cols["offset"][rec], cols["size"][rec], cols["tags_code"][rec]
+            if not is_batch:
+                units = np.empty(len(rec), UNIT_DTYPE)
+                units["phy"], units["size"], units["tags"] = phy, size, tags
+                whole = unbroken(first, offset, phy + size)
+            else:
+                stamps = cols["store_timestamp"][rec]
+            for code in np.flatnonzero(first[1:] > first[:-1]).tolist():
+                lo, hi = int(first[code]), int(first[code + 1])
+                w = writer(code, is_batch, int(phy[lo]))
                 if is_batch:
-                    w.put_many(cols["offset"][r], cols["size"][r], cols["tags_code"][r], cols["store_timestamp"][r],
-                               offset[lo:hi] >> 16, offset[lo:hi] & 0xFFFF)
+                    w.put_many(phy[lo:hi], size[lo:hi], tags[lo:hi], stamps[lo:hi], offset[lo:hi] >> 16,
+                               offset[lo:hi] & 0xFFFF)
                 else:
-                    w.put_many(cols["offset"][r], cols["size"][r], cols["tags_code"][r], offset[lo:hi])
+                    w.put_many(phy[lo:hi], size[lo:hi], tags[lo:hi], offset[lo:hi], units[lo:hi], bool(whole[code]))
     for w in writers.values():
         w.flush()
     return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+UNIT_DTYPE = [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")]     # a consume-queue unit, as a numpy dtype
+
+
 class Sink(Protocol):
     """Where a queue's bytes go when they are written in place (names are the queue's file names)."""
 
@@ -98,18 +101,25 @@ class CqWriter:
                     del self.files[start]
         self.write_pos = logical
 
-    def put_many(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, queue_offset: np.ndarray) -> None:
-        """``put`` for each record in order; a run continuing the queue goes in as whole blocks."""
+    def put_many(self, phy: np.ndarray, size: np.ndarray, tags: np.ndarray, queue_offset: np.ndarray,
+                 units: np.ndarray | None = None, unbroken: bool | None = None) -> None:
+        """``put`` for each record in order; a run continuing the queue goes in as whole blocks. A caller
+        that has them gives the encoded ``units`` (UNIT_DTYPE) and whether the queue offsets step by one
+        and the ends (phy + size) rise (``unbroken``)."""
         import numpy as np
 
         if len(phy) and not self.files:                 # the first unit opens the queue (fillPreBlank)
             self.put(int(phy[0]), int(size[0]), int(tags[0]), int(queue_offset[0]))
             phy, size, tags, queue_offset = phy[1:], size[1:], tags[1:], queue_offset[1:]
+            units = units[1:] if units is not None else None
         n = len(phy)
+        if unbroken is None:
+            unbroken = bool((np.diff(queue_offset) == 1).all() and (np.diff(phy + size) > 0).all())
         if n and phy[0] + size[0] > self.max_phy and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos \
-                and (np.diff(queue_offset) == 1).all() and (np.diff(phy + size) > 0).all():
-            units = np.empty(n, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-            units["phy"], units["size"], units["tags"] = phy, size, tags
+                and unbroken:
+            if units is None:
+                units = np.empty(n, UNIT_DTYPE)
+                units["phy"], units["size"], units["tags"] = phy, size, tags
             data = units.tobytes()
             while data:
                 last = max(self.files)
