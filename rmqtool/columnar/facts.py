@@ -29,8 +29,9 @@ _HASH_SIGN = ord("#")
 
 
 class WindowFacts(NamedTuple):
-    topic_index: np.ndarray      # per record: its topic's number in ``topics``
-    topics: list[str]            # the distinct topics, in order of first appearance
+    topic_index: np.ndarray      # per record: its topic's number (the window's topics, in order of first appearance)
+    first: np.ndarray            # per topic: the record it first appears in
+    topic_hash: np.ndarray       # per topic: String.hashCode (unsigned 32-bit)
     pairs: np.ndarray            # the distinct (topic number << 32 | queue id as uint32), in order of first appearance
     pair_index: np.ndarray       # per record: its pair's number in ``pairs``
     tags_code: np.ndarray        # int64: TAGS hashCode (0 without TAGS); delay-topic records not derived yet
@@ -66,7 +67,8 @@ def _index_hash(h):
 @_jit
 def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, ascii_s, ascii_e,
                   want_keys):
-    """(ok, topic index, first record of each topic, pairs, pair index, tags hashes, key counts, key hashes);
+    """(ok, topic index, first record of each topic, topic hashes, pairs, pair index, tags hashes, key counts,
+    key hashes);
     ok False: a byte that is not ASCII in a topic, a hashed value or one of the spans ``ascii_s``/``ascii_e``
     (rows of spans)."""
     n = len(topic_pos)
@@ -95,7 +97,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
         ln = topic_len[i]
         h = _text_hash(d, a, a + ln, 0)
         if h < 0:
-            return False, topic_index, first, pairs, pair_index, tags, counts, hashes
+            return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
         slot = h & (cap - 1)
         while True:
             t = table[slot]
@@ -135,7 +137,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
         if tag_s[i] >= 0:
             g = _text_hash(d, tag_s[i], tag_e[i], 0)
             if g < 0:
-                return False, topic_index, first, pairs, pair_index, tags, counts, hashes
+                return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
             tags[i] = g - (1 << 32) if g >= (1 << 31) else g
         if want_keys:
             head = (h * 31 + _HASH_SIGN) & _M
@@ -143,7 +145,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             if uniq_s[i] >= 0:
                 g = _text_hash(d, uniq_s[i], uniq_e[i], head)
                 if g < 0:
-                    return False, topic_index, first, pairs, pair_index, tags, counts, hashes
+                    return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
                 hashes[k] = _index_hash(g)
                 k += 1
             if keys_s[i] >= 0:
@@ -156,7 +158,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
                     if b > a:
                         g = _text_hash(d, a, b, head)
                         if g < 0:
-                            return False, topic_index, first, pairs, pair_index, tags, counts, hashes
+                            return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
                         hashes[k] = _index_hash(g)
                         k += 1
                     a = b + 1
@@ -164,8 +166,8 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
     for r in range(ascii_s.shape[0]):
         for i in range(n):
             if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], 0) < 0:
-                return False, topic_index, first, pairs, pair_index, tags, counts, hashes
-    return True, topic_index, first[:topics], pairs[:npairs], pair_index, tags, counts, hashes[:k]
+                return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
+    return True, topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags, counts, hashes[:k]
 
 
 def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[str, ...] = ()) -> WindowFacts | None:
@@ -175,11 +177,149 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[s
     spans = [win.prop(name) for name in ascii_props]
     ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), win.n)
     ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), win.n)
-    ok, topic_index, first, pairs, pair_index, tags, counts, hashes = _window_facts(
+    ok, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes = _window_facts(
         data, topic_pos, topic_len, win["queue_id"], *win.prop(C.PROPERTY_TAGS), *win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
         *win.prop(C.PROPERTY_KEYS), ascii_s, ascii_e, keys)
     if not ok:
         return None
-    topics = [bytes(data[p:p + ln]).decode("ascii") for p, ln in zip(topic_pos[first].tolist(),
-                                                                       topic_len[first].tolist())]
-    return WindowFacts(topic_index, topics, pairs, pair_index, tags, counts, hashes)
+    return WindowFacts(topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes)
+
+
+def window_topic(data: np.ndarray, win: Window, facts: WindowFacts, t: int) -> str:
+    """The window's topic number ``t`` (ASCII: the window's facts were taken)."""
+    r = facts.first[t]
+    a = win["topic_pos"][r]
+    return bytes(data[a:a + win["topic_len"][r]]).decode("ascii")
+
+
+@_jit
+def _pair_slot(t, q, cap):
+    mixed = t * 0x9E3779B1 + q * 0x2F                    # both halves reach the slot; no int64 overflow
+    return (mixed ^ (mixed >> 17)) & (cap - 1)
+
+
+@_jit
+def _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, a, ln, h):
+    """(number of the topic d[a:a + ln] of hash ``h`` or -1, its slot or the empty slot it would take)."""
+    cap = len(t_slots)
+    slot = h & (cap - 1)
+    while True:
+        t = t_slots[slot]
+        if t < 0:
+            return -1, slot
+        if t_hash[t] == h and t_len[t] == ln:
+            s = t_start[t]
+            same = True
+            for j in range(ln):
+                if t_bytes[s + j] != d[a + j]:
+                    same = False
+                    break
+            if same:
+                return t, slot
+        slot = (slot + 1) & (cap - 1)
+
+
+@_jit
+def _find_pair(p_slots, p_key, t, q):
+    """(index of pair (t, q) in ``p_key`` or -1, its slot or the empty slot it would take)."""
+    cap = len(p_slots)
+    key = (t << 32) | q
+    slot = _pair_slot(t, q, cap)
+    while True:
+        c = p_slots[slot]
+        if c < 0 or p_key[c] == key:
+            return c, slot
+        slot = (slot + 1) & (cap - 1)
+
+
+@_jit
+def _lookup(d, topic_pos, topic_len, first, topic_hash, pairs, t_slots, t_hash, t_start, t_len, t_bytes, p_slots,
+            p_key, p_code):
+    """The code of each of a window's pairs, -1 where the table has none."""
+    codes = np.full(len(pairs), -1, np.int64)
+    number = np.empty(len(first), np.int64)
+    for w in range(len(first)):
+        r = first[w]
+        number[w] = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, topic_pos[r], topic_len[r], topic_hash[w])[0]
+    for i in range(len(pairs)):
+        t = number[pairs[i] >> 32]
+        if t >= 0:
+            c = _find_pair(p_slots, p_key, t, pairs[i] & _M)[0]
+            if c >= 0:
+                codes[i] = p_code[c]
+    return codes
+
+
+@_jit
+def _insert(d, topic_pos, topic_len, first, topic_hash, pairs, codes, t_slots, t_hash, t_start, t_len, t_bytes,
+            p_slots, p_key, p_code, used):
+    """Put a window's pairs (not in the table) with their codes into it; ``used``: (topics, topic bytes,
+    pairs) so far, updated. The caller has made room."""
+    for i in range(len(pairs)):
+        w = pairs[i] >> 32
+        r = first[w]
+        a, ln, h = topic_pos[r], topic_len[r], topic_hash[w]
+        t, slot = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, a, ln, h)
+        if t < 0:
+            t = used[0]
+            t_slots[slot] = t
+            t_hash[t], t_start[t], t_len[t] = h, used[1], ln
+            t_bytes[used[1]:used[1] + ln] = d[a:a + ln]
+            used[0] += 1
+            used[1] += ln
+        c, slot = _find_pair(p_slots, p_key, t, pairs[i] & _M)
+        c = used[2]
+        p_slots[slot] = c
+        p_key[c], p_code[c] = (t << 32) | (pairs[i] & _M), codes[i]
+        used[2] += 1
+
+
+@_jit
+def _rehash(slots, keys, count, topics):
+    """Refill emptied ``slots`` from the first ``count`` keys (topics: hashes; else pair keys)."""
+    cap = len(slots)
+    for c in range(count):
+        slot = keys[c] & (cap - 1) if topics else _pair_slot(keys[c] >> 32, keys[c] & _M, cap)
+        while slots[slot] >= 0:
+            slot = (slot + 1) & (cap - 1)
+        slots[slot] = c
+
+
+class QueueTable:
+    """Queue codes of (topic, queue id) pairs across the windows of a scan, looked up in compiled code
+    (topics by String.hashCode and bytes, pairs by topic number and queue id): a window's pairs cost
+    no Python unless they are new to the scan."""
+
+    def __init__(self):
+        self.t_slots, self.p_slots = np.full(64, -1, np.int64), np.full(64, -1, np.int64)
+        self.t_hash, self.t_start, self.t_len = (np.empty(32, np.int64) for _ in range(3))
+        self.t_bytes = np.empty(4096, np.uint8)
+        self.p_key, self.p_code = np.empty(32, np.int64), np.empty(32, np.int64)
+        self.used = np.zeros(3, np.int64)            # topics, topic bytes, pairs
+
+    def lookup(self, data: np.ndarray, win: Window, facts: WindowFacts) -> np.ndarray:
+        """The code of each pair of ``facts`` (-1: not in the table)."""
+        return _lookup(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, facts.pairs,
+                       self.t_slots, self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key,
+                       self.p_code)
+
+    def insert(self, data: np.ndarray, win: Window, facts: WindowFacts, pairs: np.ndarray, codes: np.ndarray) -> None:
+        """Pairs of ``facts.pairs`` that ``lookup`` did not find, with their codes."""
+        topics, used, count = (int(v) for v in self.used)
+        more = len(pairs)
+        if 2 * (topics + more) > len(self.t_slots):                    # slots: a power of two, at most half full
+            cap = 1 << (4 * (topics + more)).bit_length()
+            self.t_hash, self.t_start, self.t_len = (np.resize(a, cap // 2) for a in (self.t_hash, self.t_start, self.t_len))
+            self.t_slots = np.full(cap, -1, np.int64)
+            _rehash(self.t_slots, self.t_hash, topics, True)
+        room = used + int(win["topic_len"][facts.first].sum())
+        if room > len(self.t_bytes):
+            self.t_bytes = np.resize(self.t_bytes, 2 * room)
+        if 2 * (count + more) > len(self.p_slots):
+            cap = 1 << (4 * (count + more)).bit_length()
+            self.p_key, self.p_code = np.resize(self.p_key, cap // 2), np.resize(self.p_code, cap // 2)
+            self.p_slots = np.full(cap, -1, np.int64)
+            _rehash(self.p_slots, self.p_key, count, False)
+        _insert(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, pairs, codes,
+                self.t_slots, self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key,
+                self.p_code, self.used)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.facts import DISPATCH_PROPERTIES, window_facts
+from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
 from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
 from rmqtool.columnar.props import property_values, spans
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
@@ -30,6 +30,7 @@ from rmqtool.store.filequeue import QueueFile, first_nonzero, map_file, release_
 
 Progress = Callable[[int], None]
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
+_SCHEDULE_HASH = java_string_hash(C.RMQ_SYS_SCHEDULE_TOPIC) & 0xFFFFFFFF
 _NEEDS_CQ = np.array([t in (C.TransactionType.NOT_TYPE, C.TransactionType.COMMIT) for t in C.TransactionType])
 # bytes walked per kernel window: the facts pass that follows finds the records' topics and properties
 # still in the core's cache (2 MiB of L2 here; 16 MiB windows made that pass ~1.8x slower)
@@ -47,6 +48,7 @@ class QueueNames:
         self._topics: dict[str, int] = {}          # topic -> number, for the sorted pair keys below
         self._keys = np.empty(0, np.int64)         # (topic number << 32 | queue id) of known codes, sorted
         self._values = np.empty(0, np.int64)
+        self.table = QueueTable()                  # the codes the kernel windows' pairs have had
 
     def code(self, name: tuple[str, int]) -> int:
         c = self.codes.get(name)
@@ -64,6 +66,20 @@ class QueueNames:
         pair = topic_index.astype(np.int64) << 32 | (queue_id.astype(np.int64) & 0xFFFFFFFF)
         uniq, inverse = np.unique(pair, return_inverse=True)
         return self.pair_codes(uniq, topics)[inverse.reshape(-1)]
+
+    def window_codes(self, data: np.ndarray, win: Window, facts: WindowFacts) -> np.ndarray:
+        """The codes of the pairs of a kernel window's facts, numbered as ``pair_codes`` numbers them:
+        looked up in ``table``; only pairs new to it are named here (in the order of their pairs)."""
+        codes = self.table.lookup(data, win, facts)
+        new = np.flatnonzero(codes < 0)
+        if len(new):
+            new = new[np.argsort(facts.pairs[new])]
+            pairs = facts.pairs[new]
+            ids = (pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist()
+            for i, t, q in zip(new.tolist(), (pairs >> 32).tolist(), ids):
+                codes[i] = self.code((window_topic(data, win, facts, t), q))
+            self.table.insert(data, win, facts, pairs, codes[new])
+        return codes
 
     def pair_codes(self, pairs: np.ndarray, topics: list[str]) -> np.ndarray:
         """The codes of distinct (topic index << 32 | queue id as uint32) pairs, indexes into ``topics``;
@@ -168,9 +184,11 @@ class _Collector:
             from rmqtool.columnar.decode import decode_facts
             return self.add(decode_facts(data, win, file_start, self.deep))[1]
         tags, bad = wf.tags_code, np.zeros(win.n, bool)
-        if C.RMQ_SYS_SCHEDULE_TOPIC in wf.topics:        # the DELAY level's deliver time (a bad one: null)
+        schedule = [t for t in np.flatnonzero(wf.topic_hash == _SCHEDULE_HASH).tolist()
+                    if window_topic(data, win, wf, t) == C.RMQ_SYS_SCHEDULE_TOPIC]
+        if schedule:                                    # the DELAY level's deliver time (a bad one: null)
             from rmqtool.columnar.decode import _tags_codes
-            rows = np.flatnonzero(wf.topic_index == wf.topics.index(C.RMQ_SYS_SCHEDULE_TOPIC))
+            rows = np.flatnonzero(wf.topic_index == schedule[0])
             pos = win["props_pos"][rows]
             codes = _tags_codes(spans(data, *(s[rows] for s in win.prop(C.PROPERTY_TAGS))),
                                 pa.repeat(pa.scalar(C.RMQ_SYS_SCHEDULE_TOPIC), len(rows)),
@@ -181,7 +199,7 @@ class _Collector:
         if self.deep:
             bad |= win["crc_ok"] == 0
         ok = int(np.argmax(bad)) if bad.any() else win.n
-        queue = self.names.pair_codes(wf.pairs, wf.topics)[wf.pair_index]
+        queue = self.names.window_codes(data, win, wf)[wf.pair_index]
         cols = {"offset": win.starts[:ok] + file_start, "size": win["total"][:ok].astype(np.int32),
                 "queue": queue[:ok].astype(np.int32), "queue_offset": win["queue_offset"][:ok].copy(),
                 "sys_flag": win["sys_flag"][:ok].astype(np.int32), "tags_code": tags[:ok],
