@@ -240,7 +240,8 @@ def _lookup(d, topic_pos, topic_len, first, topic_hash, pairs, t_slots, t_hash, 
     number = np.empty(len(first), np.int64)
     for w in range(len(first)):
         r = first[w]
-        number[w] = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, topic_pos[r], topic_len[r], topic_hash[w])[0]
+        number[w] = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, topic_pos[r], topic_len[r],
+                                topic_hash[w])[0]
     for i in range(len(pairs)):
         t = number[pairs[i] >> 32]
         if t >= 0:
@@ -309,7 +310,8 @@ class QueueTable:
         more = len(pairs)
         if 2 * (topics + more) > len(self.t_slots):                    # slots: a power of two, at most half full
             cap = 1 << (4 * (topics + more)).bit_length()
-            self.t_hash, self.t_start, self.t_len = (np.resize(a, cap // 2) for a in (self.t_hash, self.t_start, self.t_len))
+            self.t_hash, self.t_start, self.t_len = (np.resize(a, cap // 2)
+                                                     for a in (self.t_hash, self.t_start, self.t_len))
             self.t_slots = np.full(cap, -1, np.int64)
             _rehash(self.t_slots, self.t_hash, topics, True)
         room = used + int(win["topic_len"][facts.first].sum())

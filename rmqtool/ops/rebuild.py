@@ -190,7 +190,7 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
             if len(rec) > 1 and (rec[1:] < rec[:-1]).any():     # multi-dispatch units follow the records' own
                 order = np.argsort(rec, kind="stable")
                 queue, rec, offset = queue[order], rec[order], offset[order]
-            order, first = queue_rows(queue, len(names.names))        # by queue, in record order within
+            order, first = queue_rows(queue.astype(np.int32), len(names.names))     # by queue, in record order within
             rec, offset = rec[order], offset[order]
             phy, size, tags = cols["offset"][rec], cols["size"][rec], cols["tags_code"][rec]
             if not is_batch:
