@@ -131,9 +131,10 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
         raise click.BadParameter("the spark engine writes a dataset directory: give --to a name without "
                                  "extension", param_hint="--to")
     else:
-        from rmqtool.cli.output import progress_bar
+        from rmqtool.cli.output import progress_bar, skip_pandas_probe
         from rmqtool.ops.scan import list_files
 
+        skip_pandas_probe()
         with progress_bar(sum(f.size for f in list_files(stores)), "export") as progress:
             result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records, **options)
     rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0

@@ -1,7 +1,10 @@
-"""Record batches as JSON lines and CSV cells, built column by column (no dict per row).
+"""Record batches as JSON lines and CSV lines, built column by column (no dict per row).
 
 A JSON line is byte-for-byte what ``rmqtool.cli.output.dumps(entry_row(...))`` prints for the record;
-CSV cells are what ``write_rows`` prints (maps and lists as JSON, None as an empty cell).
+a CSV line what ``write_rows`` prints (maps and lists as JSON, None as an empty cell), or for ``export``
+what pyarrow's CSV writer printed (every string quoted). Each column becomes a part of the lines
+(``rmqtool.columnar.lines`` renders them in one compiled pass); the few values that need JSON escaping
+or CSV quoting are rendered here first, with Arrow, in the columns that hold them.
 """
 
 from __future__ import annotations
@@ -185,6 +188,7 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple[np.nd
     "csv" (``cli.output``'s csv writer: a cell quoted only where needed) or "export_csv" (pyarrow's CSV
     writer: every string quoted)."""
     from rmqtool.columnar.lines import BASE64, INT32, INT64, LIST, MAP, NULL, TEXT, Lines
+    from rmqtool.columnar.props import strings      # Arrow scalars: a Python value makes pyarrow import pandas
 
     lines = Lines(batch.num_rows)
     json_text, quote_all = style == "json", style == "export_csv"
@@ -194,11 +198,11 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple[np.nd
         null = pre + b"null" if json_text else sep
         quoted = (pre + b'"', b'"') if json_text or quote_all else (pre, b"")
         if name == "body_encoding":
-            col = pc.if_else(pc.equal(column(batch, "type"), "message"),
-                             pa.scalar(None if body_encoding == "none" else body_encoding, pa.string()),
-                             pa.scalar(None, pa.string()))
+            message, base64, null_ = strings(["message", "base64", None])
+            col = pc.if_else(pc.equal(column(batch, "type"), message),
+                             null_ if body_encoding == "none" else strings([body_encoding])[0], null_)
             if body_encoding == "text":
-                col = pc.if_else(text_fallbacks(column(batch, "body")), pa.scalar("base64"), col)
+                col = pc.if_else(text_fallbacks(column(batch, "body")), base64, col)
         elif name == "body" and body_encoding != "base64":
             col = encode_bodies(column(batch, "body"), body_encoding)
         else:
@@ -213,7 +217,7 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple[np.nd
         elif pa.types.is_null(t):
             lines.add(NULL, None, pre, b"", null)
         elif pa.types.is_boolean(t):
-            lines.add(TEXT, pc.if_else(col, "true", "false"), pre, b"", null)
+            lines.add(TEXT, col.cast(pa.string()), pre, b"", null)          # true, false
         elif pa.types.is_map(t) or pa.types.is_list(t):
             is_map = pa.types.is_map(t)
             items = [col.keys, col.items] if is_map else [col.values]
@@ -249,8 +253,10 @@ def _add_csv_text(lines, col: pa.Array, pre: bytes, null: bytes, quote_all: bool
     if _any_byte(col, _CSV_SPECIALS):
         if needs is None:
             needs = pc.match_substring_regex(col, _CSV_QUOTE_RX)
-        quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
-        col = pc.if_else(needs.fill_null(False), quoted, col)
+        from rmqtool.columnar.props import strings
+        quote, empty = strings(['"', ""])
+        quoted = pc.binary_join_element_wise(quote, pc.replace_substring(col, '"', '""'), quote, empty)
+        col = pc.if_else(needs, quoted, col)          # null only where the cell is
     lines.add(TEXT, col, pre, b"", null)
 
 

@@ -1,7 +1,7 @@
 """Export commit-log records to Parquet, JSON lines or CSV.
 
-``export_local`` is the single-process engine: the columnar decoder streams record batches into a
-pyarrow writer. The output appears atomically (a temporary file renamed at the end); an existing file
+``export_local`` is the single-process engine: the columnar decoder streams record batches into
+pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). The output appears atomically (a temporary file renamed at the end); an existing file
 is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
