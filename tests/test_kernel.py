@@ -4,6 +4,8 @@ maintenance scan with its byte offset."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -196,6 +198,29 @@ def test_kernel_works_where_numba_finds_no_cache_location():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr
     assert proc.stderr.startswith("rmqtool: note: no writable cache directory") and proc.stderr.count("\n") == 1
+
+
+def test_kernel_compiles_each_function_once(tmp_path):
+    """A first bulk command compiles every kernel function for one set of argument types (the mapped file
+    and the kernel's copies alike; no Literal[int](0) counters): the first compile stays a few seconds."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = ("import numba\nfrom rmqtool.columnar import iter_record_batches, kernel\n"
+             "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store', 'fixtures/dev-dledger/store'):\n"
+             "    for crc in (False, True):\n"
+             "        for batch in iter_record_batches(store, check_crc=crc): pass\n"
+             "for name, f in vars(kernel).items():\n"
+             "    if isinstance(f, numba.core.registry.CPUDispatcher): print(name, len(f.signatures))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    counts = dict(line.split() for line in proc.stdout.splitlines())
+    assert counts.pop("_find") == "2", counts       # its two flag values (Literal[bool] True and False)
+    assert counts["_scan"] == counts["_properties"] == counts["_span_copy"] == "1", counts
+    assert set(counts.values()) <= {"0", "1"}, counts
 
 
 @pytest.mark.parametrize("variant", ["_crc32_tables", "_crc32_clmul"])

@@ -535,7 +535,7 @@ def _span_copy(d, starts, ends, out):
 
 def gather_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
-    starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled layout
+    d, starts, ends = _read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
     offsets = _pooled((len(starts) + 1,), np.int32)
     total = _span_offsets(starts, ends, offsets)
     out = _pooled((total + 16,), np.uint8)
@@ -569,7 +569,7 @@ def _split(d, starts, ends, sep, lists, offsets, out):
 
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
     """(list offsets n + 1, part offsets, bytes): each span split at ``sep``, empty parts dropped."""
-    starts, ends = np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled layout
+    d, starts, ends = _read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
     present = starts >= 0
     size = int((ends - starts)[present].sum())
     lists = _pooled((len(starts) + 1,), np.int32)
