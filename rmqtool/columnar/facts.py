@@ -26,6 +26,7 @@ DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_I
 _M = 0xFFFFFFFF
 _SPACE = ord(C.KEY_SEPARATOR)
 _HASH_SIGN = ord("#")
+_ZERO = np.int64(0)     # a seed as a typed global, not a literal: _text_hash compiles once
 
 
 class WindowFacts(NamedTuple):
@@ -95,7 +96,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
     for i in range(n):
         a = topic_pos[i]
         ln = topic_len[i]
-        h = _text_hash(d, a, a + ln, 0)
+        h = _text_hash(d, a, a + ln, _ZERO)
         if h < 0:
             return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
         slot = h & (cap - 1)
@@ -135,7 +136,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             slot = (slot + 1) & (cap - 1)
         pair_index[i] = c
         if tag_s[i] >= 0:
-            g = _text_hash(d, tag_s[i], tag_e[i], 0)
+            g = _text_hash(d, tag_s[i], tag_e[i], _ZERO)
             if g < 0:
                 return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
             tags[i] = g - (1 << 32) if g >= (1 << 31) else g
@@ -165,7 +166,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             counts[i] = k - k0
     for r in range(ascii_s.shape[0]):
         for i in range(n):
-            if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], 0) < 0:
+            if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], _ZERO) < 0:
                 return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
     return True, topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags, counts, hashes[:k]
 

@@ -72,7 +72,7 @@ def join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
     m = len(phy)
     at = np.full(m, -1, np.int64)
     bad = np.ones(m, np.bool_)
-    hint = -1
+    hint = np.int64(-1)         # not a literal: _find would compile once more for Literal[int](-1)
     for i in range(m):
         c = unit_code[i]
         r = -1
@@ -103,7 +103,7 @@ def join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched):
     m = len(phy)
     at = np.full(m, -1, np.int64)
     ok = np.zeros(m, np.bool_)
-    r = hint = -1
+    r = hint = np.int64(-1)
     for i in range(m):
         if i == 0 or phy[i] != phy[i - 1]:          # a record's keys come in a row: searched once
             r = _find(offsets, phy[i], hint)
