@@ -9,6 +9,7 @@ BatchConsumeQueue.putBatchMessagePositionInfo, streamed the same ways. In place,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -212,6 +213,7 @@ class FileStream:
         self.pending = bytearray()
         self.created = 0
         self.opened = False                    # an existing file continued (``at``)
+        self._path: tuple[int, str] = (-1, "")  # (start, path) of the file flush writes last
 
     def at(self, start: int, pos: int) -> None:
         """Continue an existing queue: the current file starts at ``start``, writing goes on at ``pos``."""
@@ -238,9 +240,16 @@ class FileStream:
         if self.pending and self.sink is not None:
             self.sink.write_at(C.offset_to_file_name(self.start), self.pos - self.start, bytes(self.pending))
         elif self.pending and self.directory is not None and (self.created or self.opened):
-            with open(self.directory / C.offset_to_file_name(self.start), "r+b") as fh:
-                fh.seek(self.pos - self.start)
-                fh.write(self.pending)
+            if self._path[0] != self.start:
+                self._path = (self.start, os.path.join(self.directory, C.offset_to_file_name(self.start)))
+            fd = os.open(self._path[1], os.O_WRONLY)
+            try:
+                data, at = memoryview(self.pending), self.pos - self.start
+                while data:
+                    n = os.pwrite(fd, data, at)
+                    data, at = data[n:], at + n
+            finally:
+                os.close(fd)
         self.pos += len(self.pending)
         self.pending = bytearray()
 
