@@ -192,12 +192,14 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
                 queue, rec, offset = queue[order], rec[order], offset[order]
             order, first = queue_rows(queue.astype(np.int32), len(names.names))     # by queue, in record order within
             rec, offset = rec[order], offset[order]
-            phy, size, tags = cols["offset"][rec], cols["size"][rec], cols["tags_code"][rec]
-            if not is_batch:
+            if not is_batch:              # the units, encoded once; their fields serve as the columns
                 units = np.empty(len(rec), UNIT_DTYPE)
-                units["phy"], units["size"], units["tags"] = phy, size, tags
-                whole = unbroken(first, offset, phy + size)
+                for name, col in (("phy", "offset"), ("size", "size"), ("tags", "tags_code")):
+                    units[name] = cols[col][rec]
+                phy, size, tags = units["phy"], units["size"], units["tags"]
+                whole = unbroken(first, offset, phy.astype(np.int64) + size.astype(np.int64))
             else:
+                phy, size, tags = cols["offset"][rec], cols["size"][rec], cols["tags_code"][rec]
                 stamps = cols["store_timestamp"][rec]
             for code in np.flatnonzero(first[1:] > first[:-1]).tolist():
                 lo, hi = int(first[code]), int(first[code + 1])
