@@ -98,3 +98,25 @@ def test_queue_rows_groups_stably_and_unbroken_runs(queue, steps):
     for c in range(5):
         o = offset[first[c]:first[c + 1]]
         assert runs[c] == bool((np.diff(o) == 1).all())
+
+
+@settings(max_examples=100, deadline=None)
+@given(gaps=st.lists(st.integers(1, 10_000), min_size=1, max_size=700), data=st.data())
+def test_a_segment_cut_by_a_file_is_found_as_a_bisection_finds_it(tmp_path_factory, gaps, data):
+    from rmqtool import constants as C
+    from rmqtool.ops.verify import UNIT_DTYPE, Segment, _bisect, _seek
+
+    units = np.zeros(len(gaps), UNIT_DTYPE)
+    units["phy"], units["size"] = np.cumsum(gaps), 1
+    path = tmp_path_factory.mktemp("cq") / "00000000000000000000"
+    path.write_bytes(units.tobytes())
+    lo = data.draw(st.integers(0, len(gaps) - 1))
+    hi = data.draw(st.integers(lo + 1, len(gaps)))
+    phys = units["phy"].astype(np.int64)
+    seg = Segment(path, lo, hi, int(phys[lo]), int(phys[hi - 1]))
+    pos = lambda i: i * C.CQ_STORE_UNIT_SIZE    # noqa: E731
+    with open(path, "rb") as fh:
+        for phy in data.draw(st.lists(st.integers(0, int(phys[-1]) + 10), min_size=1, max_size=8)):
+            start = data.draw(st.integers(lo, hi))
+            want = _bisect(fh.fileno(), start, hi, phy, lambda i: pos(i))
+            assert _seek(fh.fileno(), seg, start, phy, UNIT_DTYPE, pos) == want

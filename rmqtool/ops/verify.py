@@ -46,6 +46,7 @@ ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), (
 CHUNK = 1 << 16                       # units or entries checked per numpy pass
 JOIN_RECORDS = 1 << 18                # records of a file whose index entries are joined at a time
 JOIN_UNITS = 1 << 18                  # consume-queue units joined at a time (whole queues)
+SEEK_ITEMS = 256                      # units or entries read around a guess where a file cuts a segment
 _NO_END = (1 << 63) - 1            # the last file's window reaches to the end of offsets
 
 
@@ -290,6 +291,25 @@ def _bisect(fd: int, lo: int, hi: int, phy: int, phy_pos: Callable[[int], int]) 
     return lo
 
 
+def _seek(fd: int, seg: Segment, lo: int, phy: int, dtype: np.dtype, pos: Callable[[int], int]) -> int:
+    """First index in [lo, seg.hi) whose physical offset is >= phy (an ordered segment): one read of the
+    items around where evenly spread offsets put it, else a bisection of what that read leaves."""
+    hi, width = seg.hi, SEEK_ITEMS
+    guess = seg.lo + (phy - seg.first_phy) * (seg.hi - seg.lo) // max(seg.last_phy - seg.first_phy, 1)
+    a = min(max(guess - width // 2, lo), hi)
+    b = min(a + width, hi)
+    if a < b:
+        data = os.pread(fd, (b - a) * dtype.itemsize, pos(a))
+        p = np.frombuffer(data, dtype, len(data) // dtype.itemsize)["phy"].astype(np.int64)
+        k = int(np.searchsorted(p, phy))
+        if len(p) < b - a:                        # a short read: the bisection decides
+            return _bisect(fd, lo, hi, phy, lambda i: pos(i) + dtype.fields["phy"][1])
+        if (k or a == lo) and (k < len(p) or b == hi):
+            return a + k
+        lo, hi = (b, hi) if k == len(p) else (lo, a)
+    return _bisect(fd, lo, hi, phy, lambda i: pos(i) + dtype.fields["phy"][1])
+
+
 def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable[[int], int],
           min_offset: int) -> tuple[np.ndarray, np.ndarray]:
     """(indexes, items) of a segment whose physical offset lies in [lo_phy, hi_phy)."""
@@ -298,10 +318,11 @@ def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable
     if seg.ordered:
         a, b = seg.lo, seg.hi
         if seg.first_phy < lo_phy or seg.last_phy >= hi_phy:      # the window cuts the segment
-            phy_at = (lambda i: pos(i) + dtype.fields["phy"][1])
             with open(seg.path, "rb") as fh:
-                a = _bisect(fh.fileno(), seg.lo, seg.hi, lo_phy, phy_at)
-                b = _bisect(fh.fileno(), a, seg.hi, hi_phy, phy_at)
+                if seg.first_phy < lo_phy:
+                    a = _seek(fh.fileno(), seg, seg.lo, lo_phy, dtype, pos)
+                if seg.last_phy >= hi_phy:
+                    b = _seek(fh.fileno(), seg, a, hi_phy, dtype, pos)
         return np.arange(a, b), _read(seg.path, dtype, b - a, pos(a))
     items = _read(seg.path, dtype, seg.hi - seg.lo, pos(seg.lo))
     phy = items["phy"].astype(np.int64)
