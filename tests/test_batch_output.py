@@ -161,7 +161,7 @@ def _export_csv_reference(rows: list[dict]) -> bytes:
 def test_json_and_csv_lines_are_the_row_writers_bytes(tmp_path_factory, msgs, batch_rows, body):
     """JSON lines, cat-commitlog's CSV and export's CSV (one compiled pass over a batch's columns) are
     byte for byte ``dumps(entry_row)``, the csv writer's rows and pyarrow's CSV writer's."""
-    from rmqtool.columnar.text import csv_header, export_csv_header, text_bytes
+    from rmqtool.columnar.text import csv_header, export_csv_header, text_bytes, text_chunks
 
     batches = _batches(tmp_path_factory, msgs, batch_rows)
     rows = list(hit_rows(iter(batches), body))
@@ -173,6 +173,9 @@ def test_json_and_csv_lines_are_the_row_writers_bytes(tmp_path_factory, msgs, ba
         want.getvalue()
     assert export_csv_header(batches[0]).encode() + b"".join(text_bytes(b, body, "export_csv") for b in batches) \
         == _export_csv_reference(rows)
+    for style in ("json", "csv", "export_csv"):          # what the writers write: a few lines at a time
+        assert [b"".join(bytes(c) for c in text_chunks(b, body, style, rows)) for b in batches for rows in (1, 3)] \
+            == [bytes(text_bytes(b, body, style)) for b in batches for _ in (1, 3)]
 
 
 @pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x", "dev-batchcq-5x", "dev-dledger-5x"])

@@ -238,14 +238,15 @@ def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = 
 def _write_text_batches(batches, body: str, fmt: Format, headers: bool = True) -> int:
     """JSON lines or CSV straight from the columnar decoder, a batch at a time (the same bytes as the row
     path)."""
-    from rmqtool.columnar.text import csv_header, text_bytes
+    from rmqtool.columnar.text import csv_header, text_chunks
 
     out = sys.stdout.buffer
     n = 0
     for batch in batches:
         if fmt is Format.CSV and n == 0 and headers:
             out.write(csv_header(batch).encode())
-        out.write(text_bytes(batch, body, "csv" if fmt is Format.CSV else "json"))
+        for chunk in text_chunks(batch, body, "csv" if fmt is Format.CSV else "json"):
+            out.write(chunk)
         out.flush()
         n += batch.num_rows
     return n

@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import re
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -183,8 +184,8 @@ _LIST = {"json": (b'["', b"", b'","', b'"]', b"[]"), "csv": (b'"[""', b"", b'"",
          "export_csv": (b'"[""', b"", b'"",""', b'""]"', b'"[]"')}
 
 
-def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets, bytes) of one line per record in ``style``: "json" (``dumps(entry_row(...))``),
+def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple:
+    """(``lines.Lines``, the end of a line): one line per record in ``style``: "json" (``dumps(entry_row(...))``),
     "csv" (``cli.output``'s csv writer: a cell quoted only where needed) or "export_csv" (pyarrow's CSV
     writer: every string quoted)."""
     from rmqtool.columnar.lines import BASE64, INT32, INT64, LIST, MAP, NULL, TEXT, Lines
@@ -237,7 +238,7 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple[np.nd
                 lines.add(TEXT, json_string(col), pre, b"", null)
         else:
             _add_csv_text(lines, col, pre, null, quote_all)
-    return lines.text(b"}\n" if json_text else b"\n")
+    return lines, b"}\n" if json_text else b"\n"
 
 
 def _add_csv_text(lines, col: pa.Array, pre: bytes, null: bytes, quote_all: bool, needs=None) -> None:
@@ -260,7 +261,8 @@ def _add_csv_text(lines, col: pa.Array, pre: bytes, null: bytes, quote_all: bool
     lines.add(TEXT, col, pre, b"", null)
 
 
-def _array(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+def _array(lines, end: bytes) -> pa.Array:
+    offsets, data = lines.text(end)
     n = len(offsets) - 1
     if offsets[-1] < 2 ** 31:
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
@@ -279,5 +281,16 @@ def csv_lines(batch: pa.RecordBatch, body_encoding: str = "base64") -> pa.Array:
 
 
 def text_bytes(batch: pa.RecordBatch, body_encoding: str, style: str) -> memoryview:
-    """The lines of ``_lines`` back to back (what a writer writes)."""
-    return memoryview(_lines(batch, body_encoding, style)[1])
+    """The lines of ``_lines`` back to back."""
+    lines, end = _lines(batch, body_encoding, style)
+    return memoryview(lines.text(end)[1])
+
+
+def text_chunks(batch: pa.RecordBatch, body_encoding: str, style: str, rows: int | None = None
+                ) -> Iterator[memoryview]:
+    """The lines of ``_lines`` ``rows`` at a time (``lines.CHUNK_ROWS``), each chunk valid until the next:
+    what a writer writes."""
+    from rmqtool.columnar.lines import CHUNK_ROWS
+
+    lines, end = _lines(batch, body_encoding, style)
+    return lines.chunks(end, rows or CHUNK_ROWS)

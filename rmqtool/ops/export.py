@@ -205,7 +205,7 @@ def _writer(fmt: str, path: Path, schema, body_encoding: str) -> Callable:
                 pw.close()
         return write_parquet
 
-    from rmqtool.columnar.text import export_csv_header, text_bytes
+    from rmqtool.columnar.text import export_csv_header, text_chunks
     out = open(path, "wb")
     started = False
 
@@ -217,5 +217,6 @@ def _writer(fmt: str, path: Path, schema, body_encoding: str) -> Callable:
         if fmt == "csv" and not started:
             out.write(export_csv_header(batch).encode())
         started = True
-        out.write(text_bytes(batch, body_encoding, "json" if fmt == "jsonl" else "export_csv"))
+        for chunk in text_chunks(batch, body_encoding, "json" if fmt == "jsonl" else "export_csv"):
+            out.write(chunk)
     return write_text
