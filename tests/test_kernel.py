@@ -223,6 +223,31 @@ def test_kernel_compiles_each_function_once(tmp_path):
     assert set(counts.values()) <= {"0", "1"}, counts
 
 
+def test_lines_compile_each_function_once(tmp_path):
+    """JSON lines and CSV from stores with maps, lists, nulls, base64 and text bodies compile every function
+    of the text renderer (lines.py) for one set of argument types: a first text command compiles it once."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = ("import numba\nfrom click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
+             "from rmqtool.columnar import lines\n"
+             "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store'):\n"
+             "    for fmt in ('jsonl', 'csv'):\n"
+             "        for body in ('base64', 'text', 'hex'):\n"
+             "            r = CliRunner().invoke(cli, ['cat-commitlog', store, '-f', fmt, '--body-encoding', body])\n"
+             "            assert r.exit_code == 0, r.output[-300:]\n"
+             "for name, f in vars(lines).items():\n"
+             "    if isinstance(f, numba.core.registry.CPUDispatcher): print(name, len(f.signatures))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    counts = dict(line.split() for line in proc.stdout.splitlines())
+    assert counts["_lengths"] == counts["_render"] == counts["_put_base64"] == counts["_put_int"] == "1", counts
+    assert set(counts.values()) == {"1"}, counts
+
+
 @pytest.mark.parametrize("variant", ["_crc32_tables", "_crc32_clmul"])
 def test_crc_variants_are_zlib(variant):
     """Both CRC paths of the kernel (the carry-less one where the CPU has it) against zlib.crc32 at every
