@@ -200,24 +200,31 @@ def test_kernel_works_where_numba_finds_no_cache_location():
     assert proc.stderr.startswith("rmqtool: note: no writable cache directory") and proc.stderr.count("\n") == 1
 
 
-def test_kernel_compiles_each_function_once(tmp_path):
-    """A first bulk command compiles every kernel function for one set of argument types (the mapped file
-    and the kernel's copies alike; no Literal[int](0) counters): the first compile stays a few seconds."""
+def _signatures(tmp_path, module: str, work: str) -> dict[str, str]:
+    """{function: number of compiled signatures} of ``rmqtool.columnar.<module>``'s compiled functions after
+    ``work`` ran in a fresh process with an empty cache."""
     import subprocess
     import sys
 
     from conftest import ROOT
 
-    probe = ("import numba\nfrom rmqtool.columnar import iter_record_batches, kernel\n"
-             "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store', 'fixtures/dev-dledger/store'):\n"
-             "    for crc in (False, True):\n"
-             "        for batch in iter_record_batches(store, check_crc=crc): pass\n"
-             "for name, f in vars(kernel).items():\n"
+    probe = (f"import numba\nfrom rmqtool.columnar import {module}\n{work}\n"
+             f"for name, f in vars({module}).items():\n"
              "    if isinstance(f, numba.core.registry.CPUDispatcher): print(name, len(f.signatures))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
-    counts = dict(line.split() for line in proc.stdout.splitlines())
+    return dict(line.split() for line in proc.stdout.splitlines())
+
+
+def test_kernel_compiles_each_function_once(tmp_path):
+    """A first bulk command compiles every kernel function for one set of argument types (the mapped file
+    and the kernel's copies alike; no Literal[int](0) counters): the first compile stays a few seconds."""
+    counts = _signatures(tmp_path, "kernel", (
+        "from rmqtool.columnar import iter_record_batches\n"
+        "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store', 'fixtures/dev-dledger/store'):\n"
+        "    for crc in (False, True):\n"
+        "        for batch in iter_record_batches(store, check_crc=crc): pass"))
     assert counts.pop("_find") == "2", counts       # its two flag values (Literal[bool] True and False)
     assert counts["_scan"] == counts["_properties"] == counts["_span_copy"] == "1", counts
     assert set(counts.values()) <= {"0", "1"}, counts
@@ -226,24 +233,13 @@ def test_kernel_compiles_each_function_once(tmp_path):
 def test_lines_compile_each_function_once(tmp_path):
     """JSON lines and CSV from stores with maps, lists, nulls, base64 and text bodies compile every function
     of the text renderer (lines.py) for one set of argument types: a first text command compiles it once."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
-    probe = ("import numba\nfrom click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
-             "from rmqtool.columnar import lines\n"
-             "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store'):\n"
-             "    for fmt in ('jsonl', 'csv'):\n"
-             "        for body in ('base64', 'text', 'hex'):\n"
-             "            r = CliRunner().invoke(cli, ['cat-commitlog', store, '-f', fmt, '--body-encoding', body])\n"
-             "            assert r.exit_code == 0, r.output[-300:]\n"
-             "for name, f in vars(lines).items():\n"
-             "    if isinstance(f, numba.core.registry.CPUDispatcher): print(name, len(f.signatures))")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr
-    counts = dict(line.split() for line in proc.stdout.splitlines())
+    counts = _signatures(tmp_path, "lines", (
+        "from click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
+        "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store'):\n"
+        "    for fmt in ('jsonl', 'csv'):\n"
+        "        for body in ('base64', 'text', 'hex'):\n"
+        "            r = CliRunner().invoke(cli, ['cat-commitlog', store, '-f', fmt, '--body-encoding', body])\n"
+        "            assert r.exit_code == 0, r.output[-300:]"))
     assert counts["_lengths"] == counts["_render"] == counts["_put_base64"] == counts["_put_int"] == "1", counts
     assert set(counts.values()) == {"1"}, counts
 
