@@ -295,6 +295,7 @@ def _seek(fd: int, seg: Segment, lo: int, phy: int, dtype: np.dtype, pos: Callab
     """First index in [lo, seg.hi) whose physical offset is >= phy (an ordered segment): one read of the
     items around where evenly spread offsets put it, else a bisection of what that read leaves."""
     hi, width = seg.hi, SEEK_ITEMS
+    phy_at = (lambda i: pos(i) + dtype.fields["phy"][1])
     guess = seg.lo + (phy - seg.first_phy) * (seg.hi - seg.lo) // max(seg.last_phy - seg.first_phy, 1)
     a = min(max(guess - width // 2, lo), hi)
     b = min(a + width, hi)
@@ -303,11 +304,11 @@ def _seek(fd: int, seg: Segment, lo: int, phy: int, dtype: np.dtype, pos: Callab
         p = np.frombuffer(data, dtype, len(data) // dtype.itemsize)["phy"].astype(np.int64)
         k = int(np.searchsorted(p, phy))
         if len(p) < b - a:                        # a short read: the bisection decides
-            return _bisect(fd, lo, hi, phy, lambda i: pos(i) + dtype.fields["phy"][1])
+            return _bisect(fd, lo, hi, phy, phy_at)
         if (k or a == lo) and (k < len(p) or b == hi):
             return a + k
         lo, hi = (b, hi) if k == len(p) else (lo, a)
-    return _bisect(fd, lo, hi, phy, lambda i: pos(i) + dtype.fields["phy"][1])
+    return _bisect(fd, lo, hi, phy, phy_at)
 
 
 def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable[[int], int],
