@@ -102,3 +102,23 @@ def test_damaged_store_fails_cleanly_or_stops_at_damage(tmp_path):
 def test_missing_store(tmp_path):
     result = run("export", tmp_path / "nope", "--to", tmp_path / "o.parquet")
     assert result.exit_code == 4 and result.output.startswith("rmqtool: error:")
+
+
+def test_parquet_export_in_process_spares_the_pandas_import(tmp_path):
+    """Export called as a library (no CLI probe skipped): its batches, message counts and file column
+    hand pyarrow no Python value, so pandas (~0.2 CPU-s) stays unimported (a generated store: the real
+    fixtures' PROPERTIES take the record-at-a-time parser, which builds its columns with pa.array)."""
+    import subprocess
+    import sys
+
+    from rmqtool.ops.generate import generate_store
+    from tests.conftest import ROOT
+
+    generate_store(tmp_path / "store", 1 << 20, index=False, seed=1)
+    code = ("import sys; from rmqtool.ops.export import export_local; "
+            f"r = export_local([{str(tmp_path / 'store')!r}], {str(tmp_path / 'o.parquet')!r}, 'parquet'); "
+            "assert r.messages > 0; print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -75,7 +75,9 @@ def _file_column(batch, starts, uris):
 
     from rmqtool.columnar.props import arrow, strings
 
-    which = np.searchsorted(starts, batch.column("physical_offset").to_numpy(), "right") - 1
+    offsets = batch.column("physical_offset")           # over its buffer: to_numpy would import pandas
+    offsets = np.frombuffer(offsets.buffers()[1], np.int64, len(offsets), offsets.offset * 8)
+    which = np.searchsorted(starts, offsets, "right") - 1
     return pa.DictionaryArray.from_arrays(arrow(which.astype(np.int32), pa.int32()), strings(uris)).cast(pa.string())
 
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
 from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
-from rmqtool.columnar.props import property_values, spans
+from rmqtool.columnar.props import arrow, property_values, spans, strings
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
@@ -258,6 +258,11 @@ def present(values: pa.Array) -> np.ndarray:
     return bits[values.offset:values.offset + n].astype(bool)
 
 
+# Arrow scalars built from buffers: a Python value in pa.scalar or a pc.* call imports pandas (0.2 CPU-s)
+_ONE_TEXT, _MESSAGE, *_DISPATCH_KEYS = strings(["1", "message", *DISPATCH_PROPERTIES])
+_ZERO = arrow(np.zeros(1, np.int64), pa.int64())[0]
+
+
 def message_counts(batch: pa.RecordBatch) -> pa.Array:
     """Messages per record as the 5.x broker counts them (int64): an inner batch (a BatchCQ topic's
     MessageBatch stored as one record with INNER_NUM and INNER_BASE) holds INNER_NUM messages
@@ -265,9 +270,9 @@ def message_counts(batch: pa.RecordBatch) -> pa.Array:
     AppendMessageResult.msgNum advance by it); any other message 1, a BLANK 0."""
     props = _dispatch_properties(batch)
     num, base = props[C.PROPERTY_INNER_NUM], props[C.PROPERTY_INNER_BASE]
-    inner = pc.fill_null(pc.and_(pc.and_(pc.is_valid(num), pc.is_valid(base)), pc.utf8_is_digit(num)), False)
-    counts = pc.if_else(inner, pc.cast(pc.if_else(inner, num, "1"), pa.int64()), pa.scalar(1, pa.int64()))
-    return pc.if_else(pc.equal(batch.column("type"), "message"), counts, pa.scalar(0, pa.int64())) \
+    inner = pc.and_kleene(pc.and_(pc.is_valid(num), pc.is_valid(base)), pc.utf8_is_digit(num))   # never null
+    counts = pc.cast(pc.if_else(inner, num, _ONE_TEXT), pa.int64())
+    return pc.if_else(pc.equal(batch.column("type"), _MESSAGE), counts, _ZERO) \
         if "type" in batch.schema.names else counts
 
 
@@ -280,7 +285,7 @@ def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
         pc.match_substring(batch.column("properties_raw"), "INNER_")
     if not pc.any(inner).as_py():
         return {k: pa.nulls(len(props), pa.string()) for k in DISPATCH_PROPERTIES}
-    return {k: pc.map_lookup(props, pa.scalar(k), "first") for k in DISPATCH_PROPERTIES}
+    return {k: pc.map_lookup(props, key, "first") for k, key in zip(DISPATCH_PROPERTIES, _DISPATCH_KEYS)}
 
 
 def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False, props: bool = False,
