@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, _jit
+from rmqtool.columnar.kernel import Window, _helper, _jit
 
 # Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
 DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
@@ -40,7 +40,7 @@ class WindowFacts(NamedTuple):
     key_hashes: np.ndarray       # int32: the records' index key hashes one after another
 
 
-@_jit
+@_helper
 def _text_hash(d, a, b, h):
     """String.hashCode continued from ``h`` over the ASCII bytes d[a:b] (unsigned 32-bit); -1 at a byte
     that is not ASCII. Four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
@@ -58,7 +58,7 @@ def _text_hash(d, a, b, h):
     return -1 if seen >= 128 else h
 
 
-@_jit
+@_helper
 def _index_hash(h):
     """IndexFile.indexKeyHashMethod: abs of the signed hashCode, Integer.MIN_VALUE as 0."""
     s = h - (1 << 32) if h >= (1 << 31) else h
@@ -193,13 +193,13 @@ def window_topic(data: np.ndarray, win: Window, facts: WindowFacts, t: int) -> s
     return bytes(data[a:a + win["topic_len"][r]]).decode("ascii")
 
 
-@_jit
+@_helper
 def _pair_slot(t, q, cap):
     mixed = t * 0x9E3779B1 + q * 0x2F                    # both halves reach the slot; no int64 overflow
     return (mixed ^ (mixed >> 17)) & (cap - 1)
 
 
-@_jit
+@_helper
 def _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, a, ln, h):
     """(number of the topic d[a:a + ln] of hash ``h`` or -1, its slot or the empty slot it would take)."""
     cap = len(t_slots)
@@ -220,7 +220,7 @@ def _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, a, ln, h):
         slot = (slot + 1) & (cap - 1)
 
 
-@_jit
+@_helper
 def _find_pair(p_slots, p_key, t, q):
     """(index of pair (t, q) in ``p_key`` or -1, its slot or the empty slot it would take)."""
     cap = len(p_slots)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqtool.columnar.kernel import _jit
+from rmqtool.columnar.kernel import _helper, _jit
 
 
 @_jit
@@ -33,7 +33,7 @@ def queue_rows(queue, n_codes):
     return rows, first
 
 
-@_jit
+@_helper
 def _find(offsets, phy, hint):
     """The record starting at ``phy`` (-1 for none): a galloping search of the sorted ``offsets`` from
     ``hint`` (the last record found)."""

@@ -86,6 +86,13 @@ def _jit(fn):
 _UNCACHED: list[str] = []
 
 
+def _helper(fn):
+    """A function only compiled code calls: compiled without the entry points Python calls and without a
+    cache entry of its own (its callers' cached code holds it), about half of what numba spends on a small
+    function."""
+    return njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
+
+
 _CRC_T = _crc_tables()
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
 _M8 = np.uint64(0xFF)
@@ -186,17 +193,17 @@ def _ctz(typingctx, x):
     return types.uint64(x), codegen
 
 
-@_jit
+@_helper
 def _i32(d, p):
     return np.int64(_be32(d, p))
 
 
-@_jit
+@_helper
 def _i64(d, p):
     return np.int64(_be64(d, p))
 
 
-@_jit
+@_helper
 def _crc32_tables(d, d64, shift, p, n, t):
     """zlib.crc32 of d[p:p+n], slice-by-8; ``d64`` is d[shift:] viewed as little-endian uint64 words
     (aligned reads)."""
@@ -225,7 +232,7 @@ _P, _MU = np.uint64(0x1DB710641), np.uint64(0x1F7011641)
 _S32 = np.uint64(32)
 
 
-@_jit
+@_helper
 def _crc32_clmul(d, d64, shift, p, n, t):
     """zlib.crc32 of d[p:p+n], 16 bytes a step by carry-less multiplication (four times the tables' rate);
     the last bytes by table."""
@@ -259,7 +266,7 @@ def _crc32_clmul(d, d64, shift, p, n, t):
 _crc32 = _crc32_clmul if _has_clmul() else _crc32_tables
 
 
-@_jit
+@_helper
 def _same(d, a, b, n):
     for i in range(n):
         if d[a + i] != d[b + i]:
@@ -385,14 +392,14 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
     return n, pos, bad, full, body_used, topic_used, props_used, ids_used
 
 
-@_jit
+@_helper
 def _copy(d, a, n, out, o):
     """d[a:a+n] into out at o; returns o + n."""
     _memcpy(d, a, n, out, o)
     return o + n
 
 
-@_jit
+@_helper
 def _msg_id(d, host, host_len, offset, out, o):
     """Write the offsetMsgId text (MessageDecoder.createMessageId: store address and port, then the
     stored PHYSICALOFFSET, as upper-case hex) at out[o:]; returns the end."""
@@ -406,7 +413,7 @@ def _msg_id(d, host, host_len, offset, out, o):
     return o + 16
 
 
-@_jit
+@_helper
 def _same_name(d, a, names, s, n):
     for i in range(n):
         if d[a + i] != names[s + i]:
@@ -414,7 +421,7 @@ def _same_name(d, a, names, s, n):
     return True
 
 
-@_jit
+@_helper
 def _grow(rows, need):
     """A 2-d array with room for ``need`` columns, its columns copied."""
     grown = np.empty((rows.shape[0], max(2 * rows.shape[1], need)), rows.dtype)
@@ -426,9 +433,10 @@ _LOW = np.uint64(0x0101010101010101)
 _HIGH = np.uint64(0x8080808080808080)
 _THREE = np.uint64(0x0303030303030303)
 _TWO = np.uint64(0x0202020202020202)
+_TWO_ONLY, _BELOW_3 = np.bool_(True), np.bool_(False)      # typed globals, not literals: _find compiles once
 
 
-@_jit
+@_helper
 def _find(d, a, end, two_only):
     """The first position in d[a:end] of a byte \\x02 (``two_only``) or one below 3, else ``end``: eight bytes
     a step (the lowest flagged byte of the SWAR test is exact)."""
@@ -449,7 +457,7 @@ def _find(d, a, end, two_only):
     return end
 
 
-@_jit
+@_helper
 def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
     the first \\x01, both non-empty): the value span of each name in ``names`` into ``props[row]`` (start,
@@ -460,13 +468,13 @@ def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
     repeated = 0
     first_item = m
     while a < end:
-        b = _find(d, a, end, False)
+        b = _find(d, a, end, _BELOW_3)
         while b < end and d[b] == 0:
-            b = _find(d, b + 1, end, False)
+            b = _find(d, b + 1, end, _BELOW_3)
         cut = -1
         if b < end and d[b] == 1:
             cut = b
-            b = _find(d, b + 1, end, True)
+            b = _find(d, b + 1, end, _TWO_ONLY)
         if cut > a and cut < b - 1:
             klen = cut - a
             for j in range(k):

@@ -20,7 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rmqtool.columnar.kernel import _jit
+from rmqtool.columnar.kernel import _helper, _jit
 
 TEXT, INT32, INT64, BASE64, MAP, LIST, NULL = range(7)
 # Literal slots of a part: before and after a valid cell, instead of a null one; a map's or list's
@@ -75,7 +75,7 @@ def _poke(typingctx, addr, value):
     return types.void(types.int64, value), codegen
 
 
-@_jit
+@_helper
 def _valid(bitmap, bit, i):
     if bitmap == 0:
         return True
@@ -83,21 +83,21 @@ def _valid(bitmap, bit, i):
     return (np.int64(_u8(bitmap + (b >> 3))) >> (b & 7)) & 1 == 1
 
 
-@_jit
+@_helper
 def _span(addr, i):
     """(start, length) of value i of a string array whose int32 offsets are at ``addr``."""
     a = np.int64(_i32(addr + 4 * i))
     return a, np.int64(_i32(addr + 4 * i + 4)) - a
 
 
-@_jit
+@_helper
 def _int(kind, addr, i):
     if kind == INT32:
         return np.int64(_i32(addr + 4 * i))
     return np.int64(_i64(addr + 8 * i))
 
 
-@_jit
+@_helper
 def _digits(v):
     """Characters of v in decimal."""
     n = 1
@@ -117,15 +117,13 @@ def _lengths(n, parts, lit, end_len, offsets):
     """offsets[i + 1] - offsets[i]: the length of line i (a column at a time)."""
     lens = offsets[1:]
     lens[:] = end_len
-    nested = np.zeros(5, np.int64)
     for p in range(parts.shape[0]):
         kind, bitmap, bit, a0, a1, a3 = parts[p, KIND], parts[p, VALID], parts[p, BIT], parts[p, A0], parts[p, A1], \
             parts[p, A3]
         filled = lit[p, PRE + 1] - lit[p, PRE] + lit[p, POST + 1] - lit[p, POST]
         null = lit[p, NULL_TEXT + 1] - lit[p, NULL_TEXT]
-        for s in range(5):
-            nested[s] = lit[p, OPEN + s + 1] - lit[p, OPEN + s]
-        n0, n1, n2, n3, n4 = nested[0], nested[1], nested[2], nested[3], nested[4]
+        n0, n1, n2 = lit[p, KV] - lit[p, OPEN], lit[p, SEP] - lit[p, KV], lit[p, CLOSE] - lit[p, SEP]
+        n3, n4 = lit[p, EMPTY] - lit[p, CLOSE], lit[p, EMPTY + 1] - lit[p, EMPTY]
         for i in range(n):
             if kind == NULL or not _valid(bitmap, bit, i):
                 lens[i] += null
@@ -149,7 +147,7 @@ def _lengths(n, parts, lit, end_len, offsets):
         offsets[i + 1] += offsets[i]
 
 
-@_jit
+@_helper
 def _copy(src, n, src_end, o, room):
     """The n bytes at address ``src`` to address ``o``: 8 bytes a move where both sides have room for the
     last move (``src_end``: the end of the source's buffer; ``room``: the end of the line), else memcpy."""
@@ -161,7 +159,7 @@ def _copy(src, n, src_end, o, room):
     return o + n
 
 
-@_jit
+@_helper
 def _put_int(v, o, pairs):
     n = _digits(v)
     if v < 0:
@@ -182,7 +180,7 @@ def _put_int(v, o, pairs):
     return o + n
 
 
-@_jit
+@_helper
 def _put_base64(a, n, src_end, o, b64, b64x2):
     """Base64 of the n bytes at address a: six bytes to eight characters a step (one 8-byte load, four
     lookups of 12 bits, one 8-byte store) while the source has 8 bytes, then three bytes a step."""
@@ -218,29 +216,27 @@ def _put_base64(a, n, src_end, o, b64, b64x2):
 
 
 @_jit
-def _render(first, last, parts, lits, lit, end, offsets, out, tables):
-    """Lines first..last-1 from address ``out`` on, 1024 rows at a time (their text stays in cache), a column
-    at a time. ``lits`` and the ``tables`` (base64 characters, their pairs for 12 bits, decimal digit pairs)
-    are addresses too."""
+def _render(first, last, parts, lits, lit, end, offsets, out, tables, pos):
+    """Lines first..last-1 from address ``out`` on, ``len(pos)`` rows at a time (their text stays in cache;
+    ``pos``: their write positions), a column at a time. ``lits`` and the ``tables`` (base64 characters,
+    their pairs for 12 bits, decimal digit pairs) are addresses too."""
     b64, b64x2, pairs = tables[0], tables[1], tables[2]
     base = out - offsets[first]
     lits_end = lits + lit[-1, -1] + 8 if parts.shape[0] else lits
-    pos = np.empty(1024, np.int64)
-    la = np.zeros(8, np.int64)           # the part's literals: addresses and lengths
-    ln = np.zeros(8, np.int64)
-    for c in range(first, last, 1024):
-        rows = min(1024, last - c)
+    step = len(pos)
+    for c in range(first, last, step):
+        rows = last - c if last - c < step else step
         for r in range(rows):
             pos[r] = base + offsets[c + r]
         for p in range(parts.shape[0]):
             kind, bitmap, bit = parts[p, KIND], parts[p, VALID], parts[p, BIT]
             a0, a1, a2, a3, a4 = parts[p, A0], parts[p, A1], parts[p, A2], parts[p, A3], parts[p, A4]
             end1, end2, end4 = parts[p, A1 + 3], parts[p, A2 + 3], parts[p, A4 + 3]
-            for s in range(8):
-                la[s], ln[s] = lits + lit[p, s], lit[p, s + 1] - lit[p, s]
-            pre, npre, post, npost, nul, nnul = la[PRE], ln[PRE], la[POST], ln[POST], la[NULL_TEXT], ln[NULL_TEXT]
-            op, nop, kv, nkv, sp, nsp, cl, ncl, em, nem = la[OPEN], ln[OPEN], la[KV], ln[KV], la[SEP], ln[SEP], \
-                la[CLOSE], ln[CLOSE], la[EMPTY], ln[EMPTY]
+            pre, post, nul, op, kv, sp, cl, em = (lits + lit[p, PRE], lits + lit[p, POST], lits + lit[p, NULL_TEXT],
+                                                  lits + lit[p, OPEN], lits + lit[p, KV], lits + lit[p, SEP],
+                                                  lits + lit[p, CLOSE], lits + lit[p, EMPTY])
+            npre, npost, nnul, nop = post - pre, nul - post, op - nul, kv - op      # the literals lie in slot order
+            nkv, nsp, ncl, nem = sp - kv, cl - sp, em - cl, lit[p, EMPTY + 1] - lit[p, EMPTY]
             for r in range(rows):
                 i = c + r
                 o, room = pos[r], base + offsets[i + 1]
@@ -276,6 +272,11 @@ def _render(first, last, parts, lits, lit, end, offsets, out, tables):
         for r in range(rows):
             for k in range(len(end)):
                 _poke(pos[r] + k, end[k])
+
+
+def _positions() -> np.ndarray:
+    """Room for the write positions of the rows ``_render`` renders at a time."""
+    return np.empty(1024, np.int64)
 
 
 class Lines:
@@ -329,7 +330,7 @@ class Lines:
         """(int64 offsets of the lines, their bytes), each line ending in ``end``."""
         parts, lits, lit, end_arr, offsets = self._prepare(end)
         out = np.frombuffer(pa.allocate_buffer(max(int(offsets[-1]), 1)), np.uint8)
-        _render(0, self.n, parts, lits.ctypes.data, lit, end_arr, offsets, out.ctypes.data, _TABLES)
+        _render(0, self.n, parts, lits.ctypes.data, lit, end_arr, offsets, out.ctypes.data, _TABLES, _positions())
         return offsets, out[:offsets[-1]]
 
     def chunks(self, end: bytes, rows: int) -> Iterator[memoryview]:
@@ -339,7 +340,7 @@ class Lines:
         parts, lits, lit, end_arr, offsets = self._prepare(end)
         cuts = np.append(np.arange(0, self.n, rows), self.n)
         size = int(np.diff(offsets[cuts]).max(initial=1))
-        out = np.frombuffer(pa.allocate_buffer(size), np.uint8)
+        out, pos = np.frombuffer(pa.allocate_buffer(size), np.uint8), _positions()
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-            _render(a, b, parts, lits.ctypes.data, lit, end_arr, offsets, out.ctypes.data, _TABLES)
+            _render(a, b, parts, lits.ctypes.data, lit, end_arr, offsets, out.ctypes.data, _TABLES, pos)
             yield memoryview(out[:offsets[b] - offsets[a]])
