@@ -67,38 +67,20 @@ def _index_hash(h):
 
 @_jit
 def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, ascii_s, ascii_e,
-                  want_keys):
-    """(ok, topic index, first record of each topic, topic hashes, pairs, pair index, tags hashes, key counts,
-    key hashes);
+                  want_keys, table, pair_table, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes):
+    """(ok, topics, pairs, key hashes): the facts into the caller's arrays (``table`` and ``pair_table``:
+    empty hash tables, a power of two of slots, at least twice the records; ``tags`` and ``counts`` zeros);
     ok False: a byte that is not ASCII in a topic, a hashed value or one of the spans ``ascii_s``/``ascii_e``
     (rows of spans)."""
     n = len(topic_pos)
-    cap = 16
-    while cap < 2 * n:
-        cap *= 2
-    table = np.full(cap, -1, np.int64)
-    pair_table = np.full(cap, -1, np.int64)
-    pairs = np.empty(n, np.int64)
-    pair_index = np.empty(n, np.int64)
-    npairs = 0
-    topic_index = np.empty(n, np.int64)
-    first = np.empty(n, np.int64)
-    topic_hash = np.empty(n, np.int64)
-    tags = np.zeros(n, np.int64)
-    counts = np.zeros(n if want_keys else 0, np.int64)
-    room = 0
-    if want_keys:
-        for i in range(n):
-            room += (uniq_s[i] >= 0) + ((keys_e[i] - keys_s[i] + 1) // 2 if keys_s[i] >= 0 else 0)
-    hashes = np.empty(room, np.int32)
-    k = 0
-    topics = 0
+    cap = len(table)
+    npairs = k = topics = np.int64(0)
     for i in range(n):
         a = topic_pos[i]
         ln = topic_len[i]
         h = _text_hash(d, a, a + ln, _ZERO)
         if h < 0:
-            return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
+            return False, topics, npairs, k
         slot = h & (cap - 1)
         while True:
             t = table[slot]
@@ -138,7 +120,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
         if tag_s[i] >= 0:
             g = _text_hash(d, tag_s[i], tag_e[i], _ZERO)
             if g < 0:
-                return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
+                return False, topics, npairs, k
             tags[i] = g - (1 << 32) if g >= (1 << 31) else g
         if want_keys:
             head = (h * 31 + _HASH_SIGN) & _M
@@ -146,7 +128,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             if uniq_s[i] >= 0:
                 g = _text_hash(d, uniq_s[i], uniq_e[i], head)
                 if g < 0:
-                    return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
+                    return False, topics, npairs, k
                 hashes[k] = _index_hash(g)
                 k += 1
             if keys_s[i] >= 0:
@@ -159,7 +141,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
                     if b > a:
                         g = _text_hash(d, a, b, head)
                         if g < 0:
-                            return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
+                            return False, topics, npairs, k
                         hashes[k] = _index_hash(g)
                         k += 1
                     a = b + 1
@@ -167,23 +149,34 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
     for r in range(ascii_s.shape[0]):
         for i in range(n):
             if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], _ZERO) < 0:
-                return False, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes
-    return True, topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags, counts, hashes[:k]
+                return False, topics, npairs, k
+    return True, topics, npairs, k
 
 
 def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[str, ...] = ()) -> WindowFacts | None:
     """The facts of the window's records (scanned without ``items``: spans point into ``data``); None when
     a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``ascii_props``, is not ASCII."""
-    topic_pos, topic_len = win["topic_pos"], win["topic_len"]
+    n = win.n
     spans = [win.prop(name) for name in ascii_props]
-    ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), win.n)
-    ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), win.n)
-    ok, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes = _window_facts(
-        data, topic_pos, topic_len, win["queue_id"], *win.prop(C.PROPERTY_TAGS), *win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-        *win.prop(C.PROPERTY_KEYS), ascii_s, ascii_e, keys)
+    ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), n)
+    ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), n)
+    uniq_s, uniq_e = win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    keys_s, keys_e = win.prop(C.PROPERTY_KEYS)
+    # arrays made here, not in compiled code (each numpy constructor there is one more compiled function)
+    slots = np.full((2, max(16, 1 << (2 * n - 1).bit_length())), -1, np.int64)     # topic and pair hash tables
+    rows = np.empty((5, n), np.int64)
+    tags, counts = np.zeros(n, np.int64), np.zeros(n if keys else 0, np.int64)
+    room = int((uniq_s >= 0).sum() + np.where(keys_s >= 0, (keys_e - keys_s + 1) // 2, 0).sum()) if keys else 0
+    hashes = np.empty(room, np.int32)     # each key at least one byte and a space
+    topic_index, first, topic_hash, pairs, pair_index = rows
+    ok, topics, npairs, k = _window_facts(
+        data, win["topic_pos"], win["topic_len"], win["queue_id"], *win.prop(C.PROPERTY_TAGS), uniq_s, uniq_e,
+        keys_s, keys_e, ascii_s, ascii_e, keys, slots[0], slots[1], topic_index, first, topic_hash, pairs,
+        pair_index, tags, counts, hashes)
     if not ok:
         return None
-    return WindowFacts(topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes)
+    return WindowFacts(topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags, counts,
+                       hashes[:k])
 
 
 def window_topic(data: np.ndarray, win: Window, facts: WindowFacts, t: int) -> str:
@@ -235,10 +228,9 @@ def _find_pair(p_slots, p_key, t, q):
 
 @_jit
 def _lookup(d, topic_pos, topic_len, first, topic_hash, pairs, t_slots, t_hash, t_start, t_len, t_bytes, p_slots,
-            p_key, p_code):
-    """The code of each of a window's pairs, -1 where the table has none."""
-    codes = np.full(len(pairs), -1, np.int64)
-    number = np.empty(len(first), np.int64)
+            p_key, p_code, codes, number):
+    """The code of each of a window's pairs into ``codes`` (-1 there: the table has none); ``number``: room
+    for the table's number of each of the window's topics."""
     for w in range(len(first)):
         r = first[w]
         number[w] = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, topic_pos[r], topic_len[r],
@@ -249,7 +241,6 @@ def _lookup(d, topic_pos, topic_len, first, topic_hash, pairs, t_slots, t_hash, 
             c = _find_pair(p_slots, p_key, t, pairs[i] & _M)[0]
             if c >= 0:
                 codes[i] = p_code[c]
-    return codes
 
 
 @_jit
@@ -301,9 +292,11 @@ class QueueTable:
 
     def lookup(self, data: np.ndarray, win: Window, facts: WindowFacts) -> np.ndarray:
         """The code of each pair of ``facts`` (-1: not in the table)."""
-        return _lookup(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, facts.pairs,
-                       self.t_slots, self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key,
-                       self.p_code)
+        codes = np.full(len(facts.pairs), -1, np.int64)
+        _lookup(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, facts.pairs, self.t_slots,
+                self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key, self.p_code, codes,
+                np.empty(len(facts.first), np.int64))
+        return codes
 
     def insert(self, data: np.ndarray, win: Window, facts: WindowFacts, pairs: np.ndarray, codes: np.ndarray) -> None:
         """Pairs of ``facts.pairs`` that ``lookup`` did not find, with their codes."""

@@ -15,22 +15,27 @@ import numpy as np
 from rmqtool.columnar.kernel import _helper, _jit
 
 
-@_jit
-def queue_rows(queue, n_codes):
+# The functions below take their output arrays from their Python callers: each numpy constructor in
+# compiled code is one more function for numba to compile on a first run.
+def queue_rows(queue: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows, first): the records grouped by queue code, in offset order within a queue (a counting
     sort); queue c's records are rows[first[c]:first[c + 1]]."""
-    first = np.zeros(n_codes + 1, np.int64)
+    rows, first, fill = np.empty(len(queue), np.int64), np.zeros(n_codes + 1, np.int64), np.empty(n_codes, np.int64)
+    _queue_rows(queue, rows, first, fill)
+    return rows, first
+
+
+@_jit
+def _queue_rows(queue, rows, first, fill):
     for i in range(len(queue)):
         first[queue[i] + 1] += 1
-    for c in range(n_codes):
+    for c in range(len(fill)):
         first[c + 1] += first[c]
-    fill = first[:-1].copy()
-    rows = np.empty(len(queue), np.int64)
+        fill[c] = first[c]
     for i in range(len(queue)):
         c = queue[i]
         rows[fill[c]] = i
         fill[c] += 1
-    return rows, first
 
 
 @_helper
@@ -47,13 +52,13 @@ def _find(offsets, phy, hint):
             while lo + step < n and offsets[lo + step] <= phy:
                 lo += step
                 step *= 2
-            hi = min(lo + step, n)
+            hi = lo + step if lo + step < n else n
         else:
             hi, step = hint, 1
             while hi - step >= 0 and offsets[hi - step] > phy:
                 hi -= step
                 step *= 2
-            lo = max(hi - step, 0)
+            lo = hi - step if hi > step else 0
     while lo < hi:                       # first index whose offset is > phy, in [lo, hi]
         mid = (lo + hi) // 2
         if offsets[mid] <= phy:
@@ -63,15 +68,21 @@ def _find(offsets, phy, hint):
     return lo - 1 if lo > 0 and offsets[lo - 1] == phy else -1
 
 
-@_jit
 def join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
-               phy, unit_size, unit_tags, unit_qo, unit_code, covered):
+               phy, unit_size, unit_tags, unit_qo, unit_code, covered) -> tuple[np.ndarray, np.ndarray]:
     """(record of each unit or -1, whether the unit disagrees with it): size, queue, queue offset and
     tagsCode compared; ``covered`` set for the records a unit of their own queue holds (one that
     reaches past ``end``, the file's data, covers nothing)."""
+    at, bad = np.full(len(phy), -1, np.int64), np.ones(len(phy), np.bool_)
+    _join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end, phy, unit_size, unit_tags, unit_qo,
+                unit_code, covered, at, bad)
+    return at, bad
+
+
+@_jit
+def _join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
+                phy, unit_size, unit_tags, unit_qo, unit_code, covered, at, bad):
     m = len(phy)
-    at = np.full(m, -1, np.int64)
-    bad = np.ones(m, np.bool_)
     hint = np.int64(-1)         # not a literal: _find would compile once more for Literal[int](-1)
     for i in range(m):
         c = unit_code[i]
@@ -93,16 +104,19 @@ def join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
             covered[r] = True
         bad[i] = not (mine and size[r] == unit_size[i] and queue_offset[r] == unit_qo[i]
                       and tags_code[r] == unit_tags[i])
-    return at, bad
+
+
+def join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched) -> tuple[np.ndarray, np.ndarray]:
+    """(record of each index entry or -1, whether that record has a key of the entry's hash); every key
+    of a record an entry holds is set in ``matched`` (a flag per key hash)."""
+    at, ok = np.full(len(phy), -1, np.int64), np.zeros(len(phy), np.bool_)
+    _join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched, at, ok)
+    return at, ok
 
 
 @_jit
-def join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched):
-    """(record of each index entry or -1, whether that record has a key of the entry's hash); every key
-    of a record an entry holds is set in ``matched`` (a flag per key hash)."""
+def _join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched, at, ok):
     m = len(phy)
-    at = np.full(m, -1, np.int64)
-    ok = np.zeros(m, np.bool_)
     r = hint = np.int64(-1)
     for i in range(m):
         if i == 0 or phy[i] != phy[i - 1]:          # a record's keys come in a row: searched once
@@ -115,7 +129,6 @@ def join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched):
             if key_hashes[s] == key_hash[i]:
                 ok[i] = True
                 matched[s] = True
-    return at, ok
 
 
 @_jit
@@ -142,14 +155,18 @@ def unmatched_keys(key_offsets, key_hashes, matched, wanted):
     return count, first
 
 
-@_jit
-def unbroken(first, queue_offset, end):
+def unbroken(first: np.ndarray, queue_offset: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per group g (items first[g]:first[g + 1]): whether its queue offsets step by one and its ends
     (physical offset + size) rise, i.e. it can go into its queue as one block."""
     out = np.ones(len(first) - 1, np.bool_)
+    _unbroken(first, queue_offset, end, out)
+    return out
+
+
+@_jit
+def _unbroken(first, queue_offset, end, out):
     for g in range(len(first) - 1):
         for i in range(first[g] + 1, first[g + 1]):
             if queue_offset[i] != queue_offset[i - 1] + 1 or end[i] <= end[i - 1]:
                 out[g] = False
                 break
-    return out
