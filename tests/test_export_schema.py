@@ -53,6 +53,22 @@ def test_one_schema_for_every_shape(shapes):
     assert tables["hive"].sort_by(KEY).equals(rows)
 
 
+def test_every_shape_writes_with_the_documented_options(shapes):
+    """Snappy everywhere; store and commitlog_file dictionary-encoded (the one file hands them to the writer
+    as dictionary arrays yet reads them back as strings); delta-encoded offsets and times; statistics where
+    they can prune."""
+    for part in [shapes / "one.parquet", next((shapes / "flat").glob("*.parquet"))]:
+        group = pq.ParquetFile(part).metadata.row_group(0)
+        columns = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        assert {c.compression for c in columns.values()} == {"SNAPPY"}, part
+        for name in ("store", "commitlog_file", "topic"):
+            assert "RLE_DICTIONARY" in columns[name].encodings, (part, name)
+        for name in ("physical_offset", "queue_offset", "store_timestamp"):
+            assert "DELTA_BINARY_PACKED" in columns[name].encodings and columns[name].is_stats_set, (part, name)
+        assert not columns["body"].is_stats_set and not columns["born_host"].is_stats_set
+        assert "DELTA_BINARY_PACKED" not in columns["body_crc"].encodings
+
+
 def test_two_stores_in_one_file_say_where_each_row_came_from(shapes):
     table = pq.read_table(shapes / "one.parquet")
     files = {f.uri: f.store for f in scan.list_files(STORES)}

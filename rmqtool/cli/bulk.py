@@ -73,9 +73,10 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
 
     jsonl and csv hold the record fields of cat-commitlog. Parquet has one schema for a file and a
     dataset, with either engine (partition keys move into the directory names). It is written with Snappy
-    compression, dictionary encoding for type, magic_code, topic, born_host, store_host and tags only,
-    min/max statistics for every column but body, properties, properties_raw, keys, uniq_key and msg_id,
-    and (one file) row groups of 65,536 records:
+    compression, dictionary encoding for type, magic_code, topic, born_host, store_host, tags, store and
+    commitlog_file only, delta encoding (DELTA_BINARY_PACKED) for the integer columns but body_crc and
+    tags_code, min/max statistics for every column but body, properties, properties_raw, keys, uniq_key,
+    msg_id, type, magic_code, born_host and store_host, and (one file) row groups of 65,536 records:
 
     \b
     Parquet fields:

@@ -115,7 +115,7 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    from rmqtool.ops.export import PARQUET_COMPRESSION, PARQUET_DICTIONARY_COLUMNS
+    from rmqtool.ops.export import parquet_options
 
     key_fields = [pa.field(k, pa.string()) for k in keys]
     full = schema.append(pa.field("date", pa.string())) if "date" in keys else schema
@@ -128,8 +128,7 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
 
     data = pa.RecordBatchReader.from_batches(full, (with_date(b) for b in batches))
     kept = [n for n in schema.names if n not in keys]
-    options = ds.ParquetFileFormat().make_write_options(
-        compression=PARQUET_COMPRESSION, use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in kept])
+    options = ds.ParquetFileFormat().make_write_options(**parquet_options(kept))
     ds.write_dataset(data, root, format="parquet", filesystem=fsys, file_options=options,
                      partitioning=ds.partitioning(pa.schema(key_fields), flavor="hive"),
                      basename_template=f"{name}-{{i}}.parquet", existing_data_behavior="overwrite_or_ignore",
@@ -142,9 +141,8 @@ def _open(out, fmt: str, schema, body_encoding: str) -> Callable:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        from rmqtool.ops.export import PARQUET_COMPRESSION, PARQUET_DICTIONARY_COLUMNS
-        pw = pq.ParquetWriter(out, schema, compression=PARQUET_COMPRESSION,
-                              use_dictionary=[c for c in PARQUET_DICTIONARY_COLUMNS if c in schema.names])
+        from rmqtool.ops.export import parquet_options
+        pw = pq.ParquetWriter(out, schema, **parquet_options(schema.names))
 
         def write_parquet(batch) -> None:
             if batch is None:

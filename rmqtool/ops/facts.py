@@ -270,10 +270,12 @@ def message_counts(batch: pa.RecordBatch) -> pa.Array:
     AppendMessageResult.msgNum advance by it); any other message 1, a BLANK 0."""
     props = _dispatch_properties(batch)
     num, base = props[C.PROPERTY_INNER_NUM], props[C.PROPERTY_INNER_BASE]
+    messages = pc.equal(batch.column("type"), _MESSAGE) if "type" in batch.schema.names else None
+    if num.null_count == len(num):                  # no inner batch here: one message per MESSAGE record
+        return arrow(np.ones(len(num), np.int64), pa.int64()) if messages is None else pc.cast(messages, pa.int64())
     inner = pc.and_kleene(pc.and_(pc.is_valid(num), pc.is_valid(base)), pc.utf8_is_digit(num))   # never null
     counts = pc.cast(pc.if_else(inner, num, _ONE_TEXT), pa.int64())
-    return pc.if_else(pc.equal(batch.column("type"), _MESSAGE), counts, _ZERO) \
-        if "type" in batch.schema.names else counts
+    return counts if messages is None else pc.if_else(messages, counts, _ZERO)
 
 
 def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
