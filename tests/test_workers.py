@@ -4,6 +4,7 @@ process; errors and progress come back from the workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -19,6 +20,7 @@ from rmqtool.errors import FormatError, RmqError
 from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store
 from rmqtool.ops.workers import available_memory, default_jobs, process_imap, process_map
+from rmqtool.store.atomic import BUILD
 from rmqtool.store.store import Store
 
 
@@ -182,3 +184,113 @@ def test_repair_walk_in_workers_is_the_same_plan(name, request):
     for salvage in ([], ["--salvage"]):
         one, two = (run("repair", src, "-f", "jsonl", "--limit", "0", "--jobs", jobs, *salvage) for jobs in "12")
         assert (two.exit_code, two.stdout) == (one.exit_code, one.stdout)
+
+
+def _placed_runs(monkeypatch) -> list[tuple[bool, int, int, int]]:
+    """(accepted, first unit's byte place, last unit's end, file size) of each queue run a worker wrote,
+    as this process takes it (CqFileWriter.placed)."""
+    from rmqtool.store.queue_writer import CqFileWriter
+
+    runs, placed = [], CqFileWriter.placed
+
+    def spy(self, queue_offset, count, first_end, last_end):
+        ok = placed(self, queue_offset, count, first_end, last_end)
+        runs.append((ok, queue_offset * 20, (queue_offset + count) * 20, self.file_size))
+        return ok
+    monkeypatch.setattr(CqFileWriter, "placed", spy)
+    return runs
+
+
+def test_rebuild_cq_workers_write_their_queue_runs(generated, tmp_path, monkeypatch):
+    """With --jobs 2 the workers write each queue's run of their file at its queue offsets (runs across
+    two consume-queue files among them); the files are the ones one process writes."""
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    runs = _placed_runs(monkeypatch)
+    one = rebuild_consume_queues(Store.open(generated), out=tmp_path / "one", jobs=1)
+    assert runs == []
+    two = rebuild_consume_queues(Store.open(generated), out=tmp_path / "two", jobs=2)
+    assert _tree(tmp_path / "two") == _tree(tmp_path / "one")
+    assert (two.queues, two.files, two.units) == (one.queues, one.files, one.units)
+    assert runs and all(ok for ok, *_ in runs)
+    assert any(at // size != (end - 1) // size for _, at, end, size in runs)
+
+
+def test_rebuild_cq_run_a_worker_misplaced_is_rebuilt_by_one_process(generated, tmp_path, monkeypatch):
+    """A record repeating an older queue offset of its queue, alone in a later file: its worker writes it
+    at that offset, where one process drops it as a repeat; the rebuild starts again with the queues
+    written here, and the store gets the bytes one process writes (built in place, swapped in)."""
+    from rmqtool.format.commitlog import decode_entry, encode_message
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    root = tmp_path / "store"
+    shutil.copytree(generated, root)
+    first = (root / "commitlog" / f"{0:020d}").read_bytes()
+    pos, msg = 0, None
+    while msg is None or msg.queue_offset < 3:
+        msg = decode_entry(first, pos)
+        pos += len(encode_message(msg))
+    start = 6 * 65536
+    raw = encode_message(dataclasses.replace(msg, physical_offset=start))
+    (root / "commitlog" / f"{start:020d}").write_bytes(raw + bytes(65536 - len(raw)))
+    rebuild_consume_queues(Store.open(root), out=tmp_path / "one", jobs=1)
+    runs = _placed_runs(monkeypatch)
+    rebuild_consume_queues(Store.open(root), jobs=2)
+    assert [at for ok, at, *_ in runs if not ok] == [msg.queue_offset * 20]
+    assert _tree(root / "consumequeue") == _tree(tmp_path / "one")
+    assert not (root / ("consumequeue" + BUILD)).exists()
+
+
+def _killed_rebuild(root: Path, delay: float) -> bool:
+    """``rebuild-cq --jobs 2`` of ``root`` in a forked child SIGKILLed after ``delay`` s; whether it was."""
+    pid = os.fork()
+    if pid == 0:                               # the child: never returns into pytest
+        code = 99
+        try:
+            signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
+            signal.setitimer(signal.ITIMER_REAL, delay)
+            code = run("rebuild-cq", root, "--jobs", "2", "--backup", root.parent / "bk").exit_code
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) or os.WEXITSTATUS(status) == 0
+    return os.WIFSIGNALED(status)
+
+
+@pytest.mark.slow
+def test_rebuild_cq_killed_while_workers_write_leaves_the_store_or_the_rebuild(generated, tmp_path):
+    """SIGKILL at random instants of a rebuild whose workers write queue files: after the interrupted
+    change is finished or dropped, the consume queues are the old ones or the rebuilt ones, nothing
+    staged is left behind, and no worker of the killed rebuild writes on (they die with it)."""
+    import random
+
+    from helpers_maintain import snapshot
+    from rmqtool.store import atomic
+
+    def base(case: Path) -> Path:
+        root = case / "store"
+        shutil.copytree(generated, root)
+        for f in sorted(p for p in (root / "consumequeue").rglob("0*") if p.is_file())[::3]:
+            f.write_bytes(bytes(f.stat().st_size))
+        return root
+
+    ref = base(tmp_path / "ref")
+    before = snapshot(ref / "consumequeue")
+    run("rebuild-cq", base(tmp_path / "warm"), "--jobs", "2")          # imports done before forking
+    start = time.monotonic()
+    assert not _killed_rebuild(ref, 60)
+    duration, after = time.monotonic() - start, snapshot(ref / "consumequeue")
+    assert after != before
+    rng, kills = random.Random(19), 0
+    for n in range(24):
+        root = base(tmp_path / f"k{n}")
+        if not _killed_rebuild(root, rng.uniform(0.05, duration)):
+            continue
+        kills += 1
+        atomic.complete_pending(root)
+        assert snapshot(root / "consumequeue") in (before, after), n
+        assert not [p for p in root.rglob("*") if p.name.endswith((atomic.BUILD, atomic.STAGED, atomic.JOURNAL))]
+        left = snapshot(root.parent)
+        time.sleep(0.3)
+        assert snapshot(root.parent) == left, n
+    assert kills >= 8

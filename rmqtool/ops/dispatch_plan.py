@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from rmqtool.errors import StoreError, StoreWarning
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_files
@@ -77,9 +77,20 @@ def loaded_files(store: Store, as_broker: str | None) -> list[QueueFile]:
     return [f for f in queue.files if f.length and f.path not in left_out]
 
 
+def keeps_walk(store: Store, plan: DispatchPlan) -> bool:
+    """Whether ``dispatched_facts`` yields every file's records as its walk found them (the correct state
+    of a commit log without DLedger entries): no file left out after a cut or a stop, no record dropped."""
+    return plan.as_broker is None and not store.commitlog.entry_header_size
+
+
 def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, keys: bool = False,
-                     props: bool = False, progress: Progress | None = None) -> Iterator[FileFacts]:
-    """The records to dispatch, file by file; ``plan.damaged`` (and ``plan.cut``) filled as files go."""
+                     props: bool = False, progress: Progress | None = None,
+                     in_worker: Callable[[FileFacts, QueueNames], FileFacts] | None = None) -> Iterator[FileFacts]:
+    """The records to dispatch, file by file; ``plan.damaged`` (and ``plan.cut``) filled as files go.
+    ``in_worker``: facts.scan_files' step in each worker process, for a plan that keeps every file's
+    records as walked (``keeps_walk``)."""
+    if in_worker is not None and not keeps_walk(store, plan):
+        raise ValueError("in_worker needs a plan that keeps every record walked")
     ledger = bool(store.commitlog.entry_header_size)
     if ledger:               # DLedger: every entry the log holds is dispatched (both versions)
         yield from valid_facts(store, names, keys=keys, props=props, progress=progress, jobs=plan.jobs)
@@ -90,7 +101,7 @@ def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, key
     # read by the broker's recovery (from ``start`` on): CRC checked
     items = [(f, {"deep": plan.as_broker is None or i >= start, "keys": keys, "props": props, "salvage": True})
              for i, f in enumerate(files)]
-    for i, facts in enumerate(scan_files(items, names, plan.jobs, progress)):
+    for i, facts in enumerate(scan_files(items, names, plan.jobs, progress, in_worker)):
         recovered = i >= start
         plan.damaged += facts.damaged
         stop = recovery_stop(plan.as_broker, facts.damaged[0][0] if facts.damaged else None,

@@ -10,6 +10,7 @@ record-at-a-time decoder, so findings carry the same kind, offset and message as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -114,6 +115,9 @@ class FileFacts:
     stop_offset: int = 0         # physical offset where the walk stopped (a BLANK's own offset)
     findings: list[Finding] = field(default_factory=list)
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # salvage: (offset, bytes skipped, kind)
+    # queue runs the walking process wrote already (rebuild.place_runs): (queue code, queue offset, units,
+    # first unit's physical offset, its end, the last unit's end) per row
+    placed: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.columns["offset"])
@@ -365,12 +369,14 @@ def warm(f: QueueFile, *, deep: bool = False, keys: bool = False, props: bool = 
 
 
 def scan_files(items: list[tuple[QueueFile, dict[str, Any]]], names: QueueNames, jobs: int | None = None,
-               progress: Progress | None = None) -> Iterator[FileFacts]:
+               progress: Progress | None = None,
+               in_worker: Callable[[FileFacts, QueueNames], FileFacts] | None = None) -> Iterator[FileFacts]:
     """``scan_file(f, names, **options)`` for each (file, options) of ``items``, in order. With several
     ``jobs`` (default: ``workers.default_jobs``) the files are walked in worker processes
     (``workers.process_imap``: the next files while the caller uses the last), each with its own
     QueueNames whose codes are then renumbered here in file order: the same codes, and so the same
-    facts, as one walk in one process."""
+    facts, as one walk in one process. ``in_worker(facts, names)``: a step each worker takes on the
+    facts it walked, whose result comes back instead (not taken when the files are walked here)."""
     if jobs is None:
         jobs = default_jobs(sum(f.length for f, _ in items), len(items))
     if jobs <= 1 or len(items) <= 1:
@@ -378,16 +384,20 @@ def scan_files(items: list[tuple[QueueFile, dict[str, Any]]], names: QueueNames,
             yield scan_file(f, names, progress=progress, **options)
         return
     warm(items[0][0], **items[0][1])
-    for local, facts in process_imap(_scan_apart, items, jobs, progress):
+    for local, facts in process_imap(partial(_scan_apart, in_worker=in_worker), items, jobs, progress):
         table = np.array([names.code(name) for name in local.names] or [0], np.int32)
         facts.columns["queue"] = table[facts.columns["queue"]]
+        if facts.placed is not None:                  # (mapped read-only)
+            facts.placed = np.column_stack([table[facts.placed[:, 0]], facts.placed[:, 1:]])
         yield facts
 
 
-def _scan_apart(item: tuple[QueueFile, dict[str, Any]], progress: Progress | None) -> tuple[QueueNames, FileFacts]:
+def _scan_apart(item: tuple[QueueFile, dict[str, Any]], progress: Progress | None,
+                in_worker: Callable[[FileFacts, QueueNames], FileFacts] | None = None) -> tuple[QueueNames, FileFacts]:
     names = QueueNames()
     f, options = item
-    return names, scan_file(f, names, progress=progress, **options)
+    facts = scan_file(f, names, progress=progress, **options)
+    return names, in_worker(facts, names) if in_worker is not None else facts
 
 
 def _scan_ledger_file(f: QueueFile, got: _Collector) -> FileFacts:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -21,14 +23,14 @@ from rmqtool import constants as C
 from rmqtool.columnar.joins import queue_rows, unbroken
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.indexfile import Geometry
-from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, valid_facts
+from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, keeps_walk, valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, present
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
-from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, safe_topic_dir
+from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, safe_topic_dir, write_run
 from rmqtool.store.store import Store
 
 
@@ -57,7 +59,9 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     changes unless ``allow_empty`` (``result.missing`` names them, ``result.topics`` lists the commit
     log's topics). Every readable record goes at its queue offset (damaged ones listed in
     ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan).
-    ``jobs``: worker processes for the walk (the queues are written in one process, in commit-log order)."""
+    ``jobs``: worker processes for the walk; where each unit goes at its queue offset (not ``as_broker``,
+    no DLedger), they write the queue runs that go on where their queue stands, this process the rest
+    (dispatch_files' ``place``)."""
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
@@ -83,25 +87,29 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         path.mkdir(parents=True)
 
     scratch = Path(tempfile.mkdtemp(prefix="rmqtool-cq-")) if dry_run else None   # a dry run builds here
+    directory = _Directories(scratch, out, built, bool(topics))
+    written = [out] if out is not None and not dry_run else []         # empty before the rebuild
+    made = [*built.values(), *written, *([scratch] if scratch is not None else [])]
 
-    def directory(t: str, qid: int, is_batch: bool) -> Path | None:
-        if scratch is not None:
-            return scratch / L.queue_dir(t, qid, batch=is_batch)
-        if out is not None:
-            return out / t / str(qid)
-        return built[t] / str(qid) if topics else built[is_batch] / t / str(qid)
+    def dispatch(place: bool):
+        plan = DispatchPlan(as_broker, jobs=jobs)
+        place = place and keeps_walk(store, plan)
+        return plan, dispatch_files(store, directory, sizes, batch, topics=set(topics) or None, plan=plan,
+                                    progress=progress, place=place)
 
     try:
-        plan = DispatchPlan(as_broker, jobs=jobs)
-        writers, result.topics = dispatch_files(store, directory, sizes, batch, topics=set(topics) or None,
-                                                plan=plan, progress=progress)
+        try:
+            plan, (writers, result.topics) = dispatch(True)
+        except Misplaced:                        # a worker's run is not where one process puts it
+            _clear(made)
+            plan, (writers, result.topics) = dispatch(False)
         result.damaged, result.cut = plan.damaged, plan.cut
         result.missing = [t for t in topics if not any(wt == t for wt, _ in writers)]
         if result.missing and not allow_empty:
             raise _NoRecords
     except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
-        made = list(built.values()) + (list(out.iterdir()) if out is not None and out.exists() else [])
-        for path in made:
+        _clear(written)
+        for path in [*built.values(), *([scratch] if scratch is not None else [])]:
             shutil.rmtree(path, ignore_errors=True)
         if isinstance(exc, _NoRecords):
             return result
@@ -120,6 +128,31 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         txn.replace_dir(rels[key], path)
     result.backup = str(txn.commit())
     return result
+
+
+@dataclass(frozen=True)
+class _Directories:
+    """Where a rebuild puts a queue's files (picklable: worker processes write there too): under
+    ``scratch`` as in a store, under ``out`` as <topic>/<queueId>, else in the built directories."""
+
+    scratch: Path | None
+    out: Path | None
+    built: dict
+    by_topic: bool
+
+    def __call__(self, t: str, qid: int, is_batch: bool) -> Path:
+        if self.scratch is not None:
+            return self.scratch / L.queue_dir(t, qid, batch=is_batch)
+        if self.out is not None:
+            return self.out / t / str(qid)
+        return self.built[t] / str(qid) if self.by_topic else self.built[is_batch] / t / str(qid)
+
+
+def _clear(dirs: list[Path]) -> None:
+    """Everything inside ``dirs`` removed (the directories stay)."""
+    for d in dirs:
+        for p in (list(d.iterdir()) if d.is_dir() else []):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
 def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str, str, str]]:
@@ -152,19 +185,27 @@ Writer = CqFileWriter | BcqFileWriter
 
 def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics: set[str], *,
                    topics: set[str] | None = None, plan: DispatchPlan | None = None,
-                   progress: Progress | None = None) -> tuple[dict[tuple[str, int], Writer], list[str]]:
+                   progress: Progress | None = None, place: bool = False) -> tuple[dict[tuple[str, int], Writer], list[str]]:
     """The broker's dispatch over the whole commit log, one file's records at a time: each record's
     consume-queue unit (a batch unit on a BatchCQ topic) and its multi-dispatch (LMQ) units, each queue's
     run put as one block. ``directory(topic, queue_id, is_batch)`` says where a queue's files go.
     ``plan``: the records of ``rmqtool.ops.dispatch_plan`` (default: those up to the first invalid one),
     each unit at its queue offset unless ``plan.as_broker``.
+    ``place`` (a plan that ``keeps_walk``; ``directory`` picklable): worker processes that walk files write
+    their queue runs whose units go at their queue offsets themselves (``place_runs``), this process takes
+    them in order (CqFileWriter.placed); when one would not go where ``put_many`` puts it, ``Misplaced``
+    is raised (the files are then not the rebuild's: start again without ``place``).
     Returns the writers by queue and the topics of the records seen."""
     from rmqtool.format.dispatch import is_lmq
 
     names = QueueNames()
     writers: dict[int, Writer] = {}
-    records = valid_facts(store, names, props=True, progress=progress) if plan is None else \
-        dispatched_facts(store, names, plan, props=True, progress=progress)
+    if plan is None:
+        records = valid_facts(store, names, props=True, progress=progress)
+    else:
+        in_worker = partial(place_runs, directory=directory, file_size=sizes[0], batch_topics=batch_topics,
+                            topics=topics) if place else None
+        records = dispatched_facts(store, names, plan, props=True, progress=progress, in_worker=in_worker)
 
     def writer(code: int, is_batch: bool, at: int) -> Writer:
         w = writers.get(code)
@@ -177,41 +218,109 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
                 w.fill_gaps = True           # LMQ offsets are the broker's dispatch, not the record's own
         return w
 
-    for facts in records:
-        cols = facts.columns
-        rows = np.flatnonzero(facts.gets_cq_unit())
-        on_batch = np.isin(cols["queue"][rows], [c for c, (t, _) in enumerate(names.names) if t in batch_topics])
-        queue, rec, offset = _with_multi_dispatch(facts, names, rows[~on_batch])
-        for is_batch, (queue, rec, offset) in ((False, (queue, rec, offset)),
-                                                (True, batch_units(facts, rows[on_batch]))):
-            if topics is not None:
-                keep = np.isin(queue, [c for c, (t, _) in enumerate(names.names) if t in topics])
-                queue, rec, offset = queue[keep], rec[keep], offset[keep]
-            if len(rec) > 1 and (rec[1:] < rec[:-1]).any():     # multi-dispatch units follow the records' own
-                order = np.argsort(rec, kind="stable")
-                queue, rec, offset = queue[order], rec[order], offset[order]
-            order, first = queue_rows(queue.astype(np.int32), len(names.names))     # by queue, in record order within
-            rec, offset = rec[order], offset[order]
-            if not is_batch:              # the units, encoded once; their fields serve as the columns
-                units = np.empty(len(rec), UNIT_DTYPE)
-                for name, col in (("phy", "offset"), ("size", "size"), ("tags", "tags_code")):
-                    units[name] = cols[col][rec]
-                phy, size, tags = units["phy"], units["size"], units["tags"]
-                whole = unbroken(first, offset, phy.astype(np.int64) + size.astype(np.int64))
-            else:
-                phy, size, tags = cols["offset"][rec], cols["size"][rec], cols["tags_code"][rec]
-                stamps = cols["store_timestamp"][rec]
-            for code in np.flatnonzero(first[1:] > first[:-1]).tolist():
-                lo, hi = int(first[code]), int(first[code + 1])
-                w = writer(code, is_batch, int(phy[lo]))
-                if is_batch:
-                    w.put_many(phy[lo:hi], size[lo:hi], tags[lo:hi], stamps[lo:hi], offset[lo:hi] >> 16,
-                               offset[lo:hi] & 0xFFFF)
-                else:
-                    w.put_many(phy[lo:hi], size[lo:hi], tags[lo:hi], offset[lo:hi], units[lo:hi], bool(whole[code]))
+    with closing(records):                   # stops the workers before the caller cleans up
+        for facts in records:
+            skip = None
+            if facts.placed is not None:
+                for code, offset, count, phy, first_end, last_end in facts.placed.tolist():
+                    if not writer(code, False, phy).placed(offset, count, first_end, last_end):
+                        raise Misplaced
+                skip = facts.placed[:, 0]
+            for is_batch, first, phy, size, tags, offset, rest in queue_runs(facts, names, batch_topics, topics, skip):
+                for code in np.flatnonzero(first[1:] > first[:-1]).tolist():
+                    lo, hi = int(first[code]), int(first[code + 1])
+                    w = writer(code, is_batch, int(phy[lo]))
+                    if is_batch:
+                        w.put_many(phy[lo:hi], size[lo:hi], tags[lo:hi], rest[lo:hi], offset[lo:hi] >> 16,
+                                   offset[lo:hi] & 0xFFFF)
+                    else:
+                        units, whole, _ = rest
+                        w.put_many(phy[lo:hi], size[lo:hi], tags[lo:hi], offset[lo:hi], units[lo:hi], bool(whole[code]))
     for w in writers.values():
         w.flush()
     return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})
+
+
+class Misplaced(Exception):
+    """A queue run a worker wrote is not where one process would have put it (dispatch_files' ``place``)."""
+
+
+def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topics: set[str] | None,
+               skip: np.ndarray | None = None):
+    """A file's units grouped by queue code in record order, per kind: (is_batch, first, phy, size, tags,
+    queue offset, rest) where code c's units are rows first[c]:first[c + 1], ``rest`` is the store
+    times of batch units, (units encoded as UNIT_DTYPE, whether each queue's run is unbroken) of the
+    others. Multi-dispatch (LMQ) units follow the records' own; queues of ``topics`` only, none of ``skip``."""
+    cols = facts.columns
+    rows = np.flatnonzero(facts.gets_cq_unit())
+    on_batch = np.isin(cols["queue"][rows], _codes(names, batch_topics))
+    kinds = [(False, _with_multi_dispatch(facts, names, rows[~on_batch])), (True, batch_units(facts, rows[on_batch]))]
+    del rows, on_batch                  # each array below goes as soon as it is used: a worker's peak is here
+    while kinds:
+        is_batch, (queue, rec, offset) = kinds.pop(0)
+        keep = np.ones(len(queue), bool) if topics is None else np.isin(queue, _codes(names, topics))
+        if skip is not None:
+            keep &= ~np.isin(queue, skip)
+        if topics is not None or skip is not None:
+            queue, rec, offset = queue[keep], rec[keep], offset[keep]
+        del keep
+        if len(rec) > 1 and (rec[1:] < rec[:-1]).any():     # multi-dispatch units follow the records' own
+            order = np.argsort(rec, kind="stable")
+            queue, rec, offset = queue[order], rec[order], offset[order]
+        order, first = queue_rows(queue.astype(np.int32, copy=False), len(names.names))   # by queue, record order within
+        del queue
+        rec, offset = rec[order], offset[order]
+        del order
+        if is_batch:
+            yield True, first, cols["offset"][rec], cols["size"][rec], cols["tags_code"][rec], offset, \
+                cols["store_timestamp"][rec]
+            continue
+        units = np.empty(len(rec), UNIT_DTYPE)       # the units, encoded once; their fields serve as the columns
+        for name, col in (("phy", "offset"), ("size", "size"), ("tags", "tags_code")):
+            units[name] = cols[col][rec]
+        phy, size = units["phy"], units["size"]
+        whole = unbroken(first, offset, np.add(phy, size, dtype=np.int64))
+        yield False, first, phy, size, units["tags"], offset, (units, whole, rec)
+
+
+def _codes(names: QueueNames, topics: set[str]) -> list[int]:
+    return [c for c, (t, _) in enumerate(names.names) if t in topics]
+
+
+def place_runs(facts: FileFacts, names: QueueNames, *, directory, file_size: int, batch_topics: set[str],
+               topics: set[str] | None) -> FileFacts:
+    """In a worker process, after its walk of one file: each classic and LMQ queue's run of the file
+    whose queue offsets step by one and whose ends rise written at its queue offsets (``write_run``), as
+    ``put_many`` writes it when the run goes on where the queue stands (``CqFileWriter.placed`` checks
+    that in order). Returned: the facts of the records with units left to put (batch units, broken
+    runs), ``placed`` naming the runs written. Topics are checked (safe_topic_dir) as ``dispatch_files``
+    checks them, in the same order, before anything is written. LMQ queues are left to the caller:
+    ConsumeQueue.putMessagePositionInfo appends an LMQ unit at its queue's end whatever offset it asked
+    for (a gap in INNER_MULTI_QUEUE_OFFSET is not kept), so their places need the queue's whole past."""
+    from rmqtool.format.dispatch import is_lmq
+
+    keep = np.zeros(len(facts), bool)
+    placed = []
+    for is_batch, first, phy, size, _, offset, rest in queue_runs(facts, names, batch_topics, topics):
+        if is_batch:                       # put by the caller
+            keep |= np.isin(facts.columns["queue"], _codes(names, batch_topics))
+            continue
+        units, whole, rec = rest
+        codes = np.flatnonzero(first[1:] > first[:-1]).tolist()
+        for code in codes:
+            safe_topic_dir(names.names[code][0], int(phy[first[code]]))
+        for code in codes:
+            lo, hi = int(first[code]), int(first[code + 1])
+            t, qid = names.names[code]
+            if not whole[code] or is_lmq(t):    # an LMQ unit goes where its queue stands, gap or not
+                keep[rec[lo:hi]] = True
+                continue
+            write_run(directory(t, qid, False), file_size, int(offset[lo]), units[lo:hi])
+            placed.append((code, int(offset[lo]), hi - lo, int(phy[lo]), int(phy[lo]) + int(size[lo]),
+                           int(phy[hi - 1]) + int(size[hi - 1])))
+    out = facts.select(keep)
+    out.placed = np.array(placed, np.int64).reshape(-1, 6)
+    return out
 
 
 def _with_multi_dispatch(facts: FileFacts, names: QueueNames,

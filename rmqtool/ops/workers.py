@@ -16,6 +16,8 @@ import multiprocessing
 import os
 import pickle
 import shutil
+import signal
+import sys
 import tempfile
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -81,9 +83,26 @@ def available_memory() -> int:
     return 1 << 62
 
 
-def _start(task: Callable, counter, parcels: str | None = None) -> None:
+def _start(task: Callable, counter, parcels: str | None = None, parent: int | None = None) -> None:
     global _task, _counter, _parcels
     _task, _counter, _parcels = task, counter, parcels
+    if parent is not None:
+        _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """Linux: this worker is killed when ``parent`` dies (prctl PR_SET_PDEATHSIG), so no worker of a killed
+    rebuild goes on writing into the directory it was building."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:                    # died before the call
+        os._exit(1)
 
 
 def _advance(n: int) -> None:
@@ -139,7 +158,7 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
     parcels = tempfile.mkdtemp(prefix="rmqtool-", dir=SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None)
     seen = 0
     pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start,
-                               initargs=(fn, counter, parcels))
+                               initargs=(fn, counter, parcels, os.getpid()))
     try:
         ahead = deque(pool.submit(_run_parcel, item) for item in items[:jobs])
         rest = iter(items[jobs:])

@@ -226,15 +226,20 @@ class FileStream:
         if self.sink is not None:
             self.sink.create(C.offset_to_file_name(start), self.file_size)
         elif self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with open(self.directory / C.offset_to_file_name(start), "wb") as fh:
-                fh.truncate(self.file_size)
+            os.close(_open_sized(self.directory, start, self.file_size))
 
     def write(self, data: bytes) -> None:
         """Append at the write position, inside the current file."""
         self.pending += data
         if len(self.pending) >= self.FLUSH_BYTES:
             self.flush()
+
+    def skip_to(self, pos: int, files: int) -> None:
+        """Go on at ``pos``, the bytes before it written by another process (``write_run``) into the files
+        it created, ``files`` of them new to this stream."""
+        self.flush()
+        self.start, self.pos = pos - 1 - (pos - 1) % self.file_size, pos
+        self.created += files
 
     def flush(self) -> None:
         if self.pending and self.sink is not None:
@@ -252,6 +257,37 @@ class FileStream:
                 os.close(fd)
         self.pos += len(self.pending)
         self.pending = bytearray()
+
+
+def _open_sized(directory: Path, start: int, file_size: int) -> int:
+    """The queue file starting at ``start``, opened for writing; created sparse at full size where missing,
+    never truncated (worker processes write other units of the same files)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / C.offset_to_file_name(start), os.O_WRONLY | os.O_CREAT, 0o666)
+    try:
+        if os.fstat(fd).st_size < file_size:
+            os.ftruncate(fd, file_size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndarray) -> None:
+    """Encoded consume-queue units (UNIT_DTYPE) written at their place, queue offset × 20 on, into the
+    queue's files under ``directory``: a worker process's share of a rebuild (``CqFileWriter.placed``)."""
+    data, at = memoryview(units).cast("B"), queue_offset * C.CQ_STORE_UNIT_SIZE
+    while data:
+        start = at - at % file_size
+        fd = _open_sized(directory, start, file_size)
+        try:
+            chunk = data[:start + file_size - at]
+            data = data[len(chunk):]
+            while chunk:
+                n = os.pwrite(fd, chunk, at - start)
+                chunk, at = chunk[n:], at + n
+        finally:
+            os.close(fd)
 
 
 class CqFileWriter(CqWriter):
@@ -294,6 +330,28 @@ class CqFileWriter(CqWriter):
     @property
     def created(self) -> int:
         return self.stream.created
+
+    def placed(self, queue_offset: int, count: int, first_end: int, last_end: int) -> bool:
+        """Take ``count`` units another process wrote at their place (``write_run``), a run whose queue
+        offsets step by one from ``queue_offset`` and whose ends (phy + size) rise from ``first_end`` to
+        ``last_end``, where ``put_many`` writes the same bytes: the queue's first units (fillPreBlank
+        before them), or a run going on at the write position (with ``fill_gaps``: or after it, blank
+        units between). Otherwise (``put_many`` would drop or move units) False, nothing changed."""
+        at = queue_offset * C.CQ_STORE_UNIT_SIZE
+        if first_end <= self.max_phy:
+            return False
+        if not self.files:                                  # put: the first file, fillPreBlank
+            self.first_created = at - at % self.file_size
+            self._new_file(self.first_created)
+        elif at < self.write_pos or (at > self.write_pos and not self.fill_gaps):
+            return False
+        self._fill_to(at)
+        end = at + count * C.CQ_STORE_UNIT_SIZE
+        last = (end - 1) // self.file_size * self.file_size
+        self.stream.skip_to(end, (last - max(self.files)) // self.file_size)
+        self.files = {last: bytearray()}
+        self.write_pos, self.max_phy = end, last_end
+        return True
 
     def _new_file(self, start: int) -> None:
         self.stream.new_file(start)
