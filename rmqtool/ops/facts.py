@@ -10,6 +10,7 @@ record-at-a-time decoder, so findings carry the same kind, offset and message as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from contextlib import closing
 from functools import partial
 from typing import Any, Callable, Iterator
 
@@ -384,12 +385,14 @@ def scan_files(items: list[tuple[QueueFile, dict[str, Any]]], names: QueueNames,
             yield scan_file(f, names, progress=progress, **options)
         return
     warm(items[0][0], **items[0][1])
-    for local, facts in process_imap(partial(_scan_apart, in_worker=in_worker), items, jobs, progress):
-        table = np.array([names.code(name) for name in local.names] or [0], np.int32)
-        facts.columns["queue"] = table[facts.columns["queue"]]
-        if facts.placed is not None:                  # (mapped read-only)
-            facts.placed = np.column_stack([table[facts.placed[:, 0]], facts.placed[:, 1:]])
-        yield facts
+    results = process_imap(partial(_scan_apart, in_worker=in_worker), items, jobs, progress)
+    with closing(results):                  # the workers stopped when the caller stops early
+        for local, facts in results:
+            table = np.array([names.code(name) for name in local.names] or [0], np.int32)
+            facts.columns["queue"] = table[facts.columns["queue"]]
+            if facts.placed is not None:                  # (mapped read-only)
+                facts.placed = np.column_stack([table[facts.placed[:, 0]], facts.placed[:, 1:]])
+            yield facts
 
 
 def _scan_apart(item: tuple[QueueFile, dict[str, Any]], progress: Progress | None,

@@ -249,8 +249,8 @@ def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topi
                skip: np.ndarray | None = None):
     """A file's units grouped by queue code in record order, per kind: (is_batch, first, phy, size, tags,
     queue offset, rest) where code c's units are rows first[c]:first[c + 1], ``rest`` is the store
-    times of batch units, (units encoded as UNIT_DTYPE, whether each queue's run is unbroken) of the
-    others. Multi-dispatch (LMQ) units follow the records' own; queues of ``topics`` only, none of ``skip``."""
+    times of batch units, (units encoded as UNIT_DTYPE, whether each queue's run is unbroken, their
+    records) of the others. Multi-dispatch (LMQ) units follow the records' own; queues of ``topics`` only, none of ``skip``."""
     cols = facts.columns
     rows = np.flatnonzero(facts.gets_cq_unit())
     on_batch = np.isin(cols["queue"][rows], _codes(names, batch_topics))
@@ -258,12 +258,12 @@ def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topi
     del rows, on_batch                  # each array below goes as soon as it is used: a worker's peak is here
     while kinds:
         is_batch, (queue, rec, offset) = kinds.pop(0)
-        keep = np.ones(len(queue), bool) if topics is None else np.isin(queue, _codes(names, topics))
+        keep = None if topics is None else np.isin(queue, _codes(names, topics))
         if skip is not None:
-            keep &= ~np.isin(queue, skip)
-        if topics is not None or skip is not None:
+            keep = ~np.isin(queue, skip) if keep is None else keep & ~np.isin(queue, skip)
+        if keep is not None:
             queue, rec, offset = queue[keep], rec[keep], offset[keep]
-        del keep
+            del keep
         if len(rec) > 1 and (rec[1:] < rec[:-1]).any():     # multi-dispatch units follow the records' own
             order = np.argsort(rec, kind="stable")
             queue, rec, offset = queue[order], rec[order], offset[order]

@@ -8,6 +8,7 @@ about 2.5 minutes per GiB). Every measure runs in its own process, the store rea
 first; the table gives wall time, MB/s of commit log, the ratio to the columnar decode with CRC of the
 same run (wall clock), the CPU seconds of the measure's process tree, MB per CPU second and its ratio to
 the decode's (robust when other jobs share the cores: the one-process rate targets are judged on it),
+the CPU seconds of the measuring process itself ("own cpu": with worker processes, the rest is theirs),
 for a measure in worker processes its wall-clock rate over the one-process rate, and peak RSS of the
 measure's whole process tree (the sum over its processes, sampled every 50 ms, or the largest one's
 peak from wait4 when that is higher) and peak PSS (the same sum of proportional set sizes: pages a
