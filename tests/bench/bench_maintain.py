@@ -19,8 +19,8 @@ Outputs go under DIR and are removed after each measure:
 - ``decode_crc``: ``iter_record_batches(check_crc=True)`` over every file (the reference rate)
 - ``verify``: ``verify --check-crc`` (commit log, consume-queue and index cross-checks) in its default worker
   processes (one per core as memory allows); ``verify-1``: the same in one process (``--jobs 1``)
-- ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``), the walk in the default
-  worker processes; ``rebuild-cq-1``: in one process
+- ``rebuild-cq``: every consume queue rebuilt into a scratch directory (``--out``), the walk and most queue
+  writes in the default worker processes; ``rebuild-cq-1``: in one process
 - ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed), the
   walk in the default worker processes; ``rebuild-index-1``: in one process
 - ``stats``: ``stats STORE --by topic`` (the whole command, start-up included, in one process)
