@@ -266,14 +266,6 @@ def _crc32_clmul(d, d64, shift, p, n, t):
 _crc32 = _crc32_clmul if _has_clmul() else _crc32_tables
 
 
-@_helper
-def _same(d, a, b, n):
-    for i in range(n):
-        if d[a + i] != d[b + i]:
-            return False
-    return True
-
-
 @_jit
 def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off, cols, props, items, bodies,
           topics, properties, parsed, ids):
@@ -414,9 +406,10 @@ def _msg_id(d, host, host_len, offset, out, o):
 
 
 @_helper
-def _same_name(d, a, names, s, n):
+def _same(d, a, e, b, n):
+    """Whether d[a:a+n] == e[b:b+n]."""
     for i in range(n):
-        if d[a + i] != names[s + i]:
+        if d[a + i] != e[b + i]:
             return False
     return True
 
@@ -479,13 +472,13 @@ def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
             klen = cut - a
             for j in range(k):
                 s = name_off[j]
-                if name_off[j + 1] - s == klen and d[a] == names[s] and _same_name(d, a, names, s, klen):
+                if name_off[j + 1] - s == klen and d[a] == names[s] and _same(d, a, names, s, klen):
                     props[row, 2 * j] = cut + 1
                     props[row, 2 * j + 1] = b
                     break
             if want_items:
                 for i in range(first_item, m):
-                    if items[1, i] - items[0, i] == klen and _same(d, items[0, i], a, klen):
+                    if items[1, i] - items[0, i] == klen and _same(d, items[0, i], d, a, klen):
                         repeated = 1
                 items[0, m] = a
                 items[1, m] = cut
