@@ -73,12 +73,12 @@ def decode_facts(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     ``crc_ok``), with the same values, without bodies, hosts, msgIds or the properties map."""
     props_raw = spans(data, win["props_pos"], win["props_pos"] + win["props_len"], pa.binary())
     cols: dict[str, pa.Array] = {
-        "physical_offset": pa.array(win.starts + file_start),
+        "physical_offset": _int64(win.starts + file_start),
         "total_size": _int32(win["total"]),
         "queue_id": _int32(win["queue_id"]),
-        "queue_offset": pa.array(win["queue_offset"]),
+        "queue_offset": _int64(win["queue_offset"]),
         "sys_flag": _int32(win["sys_flag"]),
-        "store_timestamp": pa.array(win["store_timestamp"], _TS),
+        "store_timestamp": arrow(win["store_timestamp"], _TS),
         "topic": _utf8(spans(data, win["topic_pos"], win["topic_pos"] + win["topic_len"], pa.binary())),
         "properties_raw": props_raw,
     }
@@ -93,7 +93,7 @@ def decode_facts(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     cols["tags_code"] = _tags_codes(props[C.PROPERTY_TAGS], cols["topic"], props_raw, cols["store_timestamp"])
     names = list(FACT_COLUMNS)
     if check_crc:
-        cols["crc_ok"] = pa.array(win["crc_ok"].astype(bool))
+        cols["crc_ok"] = _int64(win["crc_ok"]).cast(pa.bool_())
         names.append("crc_ok")
     return pa.RecordBatch.from_arrays([cols[name] for name in names], names=names)
 
@@ -166,11 +166,11 @@ def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: 
     if not pc.any(delayed).as_py():
         return codes
     delayed = pc.indices_nonzero(delayed).to_pylist()
-    values = codes.to_pylist()
+    bad = np.zeros(len(hashes), bool)
     ts = store_ts.cast(pa.int64())
     for i in delayed:
         try:
-            values[i] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(props_raw[i].as_py()), ts[i].as_py())
+            hashes[i] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(props_raw[i].as_py()), ts[i].as_py())
         except ValueError:          # a malformed DELAY: the broker rejects such a record
-            values[i] = None
-    return pa.array(values, pa.int64())
+            bad[i] = True
+    return arrow(hashes, pa.int64(), bad)

@@ -160,8 +160,9 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[s
     spans = [win.prop(name) for name in ascii_props]
     ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), n)
     ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), n)
-    uniq_s, uniq_e = win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    keys_s, keys_e = win.prop(C.PROPERTY_KEYS)
+    # contiguous copies of the spans (columns of the window's property block): one compiled type, whatever n
+    tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e = (np.ascontiguousarray(s) for name in (
+        C.PROPERTY_TAGS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_KEYS) for s in win.prop(name))
     # arrays made here, not in compiled code (each numpy constructor there is one more compiled function)
     slots = np.full((2, max(16, 1 << (2 * n - 1).bit_length())), -1, np.int64)     # topic and pair hash tables
     rows = np.empty((5, n), np.int64)
@@ -170,9 +171,9 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[s
     hashes = np.empty(room, np.int32)     # each key at least one byte and a space
     topic_index, first, topic_hash, pairs, pair_index = rows
     ok, topics, npairs, k = _window_facts(
-        data, win["topic_pos"], win["topic_len"], win["queue_id"], *win.prop(C.PROPERTY_TAGS), uniq_s, uniq_e,
-        keys_s, keys_e, ascii_s, ascii_e, keys, slots[0], slots[1], topic_index, first, topic_hash, pairs,
-        pair_index, tags, counts, hashes)
+        data, win["topic_pos"], win["topic_len"], win["queue_id"], tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e,
+        ascii_s, ascii_e, keys, slots[0], slots[1], topic_index, first, topic_hash, pairs, pair_index, tags, counts,
+        hashes)
     if not ok:
         return None
     return WindowFacts(topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags, counts,
@@ -257,7 +258,8 @@ def _insert(d, topic_pos, topic_len, first, topic_hash, pairs, codes, t_slots, t
             t = used[0]
             t_slots[slot] = t
             t_hash[t], t_start[t], t_len[t] = h, used[1], ln
-            t_bytes[used[1]:used[1] + ln] = d[a:a + ln]
+            for j in range(ln):             # not a slice assignment: its shape check compiles an error message
+                t_bytes[used[1] + j] = d[a + j]
             used[0] += 1
             used[1] += ln
         c, slot = _find_pair(p_slots, p_key, t, pairs[i] & _M)

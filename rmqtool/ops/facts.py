@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
 from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
-from rmqtool.columnar.props import arrow, property_values, spans, strings
+from rmqtool.columnar.props import arrow, property_values, spans, strings, valid_rows
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
@@ -198,9 +198,10 @@ class _Collector:
             codes = _tags_codes(spans(data, *(s[rows] for s in win.prop(C.PROPERTY_TAGS))),
                                 pa.repeat(pa.scalar(C.RMQ_SYS_SCHEDULE_TOPIC), len(rows)),
                                 spans(data, pos, pos + win["props_len"][rows], pa.binary()),
-                                pa.array(win["store_timestamp"][rows]))
-            bad[rows] = codes.is_null().to_numpy(zero_copy_only=False)
-            tags[rows] = codes.fill_null(0).to_numpy()
+                                arrow(win["store_timestamp"][rows], pa.int64()))
+            null = ~valid_rows(codes)                   # (no to_numpy: it imports pandas)
+            bad[rows] = null
+            tags[rows] = np.where(null, 0, np.frombuffer(codes.buffers()[1], np.int64, len(codes), codes.offset))
         if self.deep:
             bad |= win["crc_ok"] == 0
         ok = int(np.argmax(bad)) if bad.any() else win.n
