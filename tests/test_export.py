@@ -122,3 +122,25 @@ def test_parquet_export_in_process_spares_the_pandas_import(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_export_leaves_the_garbage_collector_as_it_found_it(tmp_path):
+    """The cyclic collector is paused for the bulk loop only: back on after an export and after a failed one,
+    still off where the caller had turned it off."""
+    import gc
+
+    from rmqtool.errors import StoreError
+    from rmqtool.ops.export import export_local
+
+    assert gc.isenabled()
+    assert export_local([store_path("dev-sample")], tmp_path / "a.parquet", "parquet").records
+    assert gc.isenabled()
+    with pytest.raises(StoreError):
+        export_local([tmp_path / "nope"], tmp_path / "b.parquet", "parquet")
+    assert gc.isenabled() and not (tmp_path / "b.parquet").exists()
+    gc.disable()
+    try:
+        export_local([store_path("dev-sample")], tmp_path / "c.jsonl", "jsonl")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

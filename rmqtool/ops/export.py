@@ -10,6 +10,7 @@ fields and values of ``cat-commitlog``'s rows.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from dataclasses import dataclass, field
@@ -170,6 +171,10 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             batch = export_batch(batch, batch_schema, named, file_column(batch))
         writer(batch)
 
+    # Python's cyclic garbage collector is paused for the bulk loop, which makes no reference cycles of its
+    # own: each collection walks every object of the process (numba's ~100 K), ~0.07 CPU-s per GiB in all
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         for store in store_paths:
             cl = open_commitlog(store)
@@ -194,6 +199,9 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         writer(None, abort=True)
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        if collecting:
+            gc.enable()
     result.seconds = time.perf_counter() - started
     return result
 
