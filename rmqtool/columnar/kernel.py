@@ -507,6 +507,19 @@ def _scan_properties(d, offsets, want_items, names, name_off):
 
 
 @_jit
+def _span_offsets(starts, ends, offsets):
+    """Offsets of the spans starts[i]:ends[i] one after another (a negative start: empty); returns the total
+    (one compiled pass: numpy's where and cumsum took ~0.09 CPU-s more per GiB in temporaries)."""
+    total = 0
+    offsets[0] = 0
+    for i in range(len(starts)):
+        if starts[i] >= 0:
+            total += ends[i] - starts[i]
+        offsets[i + 1] = total
+    return total
+
+
+@_jit
 def _span_copy(d, starts, ends, out):
     """The spans one after another into ``out`` (16 bytes longer than they need): a span of up to 16 bytes
     as two 8-byte moves where the data has 16 bytes from its start (property keys and values mostly)."""
@@ -527,9 +540,7 @@ def gather_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[n
     """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
     d, starts, ends = _read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
     offsets = _pooled((len(starts) + 1,), np.int32)
-    offsets[0] = 0
-    np.cumsum(np.where(starts >= 0, ends - starts, 0), out=offsets[1:])
-    total = int(offsets[-1])
+    total = _span_offsets(starts, ends, offsets)
     out = _pooled((total + 16,), np.uint8)
     _span_copy(d, starts, ends, out)
     return offsets, out[:total]
