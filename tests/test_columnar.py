@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import rmqtool.columnar.batches as columnar
 from rmqtool import constants as C
 from rmqtool.columnar import iter_record_batches
-from rmqtool.columnar.props import property_columns
+from rmqtool.columnar.props import _per_record
 from rmqtool.columnar.text import encode_bodies, text_fallbacks
 from rmqtool.errors import FormatError
 from rmqtool.format.commitlog import Message, encode_message
@@ -24,7 +24,6 @@ from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.generate import generate_store
 from rmqtool.store.appender import CommitLogAppender, FileSink
-from rmqtool.format.properties import parse_properties
 from rmqtool.format.rows import body_field, decode_body, encode_body, entry_row
 from rmqtool.store.store import Store
 from tests.conftest import ALL_SETS, CLEAN_SETS, CRASH_SETS, FIXTURES, readback
@@ -146,8 +145,9 @@ _text = st.text(st.characters(codec="utf-8", exclude_characters="\x01\x02"), max
 _prop_raw = st.one_of(
     st.dictionaries(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "DELAY", "a", "ü"]), _text, max_size=4).map(
         lambda d: "\x02".join(f"{k}\x01{v}" for k, v in d.items()).encode()),
-    st.lists(st.sampled_from([b"\x01", b"\x02", b"KEYS", b"TAGS", b" x  y", b"\xff", b"3", b"ab"]),
-             max_size=10).map(b"".join),
+    st.lists(st.sampled_from([b"\x01", b"\x02", b"KEYS", b"TAGS", b"UNIQ_KEY", b"REAL_QID", b"A_LONGER_KEY_NAME",
+                              b"A_LONGER_KEY_NAMF", b" x  y", b"\xff", b"\xc3\xbc", b"3", b"12345678", b"ab"]),
+             max_size=14).map(b"".join),
 )
 _magic_in_body = struct.pack(">I", C.MESSAGE_MAGIC_CODE)
 
@@ -170,12 +170,8 @@ def messages(draw):
     )
 
 
-@settings(max_examples=60)
-@given(msgs=st.lists(messages(), min_size=1, max_size=25), file_size=st.sampled_from([700, 2048]),
-       damage=st.one_of(st.none(), st.tuples(st.integers(0, 4000), st.binary(min_size=1, max_size=3))),
-       batch_rows=st.sampled_from([1, 4, 1000]))
-def test_random_commitlog_parity(tmp_path_factory, msgs, file_size, damage, batch_rows):
-    d = tmp_path_factory.mktemp("cl") / "commitlog"
+def write_commitlog(d, msgs, file_size: int):
+    """A commit log of ``msgs`` (each at the offset it is appended at; one too big for a file is left out)."""
     sink = FileSink(d, file_size)
     sink(0, 0, b"")
     out = CommitLogAppender(file_size, 0, sink)
@@ -184,6 +180,15 @@ def test_random_commitlog_parity(tmp_path_factory, msgs, file_size, damage, batc
         if len(record) + C.END_FILE_MIN_BLANK_LENGTH <= file_size:
             out.write(encode_message(Message(**{**_fields(m), "physical_offset": out.reserve(len(record))})))
     sink.close()
+    return d
+
+
+@settings(max_examples=60)
+@given(msgs=st.lists(messages(), min_size=1, max_size=25), file_size=st.sampled_from([700, 2048]),
+       damage=st.one_of(st.none(), st.tuples(st.integers(0, 4000), st.binary(min_size=1, max_size=3))),
+       batch_rows=st.sampled_from([1, 4, 1000]))
+def test_random_commitlog_parity(tmp_path_factory, msgs, file_size, damage, batch_rows):
+    d = write_commitlog(tmp_path_factory.mktemp("cl") / "commitlog", msgs, file_size)
     if damage:
         files = sorted(d.iterdir())
         pos, patch = damage
@@ -204,16 +209,13 @@ _PROP_TOKENS = [b"\x01", b"\x02", b"KEYS", b"TAGS", b"UNIQ_KEY", b"A_LONGER_KEY_
                 b"\xc3\xbc", b"x", b"12345678"]
 
 
-@settings(max_examples=150)
-@given(raws=st.lists(st.lists(st.sampled_from(_PROP_TOKENS), max_size=14).map(b"".join), min_size=1, max_size=20))
-def test_property_columns_match_the_parser(raws):
-    cols = property_columns(pa.array(raws, pa.binary()))
-    for i, raw in enumerate(raws):
-        want = parse_properties(raw)
-        assert cols["properties"][i].as_py() == list(want.items())
-        assert cols["tags"][i].as_py() == want.get("TAGS")
-        assert cols["uniq_key"][i].as_py() == want.get("UNIQ_KEY")
-        assert cols["keys"][i].as_py() == [k for k in want.get("KEYS", "").split(" ") if k]
+def test_irregular_real_queue_ids_are_null_in_both_paths(tmp_path):
+    raws = [b"REAL_TOPIC\x01T\x02REAL_QID\x013\x02", b"REAL_QID\x01x1\x02", b"TAGS\x01a\x02", b"REAL_QID\x01+7\x02"]
+    msgs = [Message(topic="T", body=b"b", properties_raw=raw) for raw in raws]
+    batch = next(iter_record_batches(write_commitlog(tmp_path / "commitlog", msgs, 4096)))
+    for cols in (batch.to_pydict(), {k: v.to_pylist() for k, v in _per_record(pa.array(raws, pa.binary())).items()}):
+        assert cols["real_topic"] == ["T", None, None, None]
+        assert cols["real_queue_id"] == [3, None, None, 7]
 
 
 @settings(max_examples=100)

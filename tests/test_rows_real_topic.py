@@ -46,15 +46,3 @@ def test_redelivered_delay_messages_in_the_cli(name):
     assert {int(line.split(",")[0]): (line.split(",")[2], int(line.split(",")[3])) for line in lines[1:]} == \
         {o: v for o, v in want.items() if o in {r["physical_offset"] for r in rows
                                                  if r["topic"] == "SCHEDULE_TOPIC_XXXX"}}
-
-
-def test_irregular_real_queue_ids_are_null_in_both_paths():
-    import pyarrow as pa
-
-    from rmqtool.columnar.props import _per_record, property_columns
-
-    raw = pa.array([b"REAL_TOPIC\x01T\x02REAL_QID\x013\x02", b"REAL_QID\x01x1\x02", b"TAGS\x01a\x02",
-                    b"REAL_QID\x01+7\x02"], pa.binary())
-    for cols in (property_columns(raw), _per_record(raw)):
-        assert cols["real_topic"].to_pylist() == ["T", None, None, None]
-        assert cols["real_queue_id"].to_pylist() == [3, None, None, 7]

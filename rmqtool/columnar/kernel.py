@@ -415,14 +415,6 @@ def _same(d, a, e, b, n):
     return True
 
 
-@_helper
-def _grow(rows, need):
-    """A 2-d array with room for ``need`` columns, its columns copied."""
-    grown = np.empty((rows.shape[0], max(2 * rows.shape[1], need)), rows.dtype)
-    grown[:, :rows.shape[1]] = rows
-    return grown
-
-
 _LOW = np.uint64(0x0101010101010101)
 _HIGH = np.uint64(0x8080808080808080)
 _THREE = np.uint64(0x0303030303030303)
@@ -487,23 +479,6 @@ def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
                 m += 1
         a = b + 1
     return m, repeated
-
-
-@_jit
-def _scan_properties(d, offsets, want_items, names, name_off):
-    """``_properties`` over every value of a binary array (data ``d``, value offsets ``offsets``)."""
-    n = len(offsets) - 1
-    props = np.full((n, 2 * (len(name_off) - 1)), -1, np.int64)
-    items = np.empty((3, 1024), np.int64)
-    ends = np.empty(n, np.int64)
-    repeated = np.zeros(n, np.int64)
-    m = 0
-    for r in range(n):
-        if want_items and m + (offsets[r + 1] - offsets[r]) // 2 + 1 > items.shape[1]:
-            items = _grow(items, m + (offsets[r + 1] - offsets[r]) // 2 + 1)
-        m, repeated[r] = _properties(d, offsets[r], offsets[r + 1], props, r, items, m, want_items, names, name_off)
-        ends[r] = m
-    return props, items, ends, repeated
 
 
 @_jit
@@ -653,17 +628,6 @@ class Window:
 
     def head(self, count: int) -> "Window":
         return self.slice(0, count)
-
-
-def scan_properties(data: np.ndarray, offsets: np.ndarray, items: bool = True) -> Window:
-    """The property spans of a binary array's values (``data`` its bytes, ``offsets`` its n + 1 offsets)
-    as a Window with only ``prop``, ``items``, ``items_end`` and ``repeated_key``."""
-    props, its, ends, repeated = _scan_properties(data, offsets.astype(np.int64), items, _NAME_BYTES, _NAME_OFF)
-    n = len(ends)
-    cols = np.zeros((len(FIELDS), n), np.int64)
-    cols[_F["items_end"]] = ends
-    cols[_F["repeated_key"]] = repeated
-    return Window(cols, props, its, (), n, 0, -1)
 
 
 def words(data: np.ndarray) -> tuple[np.ndarray, int]:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, gather_spans, scan_properties, split_spans
+from rmqtool.columnar.kernel import Window, gather_spans, split_spans
 from rmqtool.format.properties import parse_properties
 from rmqtool.format.rows import real_queue_id
 
@@ -24,18 +23,9 @@ _COLUMN_PROPERTIES = {"tags": C.PROPERTY_TAGS, "uniq_key": C.PROPERTY_UNIQ_CLIEN
                       "real_topic": C.PROPERTY_REAL_TOPIC}
 
 
-def property_columns(raw: pa.BinaryArray) -> dict[str, pa.Array]:
-    """``properties``, ``tags``, ``keys``, ``uniq_key``, ``real_topic``, ``real_queue_id`` for a binary array
-    of raw PROPERTIES."""
-    offsets = _offsets(raw)
-    data = raw.buffers()[2]
-    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(1, np.uint8)
-    return properties_from(data, scan_properties(data, offsets), raw)
-
-
 def properties_from(data: np.ndarray, win: Window, raw: pa.BinaryArray) -> dict[str, pa.Array]:
-    """The columns of ``property_columns`` from a kernel window's property spans (``win.items`` filled)
-    over ``data``; ``raw`` holds the same records' PROPERTIES (a batch with invalid UTF-8 or a repeated key
+    """``properties``, ``tags``, ``keys``, ``uniq_key``, ``real_topic`` and ``real_queue_id`` from a kernel
+    window's property spans (``win.items`` filled) over ``data``; ``raw`` holds the same records' PROPERTIES (a batch with invalid UTF-8 or a repeated key
     takes the record-at-a-time parser)."""
     if win["repeated_key"].any() or not _utf8(raw):
         return _per_record(raw)
