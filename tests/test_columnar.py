@@ -38,6 +38,8 @@ def reference(path) -> tuple[list[dict], str | None]:
             del row["body_encoding"]
             row["body"] = getattr(loc.entry, "body", None)
             row["properties_raw"] = getattr(loc.entry, "properties_raw", None)
+            if row["properties"] is not None:
+                row["properties"] = list(row["properties"].items())
             rows.append(row)
     except FormatError as exc:
         return rows, f"{type(exc).__name__}: {exc} @ {exc.offset}"
@@ -56,7 +58,7 @@ def columnar_rows(path, **kwargs) -> tuple[list[dict], str | None]:
             for values in zip(*cols.values()):
                 row = dict(zip(cols, values))
                 if row["properties"] is not None:
-                    row["properties"] = dict(row["properties"])
+                    row["properties"] = [tuple(item) for item in row["properties"]]   # order and repeats count
                 rows.append(row)
     except FormatError as exc:
         return rows, f"{type(exc).__name__}: {exc} @ {exc.offset}"

@@ -42,7 +42,7 @@ from rmqtool import constants as C
 FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset", "stored_physical_offset",
           "sys_flag", "born_timestamp", "born_host_pos", "store_timestamp", "store_host_pos", "reconsume_times",
           "prepared_transaction_offset", "body_pos", "body_len", "topic_pos", "topic_len", "props_pos",
-          "props_len", "crc_ok", "repeated_key", "items_end", "body_off", "topic_off", "props_off", "born_key",
+          "props_len", "crc_ok", "items_end", "body_off", "topic_off", "props_off", "born_key",
           "store_key", "id_off")
 _F = {name: i for i, name in enumerate(FIELDS)}
 MIN_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
@@ -363,23 +363,23 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
         cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
             if check_crc else 1
-        cols[27, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
-        cols[28, n] = _i64(d, store_host)
+        cols[26, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
+        cols[27, n] = _i64(d, store_host)
         if want_items:
-            cols[29, n] = ids_used
+            cols[28, n] = ids_used
             ids_used = _msg_id(d, store_host, store_len, cols[7, n], ids, ids_used)
-            cols[24, n] = body_used
+            cols[23, n] = body_used
             body_used = _copy(d, body_pos, body_len, bodies, body_used)
-            cols[25, n] = topic_used
+            cols[24, n] = topic_used
             topic_used = _copy(d, topic_pos, topic_len, topics, topic_used)
-            cols[26, n] = props_used
+            cols[25, n] = props_used
             props_used = _copy(d, props_pos, props_len, properties, props_used)
             # parsed in the copy (in cache; spans in the copies, which later gathers read in order)
-            m, cols[22, n] = _properties(parsed, props_used - props_len, props_used, props, n, items, m, want_items,
+            m = _properties(parsed, props_used - props_len, props_used, props, n, items, m, want_items,
                                          names, name_off)
         else:
-            m, cols[22, n] = _properties(d, props_pos, end, props, n, items, m, want_items, names, name_off)
-        cols[23, n] = m
+            m = _properties(d, props_pos, end, props, n, items, m, want_items, names, name_off)
+        cols[22, n] = m
         n += 1
         pos = end
     return n, pos, bad, full, body_used, topic_used, props_used, ids_used
@@ -448,10 +448,10 @@ def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
     the first \\x01, both non-empty): the value span of each name in ``names`` into ``props[row]`` (start,
     end per name; the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's (key
-    start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller). Returns (m,
-    whether a key repeats)."""
+    start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller); a repeated key keeps
+    its first place and takes its last value, as a dict does (4.9.7's batch messages repeat WAIT). Returns
+    the new m."""
     k = len(name_off) - 1
-    repeated = 0
     first_item = m
     while a < end:
         b = _find(d, a, end, _BELOW_3)
@@ -470,15 +470,16 @@ def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
                     props[row, 2 * j + 1] = b
                     break
             if want_items:
-                for i in range(first_item, m):
-                    if items[1, i] - items[0, i] == klen and _same(d, items[0, i], d, a, klen):
-                        repeated = 1
-                items[0, m] = a
-                items[1, m] = cut
-                items[2, m] = b
-                m += 1
+                i = first_item
+                while i < m and not (items[1, i] - items[0, i] == klen and _same(d, items[0, i], d, a, klen)):
+                    i += 1
+                items[0, i] = a
+                items[1, i] = cut
+                items[2, i] = b
+                if i == m:
+                    m += 1
         a = b + 1
-    return m, repeated
+    return m
 
 
 @_jit

@@ -3,9 +3,9 @@ columns, with the semantics of ``rmqtool.format.properties.parse_properties`` (4
 
 The scan kernel (``rmqtool.columnar.kernel``) finds the spans of every item and of the values the tools
 read in its pass over the records; keys and values are then copied out of the mapped file in one compiled
-gather each (KEYS split there too). A batch with invalid UTF-8 or a repeated key in one record (a dict
-keeps the last value) takes the record-at-a-time parser instead. Arrays are built from buffers:
-``pa.array`` would import pandas (a third of a second) on its first call.
+gather each (KEYS split there too). A repeated key keeps its first place and its last value, as a dict
+does; a batch with invalid UTF-8 takes the record-at-a-time parser instead. Arrays are built from
+buffers: ``pa.array`` would import pandas (a third of a second) on its first call.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ _COLUMN_PROPERTIES = {"tags": C.PROPERTY_TAGS, "uniq_key": C.PROPERTY_UNIQ_CLIEN
 
 def properties_from(data: np.ndarray, win: Window, raw: pa.BinaryArray) -> dict[str, pa.Array]:
     """``properties``, ``tags``, ``keys``, ``uniq_key``, ``real_topic`` and ``real_queue_id`` from a kernel
-    window's property spans (``win.items`` filled) over ``data``; ``raw`` holds the same records' PROPERTIES (a batch with invalid UTF-8 or a repeated key
-    takes the record-at-a-time parser)."""
-    if win["repeated_key"].any() or not _utf8(raw):
+    window's property spans (``win.items`` filled) over ``data``; ``raw`` holds the same records' PROPERTIES
+    (a batch with invalid UTF-8 takes the record-at-a-time parser)."""
+    if not _utf8(raw):
         return _per_record(raw)
     its, counts = win.item_spans()
     keys = spans(data, its[0], its[1])
