@@ -69,6 +69,19 @@ def test_process_imap_yields_in_order_from_workers_and_stops_them_when_closed():
     assert [len(v) for v, _ in process_imap(_numbers, [4, 2], 2)] == [4, 2] and sum(seen) >= 5
 
 
+def _done_at(item, progress):
+    time.sleep(item)
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("ahead", [0, 1])
+def test_process_imap_hands_out_items_ahead(ahead):
+    """With ``ahead``, the worker done before the one whose result is due goes on with the next item
+    (done before the slow first one); without, it waits until the first result is taken."""
+    first, second, third = process_imap(_done_at, [1.0, 0.0, 0.0], 2, ahead=ahead)
+    assert (third < first) == bool(ahead) and second < first
+
+
 def test_a_worker_error_is_the_same_one_line_error():
     with pytest.raises(FormatError) as exc:
         process_map(partial(_square_in_child, parent=os.getpid()), [1, 3, 2], 2)

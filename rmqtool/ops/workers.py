@@ -144,10 +144,13 @@ def _unparcel(parcel):
     return pickle.loads(head, buffers=buffers)
 
 
-def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None) -> Iterator:
+def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None,
+                 ahead: int = 0) -> Iterator:
     """``fn(item, progress)`` for each item, yielded in order; with several ``jobs``, computed in that many
     worker processes, each kept busy with the next item while the caller works on the last one yielded
-    (at most ``jobs`` results wait: memory stays bounded). Results cross over in shared memory."""
+    (at most ``jobs + ahead`` results wait: memory stays bounded). ``ahead`` items more are handed out:
+    a worker done before the one whose result is due goes on with one of them instead of waiting for
+    the caller. Results cross over in shared memory."""
     if jobs <= 1 or len(items) <= 1:
         for item in items:
             yield fn(item, progress)
@@ -160,10 +163,10 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
     pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start,
                                initargs=(fn, counter, parcels, os.getpid()))
     try:
-        ahead = deque(pool.submit(_run_parcel, item) for item in items[:jobs])
-        rest = iter(items[jobs:])
-        while ahead:
-            first = ahead.popleft()
+        running = deque(pool.submit(_run_parcel, item) for item in items[:jobs + ahead])
+        rest = iter(items[jobs + ahead:])
+        while running:
+            first = running.popleft()
             while True:
                 done, _ = wait([first], timeout=0.2)
                 now = counter.value
@@ -177,7 +180,7 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
                 raise rebuild_error(value)
             nxt = next(rest, _END)
             if nxt is not _END:
-                ahead.append(pool.submit(_run_parcel, nxt))
+                running.append(pool.submit(_run_parcel, nxt))
             yield _unparcel(value)
     except BrokenProcessPool as exc:
         raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None

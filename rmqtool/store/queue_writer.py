@@ -219,13 +219,14 @@ class FileStream:
         """Continue an existing queue: the current file starts at ``start``, writing goes on at ``pos``."""
         self.start, self.pos, self.opened = start, pos, True
 
-    def new_file(self, start: int) -> None:
+    def new_file(self, start: int, made: bool = False) -> None:
+        """Go on in a new file at ``start``; ``made``: another process created it (``write_run``)."""
         self.flush()
         self.start = self.pos = start
         self.created += 1
         if self.sink is not None:
             self.sink.create(C.offset_to_file_name(start), self.file_size)
-        elif self.directory is not None:
+        elif self.directory is not None and not made:
             os.close(_open_sized(self.directory, start, self.file_size))
 
     def write(self, data: bytes) -> None:
@@ -279,7 +280,10 @@ def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndar
     data, at = memoryview(units).cast("B"), queue_offset * C.CQ_STORE_UNIT_SIZE
     while data:
         start = at - at % file_size
-        fd = _open_sized(directory, start, file_size)
+        try:                             # made by an earlier run (of this process or another): one call
+            fd = os.open(os.path.join(directory, C.offset_to_file_name(start)), os.O_WRONLY)
+        except FileNotFoundError:
+            fd = _open_sized(directory, start, file_size)
         try:
             chunk = data[:start + file_size - at]
             data = data[len(chunk):]
@@ -342,7 +346,7 @@ class CqFileWriter(CqWriter):
             return False
         if not self.files:                                  # put: the first file, fillPreBlank
             self.first_created = at - at % self.file_size
-            self._new_file(self.first_created)
+            self._new_file(self.first_created, made=True)
         elif at < self.write_pos or (at > self.write_pos and not self.fill_gaps):
             return False
         self._fill_to(at)
@@ -353,8 +357,8 @@ class CqFileWriter(CqWriter):
         self.write_pos, self.max_phy = end, last_end
         return True
 
-    def _new_file(self, start: int) -> None:
-        self.stream.new_file(start)
+    def _new_file(self, start: int, made: bool = False) -> None:
+        self.stream.new_file(start, made)
         self.files = {start: bytearray()}       # the current file's start only; bytes live on disk
         self.write_pos = start
 
