@@ -119,13 +119,33 @@ def test_compiled_facts_equal_the_arrow_path(tmp_path_factory, msgs, damage, tai
     """scan_file's compiled facts (columnar.facts) and the Arrow columns of decode_facts give the same
     facts, queue codes, key hashes, dispatch properties and findings on random valid and damaged files
     (a window with text that is not ASCII takes the Arrow path)."""
+    raw = _file([_ascii(m) for m in msgs] if ascii_only else msgs, damage, tail)
+    compiled_windows, records = _assert_both_paths_agree(tmp_path_factory.mktemp("cl"), raw, deep)
+    if ascii_only and damage is None and records:
+        assert all(compiled_windows)
+
+
+def test_compiled_facts_take_text_beyond_ascii(tmp_path):
+    """Topics, TAGS, KEYS and UNIQ_KEY in other scripts (a code point above U+FFFF too) stay on the compiled
+    path, with Java's hashes over UTF-16 code units."""
+    from rmqtool.format.commitlog import Message
+
+    props = "TAGS\x01标签\x02KEYS\x01键1 𝄞键2\x02UNIQ_KEY\x01Ü1\x02".encode()
+    msgs = [Message(topic=t, properties_raw=props, queue_id=i % 2, queue_offset=i // 4)
+            for i, t in enumerate(["主题A", "TopicÄ", "主题A", "TopicÄ"] * 2)]
+    compiled_windows, records = _assert_both_paths_agree(tmp_path, _file(msgs, None, b""), True)
+    assert records == 8 and compiled_windows and all(compiled_windows)
+
+
+def _assert_both_paths_agree(directory, raw: bytes, deep: bool) -> tuple[list[bool], int]:
+    """scan_file's facts of the commit-log file ``raw`` from the compiled pass and from the Arrow path are
+    the same; returns, per window, whether the compiled pass took it, and the records."""
     from unittest import mock
 
     from rmqtool.ops import facts as facts_mod
     from rmqtool.store.filequeue import QueueFile
 
-    raw = _file([_ascii(m) for m in msgs] if ascii_only else msgs, damage, tail)
-    path = tmp_path_factory.mktemp("cl") / "00000000000000000000"
+    path = directory / "00000000000000000000"
     path.write_bytes(raw)
     f = QueueFile(path, 0, len(raw))
     runs, compiled_windows = [], []
@@ -141,8 +161,6 @@ def test_compiled_facts_equal_the_arrow_path(tmp_path_factory, msgs, damage, tai
         with mock.patch.object(facts_mod, "window_facts", counted if compiled else lambda *a, **k: None):
             runs.append((scan_file(f, names, deep=deep, keys=True, props=True), names.names))
     (a, names_a), (b, names_b) = runs
-    if ascii_only and damage is None and len(b):
-        assert all(compiled_windows)
     assert names_a == names_b
     for k in b.columns:
         assert a.columns[k].dtype == b.columns[k].dtype and a.columns[k].tolist() == b.columns[k].tolist(), k
@@ -150,3 +168,4 @@ def test_compiled_facts_equal_the_arrow_path(tmp_path_factory, msgs, damage, tai
     assert a.key_hashes.dtype == b.key_hashes.dtype
     assert all(a.props[k].equals(b.props[k]) for k in b.props)
     assert (a.stop, a.stop_offset, a.findings) == (b.stop, b.stop_offset, b.findings)
+    return compiled_windows, len(b)

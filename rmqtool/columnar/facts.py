@@ -6,8 +6,8 @@ an index into the window's distinct topics (numbered in order of first appearanc
 ``pyarrow.compute.dictionary_encode`` numbers them), the TAGS hashCode (the consume queue's tagsCode
 off the delay topic), and on request the index key hashes (IndexService.buildIndex: UNIQ_KEY, then each
 KEYS element split at a space, each hashed as IndexFile.indexKeyHashMethod of ``topic#key``). Java's
-String.hashCode runs over UTF-16 code units, which are the bytes of ASCII text: a window whose topics or
-hashed values hold any other byte gives None, and the caller takes the Arrow path
+String.hashCode runs over UTF-16 code units, taken from the UTF-8 text as it is walked: a window whose
+topics or hashed values are not valid UTF-8 gives None, and the caller takes the Arrow path
 (``rmqtool.columnar.decode.decode_facts``) for it.
 """
 
@@ -42,20 +42,47 @@ class WindowFacts(NamedTuple):
 
 @_helper
 def _text_hash(d, a, b, h):
-    """String.hashCode continued from ``h`` over the ASCII bytes d[a:b] (unsigned 32-bit); -1 at a byte
-    that is not ASCII. Four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
-    seen = 0
-    while a + 4 <= b:
-        c0, c1, c2, c3 = np.int64(d[a]), np.int64(d[a + 1]), np.int64(d[a + 2]), np.int64(d[a + 3])
-        seen |= c0 | c1 | c2 | c3
-        h = (h * 923521 + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & _M
-        a += 4
+    """String.hashCode continued from ``h`` over the UTF-8 text d[a:b] as Java holds it (UTF-16 code units,
+    a code point above U+FFFF as its surrogate pair; unsigned 32-bit); -1 where d[a:b] is not valid UTF-8
+    (as Python's decoder judges it: no overlong forms, surrogates or code points above U+10FFFF). ASCII
+    four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
     while a < b:
+        if a + 4 <= b:
+            c0, c1, c2, c3 = np.int64(d[a]), np.int64(d[a + 1]), np.int64(d[a + 2]), np.int64(d[a + 3])
+            if (c0 | c1 | c2 | c3) < 128:
+                h = (h * 923521 + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & _M
+                a += 4
+                continue
         c = np.int64(d[a])
-        seen |= c
-        h = (h * 31 + c) & _M
-        a += 1
-    return -1 if seen >= 128 else h
+        if c < 0x80:
+            h = (h * 31 + c) & _M
+            a += 1
+            continue
+        n = 1 if c < 0xE0 else 2 if c < 0xF0 else 3
+        if c < 0xC2 or c > 0xF4 or a + n >= b:
+            return -1
+        lo, hi = 0x80, 0xBF                     # the second byte's range (RFC 3629 table)
+        if c == 0xE0:
+            lo = 0xA0
+        elif c == 0xED:
+            hi = 0x9F
+        elif c == 0xF0:
+            lo = 0x90
+        elif c == 0xF4:
+            hi = 0x8F
+        cp = c & (0x1F if n == 1 else 0x0F if n == 2 else 0x07)
+        for j in range(1, n + 1):
+            x = np.int64(d[a + j])
+            if x < (lo if j == 1 else 0x80) or x > (hi if j == 1 else 0xBF):
+                return -1
+            cp = cp << 6 | (x & 0x3F)
+        a += n + 1
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = (h * 31 + 0xD800 + (cp >> 10)) & _M
+            cp = 0xDC00 + (cp & 0x3FF)
+        h = (h * 31 + cp) & _M
+    return h
 
 
 @_helper
@@ -66,11 +93,11 @@ def _index_hash(h):
 
 
 @_jit
-def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, ascii_s, ascii_e,
+def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, text_s, text_e,
                   want_keys, table, pair_table, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes):
     """(ok, topics, pairs, key hashes): the facts into the caller's arrays (``table`` and ``pair_table``:
     empty hash tables, a power of two of slots, at least twice the records; ``tags`` and ``counts`` zeros);
-    ok False: a byte that is not ASCII in a topic, a hashed value or one of the spans ``ascii_s``/``ascii_e``
+    ok False: text that is not valid UTF-8 in a topic, a hashed value or one of the spans ``text_s``/``text_e``
     (rows of spans)."""
     n = len(topic_pos)
     cap = len(table)
@@ -146,20 +173,20 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
                         k += 1
                     a = b + 1
             counts[i] = k - k0
-    for r in range(ascii_s.shape[0]):
+    for r in range(text_s.shape[0]):
         for i in range(n):
-            if ascii_s[r, i] >= 0 and _text_hash(d, ascii_s[r, i], ascii_e[r, i], _ZERO) < 0:
+            if text_s[r, i] >= 0 and _text_hash(d, text_s[r, i], text_e[r, i], _ZERO) < 0:
                 return False, topics, npairs, k
     return True, topics, npairs, k
 
 
-def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[str, ...] = ()) -> WindowFacts | None:
+def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[str, ...] = ()) -> WindowFacts | None:
     """The facts of the window's records (scanned without ``items``: spans point into ``data``); None when
-    a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``ascii_props``, is not ASCII."""
+    a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``text_props``, is not valid UTF-8."""
     n = win.n
-    spans = [win.prop(name) for name in ascii_props]
-    ascii_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), n)
-    ascii_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), n)
+    spans = [win.prop(name) for name in text_props]
+    text_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), n)
+    text_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), n)
     # contiguous copies of the spans (columns of the window's property block): one compiled type, whatever n
     tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e = (np.ascontiguousarray(s) for name in (
         C.PROPERTY_TAGS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_KEYS) for s in win.prop(name))
@@ -172,7 +199,7 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[s
     topic_index, first, topic_hash, pairs, pair_index = rows
     ok, topics, npairs, k = _window_facts(
         data, win["topic_pos"], win["topic_len"], win["queue_id"], tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e,
-        ascii_s, ascii_e, keys, slots[0], slots[1], topic_index, first, topic_hash, pairs, pair_index, tags, counts,
+        text_s, text_e, keys, slots[0], slots[1], topic_index, first, topic_hash, pairs, pair_index, tags, counts,
         hashes)
     if not ok:
         return None
@@ -181,10 +208,10 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, ascii_props: tuple[s
 
 
 def window_topic(data: np.ndarray, win: Window, facts: WindowFacts, t: int) -> str:
-    """The window's topic number ``t`` (ASCII: the window's facts were taken)."""
+    """The window's topic number ``t`` (valid UTF-8: the window's facts were taken)."""
     r = facts.first[t]
     a = win["topic_pos"][r]
-    return bytes(data[a:a + win["topic_len"][r]]).decode("ascii")
+    return bytes(data[a:a + win["topic_len"][r]]).decode()
 
 
 @_helper

@@ -182,7 +182,7 @@ class _Collector:
     def add_window(self, data: np.ndarray, win: Window, file_start: int) -> int:
         """``add`` for the records of a kernel window (scanned without items) over the mapped ``data``:
         their facts from one compiled pass (``rmqtool.columnar.facts``), or from the Arrow columns of
-        ``decode_facts`` when a topic or a hashed property is not ASCII. Returns the leading valid records."""
+        ``decode_facts`` when a topic or a hashed property is not valid UTF-8. Returns the leading valid records."""
         # columnar.decode, imported only here: it makes pyarrow import pandas (~56 MB in every worker)
         wf = window_facts(data, win, self.keys, DISPATCH_PROPERTIES if self.props else ())
         if wf is None:
