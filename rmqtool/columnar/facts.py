@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, _helper, _jit
+from rmqtool.columnar.kernel import Window, _helper, _jit, text_hash
 
 # Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
 DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
@@ -26,7 +26,7 @@ DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_I
 _M = 0xFFFFFFFF
 _SPACE = ord(C.KEY_SEPARATOR)
 _HASH_SIGN = ord("#")
-_ZERO = np.int64(0)     # a seed as a typed global, not a literal: _text_hash compiles once
+_ZERO = np.int64(0)     # a seed as a typed global, not a literal: text_hash compiles once
 
 
 class WindowFacts(NamedTuple):
@@ -38,51 +38,6 @@ class WindowFacts(NamedTuple):
     tags_code: np.ndarray        # int64: TAGS hashCode (0 without TAGS); delay-topic records not derived yet
     key_counts: np.ndarray       # int64: index keys per record (empty without keys)
     key_hashes: np.ndarray       # int32: the records' index key hashes one after another
-
-
-@_helper
-def _text_hash(d, a, b, h):
-    """String.hashCode continued from ``h`` over the UTF-8 text d[a:b] as Java holds it (UTF-16 code units,
-    a code point above U+FFFF as its surrogate pair; unsigned 32-bit); -1 where d[a:b] is not valid UTF-8
-    (as Python's decoder judges it: no overlong forms, surrogates or code points above U+10FFFF). ASCII
-    four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
-    while a < b:
-        if a + 4 <= b:
-            c0, c1, c2, c3 = np.int64(d[a]), np.int64(d[a + 1]), np.int64(d[a + 2]), np.int64(d[a + 3])
-            if (c0 | c1 | c2 | c3) < 128:
-                h = (h * 923521 + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & _M
-                a += 4
-                continue
-        c = np.int64(d[a])
-        if c < 0x80:
-            h = (h * 31 + c) & _M
-            a += 1
-            continue
-        n = 1 if c < 0xE0 else 2 if c < 0xF0 else 3
-        if c < 0xC2 or c > 0xF4 or a + n >= b:
-            return -1
-        lo, hi = 0x80, 0xBF                     # the second byte's range (RFC 3629 table)
-        if c == 0xE0:
-            lo = 0xA0
-        elif c == 0xED:
-            hi = 0x9F
-        elif c == 0xF0:
-            lo = 0x90
-        elif c == 0xF4:
-            hi = 0x8F
-        cp = c & (0x1F if n == 1 else 0x0F if n == 2 else 0x07)
-        for j in range(1, n + 1):
-            x = np.int64(d[a + j])
-            if x < (lo if j == 1 else 0x80) or x > (hi if j == 1 else 0xBF):
-                return -1
-            cp = cp << 6 | (x & 0x3F)
-        a += n + 1
-        if cp >= 0x10000:
-            cp -= 0x10000
-            h = (h * 31 + 0xD800 + (cp >> 10)) & _M
-            cp = 0xDC00 + (cp & 0x3FF)
-        h = (h * 31 + cp) & _M
-    return h
 
 
 @_helper
@@ -105,7 +60,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
     for i in range(n):
         a = topic_pos[i]
         ln = topic_len[i]
-        h = _text_hash(d, a, a + ln, _ZERO)
+        h = text_hash(d, a, a + ln, _ZERO)
         if h < 0:
             return False, topics, npairs, k
         slot = h & (cap - 1)
@@ -145,7 +100,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             slot = (slot + 1) & (cap - 1)
         pair_index[i] = c
         if tag_s[i] >= 0:
-            g = _text_hash(d, tag_s[i], tag_e[i], _ZERO)
+            g = text_hash(d, tag_s[i], tag_e[i], _ZERO)
             if g < 0:
                 return False, topics, npairs, k
             tags[i] = g - (1 << 32) if g >= (1 << 31) else g
@@ -153,7 +108,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             head = (h * 31 + _HASH_SIGN) & _M
             k0 = k
             if uniq_s[i] >= 0:
-                g = _text_hash(d, uniq_s[i], uniq_e[i], head)
+                g = text_hash(d, uniq_s[i], uniq_e[i], head)
                 if g < 0:
                     return False, topics, npairs, k
                 hashes[k] = _index_hash(g)
@@ -166,7 +121,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
                     while b < e and d[b] != _SPACE:
                         b += 1
                     if b > a:
-                        g = _text_hash(d, a, b, head)
+                        g = text_hash(d, a, b, head)
                         if g < 0:
                             return False, topics, npairs, k
                         hashes[k] = _index_hash(g)
@@ -175,7 +130,7 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
             counts[i] = k - k0
     for r in range(text_s.shape[0]):
         for i in range(n):
-            if text_s[r, i] >= 0 and _text_hash(d, text_s[r, i], text_e[r, i], _ZERO) < 0:
+            if text_s[r, i] >= 0 and text_hash(d, text_s[r, i], text_e[r, i], _ZERO) < 0:
                 return False, topics, npairs, k
     return True, topics, npairs, k
 

@@ -557,35 +557,61 @@ def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
     return lists, offsets[:parts + 1], out[:used]
 
 
+_M32 = 0xFFFFFFFF
+_HASH_SEED = np.int64(0)     # a typed global, not a literal: text_hash compiles once
+
+
+@_helper
+def text_hash(d, a, b, h):
+    """String.hashCode continued from ``h`` over the UTF-8 text d[a:b] as Java holds it (UTF-16 code units,
+    a code point above U+FFFF as its surrogate pair; unsigned 32-bit); -1 where d[a:b] is not valid UTF-8
+    (as Python's decoder judges it: no overlong forms, surrogates or code points above U+10FFFF). ASCII
+    four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
+    while a < b:
+        if a + 4 <= b:
+            c0, c1, c2, c3 = np.int64(d[a]), np.int64(d[a + 1]), np.int64(d[a + 2]), np.int64(d[a + 3])
+            if (c0 | c1 | c2 | c3) < 128:
+                h = (h * 923521 + c0 * 29791 + c1 * 961 + c2 * 31 + c3) & _M32
+                a += 4
+                continue
+        c = np.int64(d[a])
+        if c < 0x80:
+            h = (h * 31 + c) & _M32
+            a += 1
+            continue
+        n = 1 if c < 0xE0 else 2 if c < 0xF0 else 3
+        if c < 0xC2 or c > 0xF4 or a + n >= b:
+            return -1
+        lo, hi = 0x80, 0xBF                     # the second byte's range (RFC 3629 table)
+        if c == 0xE0:
+            lo = 0xA0
+        elif c == 0xED:
+            hi = 0x9F
+        elif c == 0xF0:
+            lo = 0x90
+        elif c == 0xF4:
+            hi = 0x8F
+        cp = c & (0x1F if n == 1 else 0x0F if n == 2 else 0x07)
+        for j in range(1, n + 1):
+            x = np.int64(d[a + j])
+            if x < (lo if j == 1 else 0x80) or x > (hi if j == 1 else 0xBF):
+                return -1
+            cp = cp << 6 | (x & 0x3F)
+        a += n + 1
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = (h * 31 + 0xD800 + (cp >> 10)) & _M32
+            cp = 0xDC00 + (cp & 0x3FF)
+        h = (h * 31 + cp) & _M32
+    return h
+
+
 @_jit
 def java_hashes(d, starts, ends, out):
     """java.lang.String.hashCode of the UTF-8 text of each span (valid UTF-8; a negative start: 0) into
-    ``out``: over UTF-16 code units, a code point above U+FFFF as its surrogate pair."""
-    mask = np.int64(0xFFFFFFFF)
+    ``out`` (``text_hash``, signed)."""
     for i in range(len(starts)):
-        h = np.int64(0)
-        j = starts[i]
-        e = ends[i] if j >= 0 else j
-        while j < e:
-            b = np.int64(d[j])
-            if b < 0x80:
-                cp = b
-                j += 1
-            elif b < 0xE0:
-                cp = (b & 0x1F) << 6 | (np.int64(d[j + 1]) & 0x3F)
-                j += 2
-            elif b < 0xF0:
-                cp = (b & 0x0F) << 12 | (np.int64(d[j + 1]) & 0x3F) << 6 | (np.int64(d[j + 2]) & 0x3F)
-                j += 3
-            else:
-                cp = ((b & 0x07) << 18 | (np.int64(d[j + 1]) & 0x3F) << 12 | (np.int64(d[j + 2]) & 0x3F) << 6
-                      | (np.int64(d[j + 3]) & 0x3F))
-                j += 4
-            if cp >= 0x10000:
-                cp -= 0x10000
-                h = (31 * h + 0xD800 + (cp >> 10)) & mask
-                cp = 0xDC00 + (cp & 0x3FF)
-            h = (31 * h + cp) & mask
+        h = text_hash(d, starts[i], ends[i], _HASH_SEED) if starts[i] >= 0 else _HASH_SEED
         out[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
 
 
