@@ -5,6 +5,7 @@ row says its store and commit-log file. pyarrow, pandas and DuckDB read the same
 
 from __future__ import annotations
 
+import json
 import re
 
 import pyarrow as pa
@@ -133,3 +134,16 @@ def test_every_field_documented_in_the_readme_and_the_man_page():
         arrow = str(f.type).replace("list<item: string>", "list<string>").replace(", string>", ",string>")
         assert f"| `{f.name}` | {arrow} |" in readme, f.name
         assert re.search(rf"^\s*{f.name}\s+{re.escape(arrow)}\s", man, re.M), f.name
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_every_shape_counts_messages_as_the_broker(tmp_path, fmt):
+    """An inner batch record (a BatchCQ topic's MessageBatch) holds INNER_NUM messages; a classic batch is
+    one record per message: the manifest of what the producer put says how many messages the store holds."""
+    store = str(store_path("dev-batchcq-5x"))
+    puts = json.loads((store_path("dev-batchcq-5x").parent / "manifest.json").read_text())["puts"]
+    want = sum(int(p["kind"].split("(")[1].rstrip(")")) if "(" in p["kind"] else 1 for p in puts)
+    single = export([store], tmp_path / f"one.{fmt}", fmt)
+    flat = dataset.export_dataset([store], tmp_path / "flat", fmt)
+    assert single.records < want
+    assert single.messages == flat.messages == want

@@ -66,11 +66,10 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
                where=None, include_blank: bool = False, progress: Callable[[int], None] | None = None) -> PartResult:
     """Decode one commit-log file and write its part file(s) under ``out_dir``: the messages that pass
     ``where`` (a ``RecordFilter``), and BLANK padding too with ``include_blank`` (never when partitioned)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     from rmqtool.columnar import record_schema
-    from rmqtool.ops.export import export_batch, export_schema
+    from rmqtool.ops.export import export_batch, export_schema, message_total
     from rmqtool.ops.filters import keep_records
 
     result = PartResult()
@@ -85,7 +84,7 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
             if not batch.num_rows:
                 continue
             result.records += batch.num_rows
-            result.messages += pc.sum(pc.equal(batch.column("type"), "message").cast(pa.int64())).as_py() or 0
+            result.messages += message_total(batch)
             yield export_batch(batch, schema, f.store, f.uri) if fmt == "parquet" else batch
 
     fsys, root = scan.filesystem(out_dir)

@@ -166,7 +166,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         if not batch.num_rows:
             return
         result.records += batch.num_rows
-        result.messages += _message_count(batch)
+        result.messages += message_total(batch)
         if fmt == "parquet":
             batch = export_batch(batch, batch_schema, named, file_column(batch))
         writer(batch)
@@ -206,7 +206,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     return result
 
 
-def _message_count(batch) -> int:
+def message_total(batch) -> int:
     """Messages as the broker counts them (an inner batch record holds INNER_NUM: facts.message_counts)."""
     import pyarrow.compute as pc
 
