@@ -147,3 +147,8 @@ def test_every_shape_counts_messages_as_the_broker(tmp_path, fmt):
     flat = dataset.export_dataset([store], tmp_path / "flat", fmt)
     assert single.records < want
     assert single.messages == flat.messages == want
+    if fmt == "jsonl":              # a part per commit-log file, in order: the single file's lines
+        parts = sorted((tmp_path / "flat").glob("*.jsonl"))
+        assert len(parts) == 2 and b"".join(p.read_bytes() for p in parts) == (tmp_path / "one.jsonl").read_bytes()
+    else:
+        assert pq.read_table(tmp_path / "flat").equals(pq.read_table(tmp_path / "one.parquet"))

@@ -69,11 +69,13 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
     import pyarrow.compute as pc
 
     from rmqtool.columnar import record_schema
-    from rmqtool.ops.export import export_batch, export_schema, message_total
+    from rmqtool.ops.export import export_batch, export_schema, file_schema, message_total, writer
     from rmqtool.ops.filters import keep_records
 
     result = PartResult()
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
+    # a part file takes store and commitlog_file as dictionaries; write_dataset's partitions dense strings
+    batch_schema = file_schema(schema) if fmt == "parquet" and not partition_by else schema
     damaged = (lambda exc: result.damaged.append(str(exc))) if stop_at_damage else None
 
     def batches():
@@ -85,7 +87,7 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
                 continue
             result.records += batch.num_rows
             result.messages += message_total(batch)
-            yield export_batch(batch, schema, f.store, f.uri) if fmt == "parquet" else batch
+            yield export_batch(batch, batch_schema, f.store, f.uri) if fmt == "parquet" else batch
 
     fsys, root = scan.filesystem(out_dir)
     name = f"part-{index:05d}-{f.name}"
@@ -97,12 +99,15 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
         for batch in batches():
             if out is None:
                 path = posixpath.join(root, f"{name}.{_SUFFIX[fmt]}")
-                out = _open(fsys.open_output_stream(path), fmt, schema, body_encoding)
+                out = writer(fmt, fsys.open_output_stream(path), schema, body_encoding)
                 result.files.append(path)
             out(batch)
-    finally:
+    except BaseException:
         if out is not None:
-            out(None)
+            out(None, abort=True)
+        raise
+    if out is not None:
+        out(None)
     return result
 
 
@@ -133,38 +138,6 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
                      basename_template=f"{name}-{{i}}.parquet", existing_data_behavior="overwrite_or_ignore",
                      preserve_order=True, max_partitions=1 << 20,
                      file_visitor=lambda written: files.append(written.path))
-
-
-def _open(out, fmt: str, schema, body_encoding: str) -> Callable:
-    """write(batch) to the output stream ``out``; write(None) closes both."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        from rmqtool.ops.export import parquet_options
-        pw = pq.ParquetWriter(out, schema, **parquet_options(schema.names))
-
-        def write_parquet(batch) -> None:
-            if batch is None:
-                pw.close()
-                out.close()
-            else:
-                pw.write_batch(batch)
-        return write_parquet
-
-    import numpy as np
-    import pyarrow as pa
-
-    from rmqtool.columnar.text import json_lines
-
-    def write_jsonl(batch) -> None:
-        if batch is None:
-            out.close()
-            return
-        lines = json_lines(batch, body_encoding)
-        width = np.dtype(np.int64 if pa.types.is_large_string(lines.type) else np.int32)
-        offsets = np.frombuffer(lines.buffers()[1], width, len(lines) + 1, lines.offset * width.itemsize)
-        out.write(memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]])
-    return write_jsonl
 
 
 def _file_type(fsys, path: str, uri: str):

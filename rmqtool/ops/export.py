@@ -67,7 +67,7 @@ def export_schema(check_crc: bool = False):
 
 
 def export_batch(batch, schema, store: str, commitlog_file):
-    """``batch`` in the export ``schema``, or in ``_dictionary_files(schema)``: ``commitlog_file`` is one path
+    """``batch`` in the export ``schema``, or in ``file_schema(schema)``: ``commitlog_file`` is one path
     for every row, or a dictionary array (``_file_column``)."""
     import pyarrow as pa
 
@@ -78,7 +78,7 @@ def export_batch(batch, schema, store: str, commitlog_file):
                                        for col, fld in zip(columns, schema)], schema=schema)
 
 
-def _dictionary_files(schema):
+def file_schema(schema):
     """``schema`` with ``store`` and ``commitlog_file`` dictionary-encoded: a few values for every row, which
     Arrow's Parquet writer takes as they are (dense, it would hash every row's path back into a dictionary)."""
     import pyarrow as pa
@@ -156,8 +156,8 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
-    writer = _writer(fmt, tmp, schema, body_encoding)
-    batch_schema = _dictionary_files(schema) if fmt == "parquet" else schema
+    write_out = writer(fmt, tmp, schema, body_encoding)
+    batch_schema = file_schema(schema) if fmt == "parquet" else schema
     on_damage = result.damaged.append if stop_at_damage else None
 
     def write(batch, where, named: str, file_column) -> None:
@@ -169,7 +169,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         result.messages += message_total(batch)
         if fmt == "parquet":
             batch = export_batch(batch, batch_schema, named, file_column(batch))
-        writer(batch)
+        write_out(batch)
 
     # Python's cyclic garbage collector is paused for the bulk loop, which makes no reference cycles of its
     # own: each collection walks every object of the process (numba's ~100 K), ~0.07 CPU-s per GiB in all
@@ -193,10 +193,10 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             for f in logs:
                 for batch in record_batches(f, check_crc=check_crc, on_damage=on_damage):
                     write(batch, where, named, lambda b: f.uri)
-        writer(None)
+        write_out(None)
         os.replace(tmp, to)
     except BaseException:
-        writer(None, abort=True)
+        write_out(None, abort=True)
         tmp.unlink(missing_ok=True)
         raise
     finally:
@@ -227,14 +227,15 @@ def parquet_options(names: Sequence[str]) -> dict:
             "write_statistics": [c for c in names if c not in PARQUET_NO_STATISTICS]}
 
 
-def _writer(fmt: str, path: Path, schema, body_encoding: str) -> Callable:
-    """A write(batch) function; write(None) closes the output."""
+def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
+    """A write(batch) function over a path or an open binary stream ``out``; write(None) closes it. Parquet takes
+    batches in ``file_schema(schema)``."""
     if fmt == "parquet":
         import base64
 
         import pyarrow as pa
         import pyarrow.parquet as pq
-        pw = pq.ParquetWriter(path, _dictionary_files(schema), **parquet_options(schema.names))
+        pw = pq.ParquetWriter(out, file_schema(schema), **parquet_options(schema.names))
         # the Arrow schema readers restore is the export schema: store and commitlog_file read back as strings
         pw.add_key_value_metadata({"ARROW:schema": base64.b64encode(schema.serialize().to_pybytes())})
 
@@ -250,10 +251,13 @@ def _writer(fmt: str, path: Path, schema, body_encoding: str) -> Callable:
             pending.clear()
             if batch is None:
                 pw.close()
+                if not isinstance(out, (str, os.PathLike)):
+                    out.close()
         return write_parquet
 
     from rmqtool.columnar.text import export_csv_header, text_chunks
-    out = open(path, "wb")
+    if isinstance(out, (str, os.PathLike)):
+        out = open(out, "wb")
     started = False
 
     def write_text(batch, abort: bool = False) -> None:
