@@ -76,7 +76,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     compression, dictionary encoding for type, magic_code, topic, born_host, store_host, tags, store and
     commitlog_file only, delta encoding (DELTA_BINARY_PACKED) for the integer columns but body_crc and
     tags_code, min/max statistics for every column but body, properties, properties_raw, keys, uniq_key,
-    msg_id, type, magic_code, born_host and store_host, and (one file) row groups of 65,536 records:
+    msg_id, type, magic_code, born_host and store_host, and row groups of 65,536 records (but in Hive partitions):
 
     \b
     Parquet fields:
