@@ -268,13 +268,15 @@ _crc32 = _crc32_clmul if _has_clmul() else _crc32_tables
 
 
 @_jit
-def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_off, cols, props, items, bodies,
-          topics, properties, parsed, ids):
+def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items, bodies, topics, properties, parsed,
+          ids):
     """(n, next, bad, full, body_used, topic_used, props_used, ids_used): see ``scan_window``, into the
-    caller's buffers (``full``: the window stopped where they are full); with ``want_items`` bodies, topics
-    and properties are copied while the record is in cache, each kind one after another into its buffer
-    (at body_off, topic_off, props_off), and the msgId texts into ``ids`` (at id_off). No array is made or
-    grown in the loop (that costs reference counting on every record)."""
+    caller's buffers (``full``: the window stopped where they are full); ``t``: the CRC tables, None for no
+    CRC; with ``items`` (else None, and the buffers after it too) bodies, topics and properties are copied
+    while the record is in cache, each kind one after another into its buffer (at body_off, topic_off,
+    props_off), and the msgId texts into ``ids`` (at id_off). No array is made or grown in the loop (that
+    costs reference counting on every record). A None argument compiles its part out (numba drops a branch
+    on ``argument is None`` before typing): a command compiles only the variant it runs."""
     size = len(d)
     m1 = np.int64(C.MESSAGE_MAGIC_CODE) - (np.int64(1) << 32)
     m2 = np.int64(C.MESSAGE_MAGIC_CODE_V2) - (np.int64(1) << 32)
@@ -331,7 +333,7 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         if props_len >= 32768 or props_pos + props_len != end:
             bad = p
             break
-        if n == cols.shape[1] or want_items and (
+        if n == cols.shape[1] or items is not None and (
                 m + props_len // 2 + 1 > items.shape[1] or ids_used + 2 * (store_len + 8) > len(ids)
                 or body_used + body_len > len(bodies) or topic_used + topic_len > len(topics)
                 or props_used + props_len > len(properties)):
@@ -362,10 +364,10 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
         cols[20, n] = props_len
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
         cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
-            if check_crc else 1
+            if t is not None else 1
         cols[26, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
         cols[27, n] = _i64(d, store_host)
-        if want_items:
+        if items is not None:
             cols[28, n] = ids_used
             ids_used = _msg_id(d, store_host, store_len, cols[7, n], ids, ids_used)
             cols[23, n] = body_used
@@ -375,10 +377,9 @@ def _scan(d, d64, shift, pos, limit, gap, check_crc, want_items, t, names, name_
             cols[25, n] = props_used
             props_used = _copy(d, props_pos, props_len, properties, props_used)
             # parsed in the copy (in cache; spans in the copies, which later gathers read in order)
-            m = _properties(parsed, props_used - props_len, props_used, props, n, items, m, want_items,
-                                         names, name_off)
+            m = _properties(parsed, props_used - props_len, props_used, props, n, items, m, names, name_off)
         else:
-            m = _properties(d, props_pos, end, props, n, items, m, want_items, names, name_off)
+            m = _properties(d, props_pos, end, props, n, items, m, names, name_off)
         cols[22, n] = m
         n += 1
         pos = end
@@ -444,13 +445,13 @@ def _find(d, a, end, two_only):
 
 
 @_helper
-def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
+def _properties(d, a, end, props, row, items, m, names, name_off):
     """Parse the PROPERTIES in d[a:end] as the 4.9.1+ broker does (items between \\x02; key and value at
     the first \\x01, both non-empty): the value span of each name in ``names`` into ``props[row]`` (start,
-    end per name; the last one of a repeated key, as a dict keeps), and with ``want_items`` each item's (key
-    start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller); a repeated key keeps
-    its first place and takes its last value, as a dict does (4.9.7's batch messages repeat WAIT). Returns
-    the new m."""
+    end per name; the last one of a repeated key, as a dict keeps), and with ``items`` (else None) each
+    item's (key start, \\x01, end) appended to ``items`` at ``m`` (room for all made by the caller); a
+    repeated key keeps its first place and takes its last value, as a dict does (4.9.7's batch messages
+    repeat WAIT). Returns the new m."""
     k = len(name_off) - 1
     first_item = m
     while a < end:
@@ -469,7 +470,7 @@ def _properties(d, a, end, props, row, items, m, want_items, names, name_off):
                     props[row, 2 * j] = cut + 1
                     props[row, 2 * j + 1] = b
                     break
-            if want_items:
+            if items is not None:
                 i = first_item
                 while i < m and not (items[1, i] - items[0, i] == klen and _same(d, items[0, i], d, a, klen)):
                     i += 1
@@ -698,17 +699,20 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     span = max(limit - pos, 0)
     while True:
         cap = span // (MIN_RECORD + gap) + 2
-        heap = span + 4096 if items else 0
         cols, props = _pooled((len(FIELDS), cap), np.int64), _pooled((cap, 2 * len(PROPERTIES)), np.int64)
-        its, ids = _pooled((3, max(heap // 4, 16)), np.int64), _pooled((cap * _ID_ROOM if items else 0,), np.uint8)
-        bodies, topics, properties = _pooled((heap,), np.uint8), _pooled((heap,), np.uint8), _pooled((heap,), np.uint8)
+        its = bodies = topics = properties = parsed = ids = None
+        if items:
+            heap = span + 4096
+            its, ids = _pooled((3, heap // 4), np.int64), _pooled((cap * _ID_ROOM,), np.uint8)
+            bodies, topics, properties = (_pooled((heap,), np.uint8) for _ in range(3))
+            parsed = _read_only(properties)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = _scan(
-            data, d64, shift, pos, limit, gap, check_crc, items, _CRC_T, _NAME_BYTES, _NAME_OFF, cols, props, its,
-            bodies, topics, properties, _read_only(properties), ids)
+            data, d64, shift, pos, limit, gap, _CRC_T if check_crc else None, _NAME_BYTES, _NAME_OFF, cols, props, its,
+            bodies, topics, properties, parsed, ids)
         if n or not full:
             break
         span = len(data) - pos             # one record larger than the window: room for the rest of the data
     if not items:
-        return Window(cols, props, its, (), n, nxt, bad)
+        return Window(cols, props, None, (), n, nxt, bad)
     return Window(cols, props, its, (bodies[:body_used], topics[:topic_used], properties[:props_used]), n, nxt, bad,
                   ids=ids[:ids_used])

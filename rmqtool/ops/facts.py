@@ -21,10 +21,11 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
 from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
-from rmqtool.columnar.props import arrow, property_values, spans, strings, valid_rows
+from rmqtool.columnar.props import arrow, property_values, strings
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
-from rmqtool.format.java import java_string_hash
+from rmqtool.format.java import java_string_hash, tags_code
+from rmqtool.format.properties import parse_properties
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.workers import default_jobs, process_imap
 from rmqtool.store.broker_model import step_over
@@ -191,17 +192,14 @@ class _Collector:
         tags, bad = wf.tags_code, np.zeros(win.n, bool)
         schedule = [t for t in np.flatnonzero(wf.topic_hash == _SCHEDULE_HASH).tolist()
                     if window_topic(data, win, wf, t) == C.RMQ_SYS_SCHEDULE_TOPIC]
-        if schedule:                                    # the DELAY level's deliver time (a bad one: null)
-            from rmqtool.columnar.decode import _tags_codes
+        if schedule:                # the DELAY level's deliver time, record by record as the decoder takes it
             rows = np.flatnonzero(wf.topic_index == schedule[0])
-            pos = win["props_pos"][rows]
-            codes = _tags_codes(spans(data, *(s[rows] for s in win.prop(C.PROPERTY_TAGS))),
-                                pa.repeat(pa.scalar(C.RMQ_SYS_SCHEDULE_TOPIC), len(rows)),
-                                spans(data, pos, pos + win["props_len"][rows], pa.binary()),
-                                arrow(win["store_timestamp"][rows], pa.int64()))
-            null = ~valid_rows(codes)                   # (no to_numpy: it imports pandas)
-            bad[rows] = null
-            tags[rows] = np.where(null, 0, np.frombuffer(codes.buffers()[1], np.int64, len(codes), codes.offset))
+            for r, p, n, ts in zip(rows.tolist(), win["props_pos"][rows].tolist(), win["props_len"][rows].tolist(),
+                                   win["store_timestamp"][rows].tolist()):
+                try:
+                    tags[r] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(bytes(data[p:p + n])), ts)
+                except ValueError:          # a malformed DELAY: the broker rejects such a record
+                    tags[r], bad[r] = 0, True
         if self.deep:
             bad |= win["crc_ok"] == 0
         ok = int(np.argmax(bad)) if bad.any() else win.n
