@@ -2,9 +2,10 @@
 
 The kernel (``rmqtool.columnar.kernel``) has checked the records, gathered their fixed fields and found
 the spans of topic, body, properties and the property values; here those become Arrow arrays: numeric
-columns over its output (int32 ones cast by Arrow), bodies, topics, properties and msgIds (as hex) as the
-kernel copied them in its pass, property keys and values copied out of the mapped file in one compiled
-gather per column, hosts formatted once per distinct value, tagsCode hashed by the kernel.
+columns over its output, bodies, topics, properties and msgIds (as hex) as the kernel copied them in its
+pass, property keys and values copied out of the mapped file in one compiled gather per column, hosts
+formatted once per distinct value, tagsCode hashed by the kernel. Columns are built from numpy buffers, not
+by Arrow compute calls (each costs tens of microseconds a batch before it starts).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 
 _MAGIC_TEXT = strings([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
-_MESSAGE, _SCHEDULE_TOPIC = strings(["message", C.RMQ_SYS_SCHEDULE_TOPIC])   # as scalars: Python values would import pandas
+_MESSAGE = strings(["message"])[0]          # as a scalar: a Python value would import pandas
+_SCHEDULE_TOPIC = np.frombuffer(C.RMQ_SYS_SCHEDULE_TOPIC.encode(), np.uint8)
 _TS = pa.timestamp("ms")
 
 
@@ -36,7 +38,7 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
         "type": pa.repeat(_MESSAGE, n),
         "physical_offset": _physical_offsets(win, file_start),
         "total_size": _int32(win["total"]),
-        "magic_code": _MAGIC_TEXT.take(_int64(win["v2"])),
+        "magic_code": _magic_codes(win["v2"]),
         "body_crc": _int32(win["body_crc"]),
         "queue_id": _int32(win["queue_id"]),
         "flag": _int32(win["flag"]),
@@ -57,7 +59,7 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     cols["msg_id"] = _msg_ids(win)
     cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
     if check_crc:
-        cols["crc_ok"] = _int64(win["crc_ok"]).cast(pa.bool_())
+        cols["crc_ok"] = _bools(win["crc_ok"])
     schema = record_schema(check_crc)
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
@@ -93,22 +95,33 @@ def decode_facts(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     cols["tags_code"] = _tags_codes(props[C.PROPERTY_TAGS], cols["topic"], props_raw, cols["store_timestamp"])
     names = list(FACT_COLUMNS)
     if check_crc:
-        cols["crc_ok"] = _int64(win["crc_ok"]).cast(pa.bool_())
+        cols["crc_ok"] = _bools(win["crc_ok"])
         names.append("crc_ok")
     return pa.RecordBatch.from_arrays([cols[name] for name in names], names=names)
 
 
 def _int32(values: np.ndarray) -> pa.Array:
-    return _int64(values).cast(pa.int32(), safe=False)
+    return arrow(values.astype(np.int32), pa.int32())
 
 
 def _int64(values: np.ndarray) -> pa.Array:
     return arrow(values, pa.int64())
 
 
+def _bools(values: np.ndarray) -> pa.Array:
+    bits = np.packbits(values != 0, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+
+
 def _physical_offsets(win: Window, file_start: int) -> pa.Array:
-    starts = _int64(win.starts)
-    return pc.add(starts, _int64(np.array([file_start]))[0]) if file_start else starts
+    return _int64(win.starts + file_start if file_start else win.starts)
+
+
+def _magic_codes(v2: np.ndarray) -> pa.Array:
+    """The magic code's text per record (a window holds records of one magic code, mostly)."""
+    if len(v2) and (v2 == v2[0]).all():
+        return pa.repeat(_MAGIC_TEXT[int(v2[0])], len(v2))
+    return _MAGIC_TEXT.take(_int64(v2))
 
 
 def _copied(win: Window, buf: np.ndarray, starts: np.ndarray, last: int, type_: pa.DataType) -> pa.Array:
@@ -142,10 +155,17 @@ def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Arra
         enc = pc.dictionary_encode(spans(data, pos, pos + width, pa.binary()))
         text = [str(Host(v[:-4], int.from_bytes(v[-4:], "big", signed=True))) for v in enc.dictionary.to_pylist()]
     else:
-        enc = pc.dictionary_encode(_int64(win[f"{which}_key"]))
-        text = [str(Host((k >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)))
-                for k in enc.dictionary.to_pylist()]
+        keys = win[f"{which}_key"]
+        if len(keys) and (keys == keys[0]).all():         # one host (the store host, mostly): no hashing
+            return pa.repeat(strings([_ipv4_host(int(keys[0]))])[0], len(keys))
+        enc = pc.dictionary_encode(_int64(keys))
+        text = [_ipv4_host(k) for k in enc.dictionary.to_pylist()]
     return strings(text).take(enc.indices)
+
+
+def _ipv4_host(key: int) -> str:
+    """The text of an IPv4 host from the kernel's key (address and port as one int64)."""
+    return str(Host((key >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), (key & 0xFFFFFFFF) - ((key & 0x80000000) << 1)))
 
 
 def _msg_ids(win: Window) -> pa.Array:
@@ -161,16 +181,24 @@ def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: 
     hashes = np.empty(len(tags), np.int64)
     java_hashes(np.frombuffer(text, np.uint8) if text is not None else np.zeros(1, np.uint8),
                 np.where(valid_rows(tags), offsets[:-1], -1), offsets[1:], hashes)
-    codes = _int64(hashes)
-    delayed = pc.equal(topic, _SCHEDULE_TOPIC)
-    if not pc.any(delayed).as_py():
-        return codes
-    delayed = pc.indices_nonzero(delayed).to_pylist()
+    delayed = _delay_topic_rows(topic)
+    if not len(delayed):
+        return _int64(hashes)
     bad = np.zeros(len(hashes), bool)
     ts = store_ts.cast(pa.int64())
-    for i in delayed:
+    for i in delayed.tolist():
         try:
             hashes[i] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(props_raw[i].as_py()), ts[i].as_py())
         except ValueError:          # a malformed DELAY: the broker rejects such a record
             bad[i] = True
     return arrow(hashes, pa.int64(), bad)
+
+
+def _delay_topic_rows(topic: pa.Array) -> np.ndarray:
+    """The rows whose topic is the delay topic (SCHEDULE_TOPIC_XXXX)."""
+    offsets = np.frombuffer(topic.buffers()[1], np.int32, len(topic) + 1, topic.offset * 4)
+    rows = np.flatnonzero(np.diff(offsets) == len(_SCHEDULE_TOPIC))
+    if not len(rows):
+        return rows
+    text = np.frombuffer(topic.buffers()[2], np.uint8)
+    return rows[(text[offsets[rows, None] + np.arange(len(_SCHEDULE_TOPIC))] == _SCHEDULE_TOPIC).all(axis=1)]

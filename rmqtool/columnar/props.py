@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, gather_spans, split_spans
+from rmqtool.columnar.kernel import PROPERTIES, Window, gather_spans, split_spans
 from rmqtool.format.properties import parse_properties
 from rmqtool.format.rows import real_queue_id
 
@@ -29,22 +29,32 @@ def properties_from(data: np.ndarray, win: Window, raw: pa.BinaryArray) -> dict[
     (a batch with invalid UTF-8 takes the record-at-a-time parser)."""
     if not _utf8(raw):
         return _per_record(raw)
-    its, counts = win.item_spans()
+    its, _ = win.item_spans()
     keys = spans(data, its[0], its[1])
     values = spans(data, its[1] + 1, its[2])
     offsets = np.zeros(win.n + 1, np.int32)
-    np.cumsum(counts, out=offsets[1:])
+    offsets[1:] = win["items_end"] - win.item_base
     out = {"properties": pa.MapArray.from_arrays(arrow(offsets, pa.int32()), keys, values)}
-    out.update(property_values(data, win, _COLUMN_PROPERTIES))
-    out["keys"] = key_lists(data, *win.prop(C.PROPERTY_KEYS))
-    out["real_queue_id"] = queue_ids(property_values(data, win, {"q": C.PROPERTY_REAL_QUEUE_ID})["q"])
+    found = prop_spans(win, [*_COLUMN_PROPERTIES.values(), C.PROPERTY_KEYS, C.PROPERTY_REAL_QUEUE_ID])
+    out.update({col: spans(data, *found[name]) for col, name in _COLUMN_PROPERTIES.items()})
+    out["keys"] = key_lists(data, *found[C.PROPERTY_KEYS])
+    out["real_queue_id"] = queue_ids(spans(data, *found[C.PROPERTY_REAL_QUEUE_ID]))
     return out
 
 
 def property_values(data: np.ndarray, win: Window, names: dict[str, str]) -> dict[str, pa.Array]:
     """Column name -> the values of that property per record (null where absent), from the window's spans
     over ``data`` (valid UTF-8 assumed: the caller checked the records' PROPERTIES)."""
-    return {col: spans(data, *win.prop(name)) for col, name in names.items()}
+    found = prop_spans(win, names.values())
+    return {col: spans(data, *found[name]) for col, name in names.items()}
+
+
+def prop_spans(win: Window, names) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Property name -> (value starts, value ends) per record (``Window.prop``), as contiguous arrays made by
+    one transposing copy of the window's property block (a strided copy per column costs twice that)."""
+    cols = [PROPERTIES.index(name) for name in names]
+    block = np.ascontiguousarray(win.props[:win.n, :2 * max(cols, default=-1) + 2].T)
+    return {name: (block[2 * j], block[2 * j + 1]) for name, j in zip(names, cols)}
 
 
 def arrow(values: np.ndarray, type_: pa.DataType, missing: np.ndarray | None = None) -> pa.Array:
