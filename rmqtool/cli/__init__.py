@@ -7,6 +7,7 @@ Errors become one line on stderr (``rmqtool: error: ...``) and an exit status fr
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import warnings
@@ -170,11 +171,18 @@ def main(argv: list[str] | None = None) -> None:
     if "--traceback" in args:   # accepted anywhere on the command line
         args.remove("--traceback")
         args.insert(0, "--traceback")
+    # Start-up makes ~120,000 long-lived objects (click, numpy, pyarrow, numba's registries) that the cyclic
+    # collector would walk again and again (by default every 700 allocations) and once more at exit: a tenth
+    # of a bulk command's CPU time on 128 MB. Young objects are collected every 50,000 allocations, and the
+    # collection at exit leaves all objects alone (frozen: the process ends, the system frees its memory).
+    gc.set_threshold(50_000, 10, 10)
     try:
         cli.main(args=args, prog_name="rmqtool")
     except BrokenPipeError:
         _silence_stdout()
         sys.exit(ExitCode.OK)
+    finally:
+        gc.freeze()
 
 
 def _register() -> None:
