@@ -73,15 +73,16 @@ def _crc_tables() -> np.ndarray:
 def _jit(fn):
     """Compiled with numba, its machine code cached on disk; where numba finds no writable cache location
     (a read-only install, an unwritable home and no NUMBA_CACHE_DIR) it is compiled once per process, said
-    in one line on stderr."""
+    in one line on stderr. Python calls it: no C-callable wrapper (only first-class function values need
+    one; it costs ~1 ms of a first compile per array argument)."""
     try:
-        return njit(cache=True, nogil=True)(fn)
+        return njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
     except RuntimeError:          # numba's "cannot cache function ...: no locator available"
         if not _UNCACHED:
             _UNCACHED.append(fn.__name__)
             sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
                              "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
-        return njit(nogil=True)(fn)
+        return njit(nogil=True, no_cfunc_wrapper=True)(fn)
 
 
 _UNCACHED: list[str] = []

@@ -116,7 +116,8 @@ def _digits(v):
 def _lengths(n, parts, lit, end_len, offsets):
     """offsets[i + 1] - offsets[i]: the length of line i (a column at a time)."""
     lens = offsets[1:]
-    lens[:] = end_len
+    for i in range(n):
+        lens[i] = end_len
     for p in range(parts.shape[0]):
         kind, bitmap, bit, a0, a1, a3 = parts[p, KIND], parts[p, VALID], parts[p, BIT], parts[p, A0], parts[p, A1], \
             parts[p, A3]
