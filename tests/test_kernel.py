@@ -174,7 +174,7 @@ def test_csv_lines_are_the_row_writers_bytes(tmp_path_factory, msgs, topics, val
 
 @pytest.mark.parametrize("name", ["dev-sample", "dev-dledger-5x", "dev-lmq-5x"])
 def test_cat_commitlog_csv_batches_are_the_row_path(name):
-    """The batch path (any count) prints what the record-at-a-time path (-n up to 100) prints."""
+    """The batch path (any count) prints what the record-at-a-time path (-n up to FEW_RECORDS) prints."""
     from conftest import run, store_path
 
     for extra in ([], ["--no-headers"], ["--check-crc", "--body", "hex"]):

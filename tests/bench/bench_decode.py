@@ -8,8 +8,8 @@ process on the first commit-log file; the table gives MB/s (10^6 bytes of commit
 records/s, the ratio to reading the file from page cache, the CPU seconds of the measure and MB per CPU
 second (robust when other jobs share the cores), and the process's peak RSS. The naive
 record-at-a-time decoder runs over the first --naive-mb MB only (its rate does not depend on size), and
-``cat-commitlog FILE -n N -f FORMAT > /dev/null`` (the whole command, start-up included) over the records
-of the first --cat-mb MB.
+``cat-commitlog FILE -n N -f FORMAT > /dev/null`` (the whole command, start-up included, its modules
+compiled to bytecode once as an installed tool's are) over the records of the first --cat-mb MB.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 GIB = 1 << 30
+PYCACHE = Path(tempfile.gettempdir()) / "rmqtool-bench-pycache"    # compiled once, as an installed tool is
 MEASURES = [
     ("read", "read the file from page cache (8 MiB readinto)"),
     ("walk", "record-boundary walk only"),
@@ -95,9 +96,10 @@ def measure(name: str, path: Path, scratch: Path, naive_bytes: int) -> dict:
             if size >= naive_bytes:
                 break
         started, cpu = time.perf_counter(), _cpu()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(PYCACHE), "COLUMNS": "200"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         subprocess.run([sys.executable, "-m", "rmqtool", "cat-commitlog", str(path), "-n", str(records),
-                        "-f", name[4:]], stdout=subprocess.DEVNULL, check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+                        "-f", name[4:]], stdout=subprocess.DEVNULL, check=True, env=env, cwd=ROOT)
     else:
         from rmqtool.ops.export import export_local
         out = scratch / f"bench-out.{name}"
@@ -169,6 +171,8 @@ def main() -> None:
         path = ensure_store(store)
         scratch = Path(tmp)
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)   # warm the page cache
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "rmqtool")], check=True,
+                       env={**os.environ, "PYTHONPYCACHEPREFIX": str(PYCACHE)})     # rmqtool's modules, once
         print(f"file: {path} ({path.stat().st_size} bytes); load average {os.getloadavg()[0]:.2f}; "
               f"{os.cpu_count()} cores", flush=True)
         header = (f"{'measure':<54} {'s':>7} {'MB/s':>8} {'records/s':>11} {'x read':>7} {'cpu s':>7} "
