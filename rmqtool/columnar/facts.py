@@ -210,45 +210,40 @@ def _find_pair(p_slots, p_key, t, q):
 
 
 @_jit
-def _lookup(d, topic_pos, topic_len, first, topic_hash, pairs, t_slots, t_hash, t_start, t_len, t_bytes, p_slots,
-            p_key, p_code, codes, number):
-    """The code of each of a window's pairs into ``codes`` (-1 there: the table has none); ``number``: room
-    for the table's number of each of the window's topics."""
+def _table_codes(d, topic_pos, topic_len, first, topic_hash, pairs, codes, t_slots, t_hash, t_start, t_len,
+                 t_bytes, p_slots, p_key, p_code, used, number):
+    """The table's code of each of a window's ``pairs`` into ``codes``; a pair the table lacks keeps its
+    code there: -1 (looked up only), or one the caller gives, and then the pair goes into the table with it
+    (the caller has made room). ``used``: (topics, topic bytes, pairs) in the table, updated; ``number``:
+    room for the table's number of each of the window's topics. One function for look-up and insert: each
+    compiled function costs a first run ~0.1 CPU-s."""
     for w in range(len(first)):
-        r = first[w]
-        number[w] = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, topic_pos[r], topic_len[r],
-                                topic_hash[w])[0]
-    for i in range(len(pairs)):
-        t = number[pairs[i] >> 32]
-        if t >= 0:
-            c = _find_pair(p_slots, p_key, t, pairs[i] & _M)[0]
-            if c >= 0:
-                codes[i] = p_code[c]
-
-
-@_jit
-def _insert(d, topic_pos, topic_len, first, topic_hash, pairs, codes, t_slots, t_hash, t_start, t_len, t_bytes,
-            p_slots, p_key, p_code, used):
-    """Put a window's pairs (not in the table) with their codes into it; ``used``: (topics, topic bytes,
-    pairs) so far, updated. The caller has made room."""
+        number[w] = -2                      # not looked up yet
     for i in range(len(pairs)):
         w = pairs[i] >> 32
-        r = first[w]
-        a, ln, h = topic_pos[r], topic_len[r], topic_hash[w]
-        t, slot = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, a, ln, h)
+        t = number[w]
+        if t == -2:
+            r = first[w]
+            a, ln, h = topic_pos[r], topic_len[r], topic_hash[w]
+            t, slot = _find_topic(t_slots, t_hash, t_start, t_len, t_bytes, d, a, ln, h)
+            if t < 0 and codes[i] >= 0:
+                t = used[0]
+                t_slots[slot] = t
+                t_hash[t], t_start[t], t_len[t] = h, used[1], ln
+                for j in range(ln):         # not a slice assignment: its shape check compiles an error message
+                    t_bytes[used[1] + j] = d[a + j]
+                used[0] += 1
+                used[1] += ln
+            number[w] = t
         if t < 0:
-            t = used[0]
-            t_slots[slot] = t
-            t_hash[t], t_start[t], t_len[t] = h, used[1], ln
-            for j in range(ln):             # not a slice assignment: its shape check compiles an error message
-                t_bytes[used[1] + j] = d[a + j]
-            used[0] += 1
-            used[1] += ln
+            continue
         c, slot = _find_pair(p_slots, p_key, t, pairs[i] & _M)
-        c = used[2]
-        p_slots[slot] = c
-        p_key[c], p_code[c] = (t << 32) | (pairs[i] & _M), codes[i]
-        used[2] += 1
+        if c >= 0:
+            codes[i] = p_code[c]
+        elif codes[i] >= 0:
+            p_slots[slot] = used[2]
+            p_key[used[2]], p_code[used[2]] = (t << 32) | (pairs[i] & _M), codes[i]
+            used[2] += 1
 
 
 @_jit
@@ -277,10 +272,13 @@ class QueueTable:
     def lookup(self, data: np.ndarray, win: Window, facts: WindowFacts) -> np.ndarray:
         """The code of each pair of ``facts`` (-1: not in the table)."""
         codes = np.full(len(facts.pairs), -1, np.int64)
-        _lookup(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, facts.pairs, self.t_slots,
-                self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key, self.p_code, codes,
-                np.empty(len(facts.first), np.int64))
+        self._codes(data, win, facts, facts.pairs, codes)
         return codes
+
+    def _codes(self, data: np.ndarray, win: Window, facts: WindowFacts, pairs: np.ndarray, codes: np.ndarray):
+        _table_codes(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, pairs, codes,
+                     self.t_slots, self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key,
+                     self.p_code, self.used, np.empty(len(facts.first), np.int64))
 
     def insert(self, data: np.ndarray, win: Window, facts: WindowFacts, pairs: np.ndarray, codes: np.ndarray) -> None:
         """Pairs of ``facts.pairs`` that ``lookup`` did not find, with their codes."""
@@ -300,6 +298,4 @@ class QueueTable:
             self.p_key, self.p_code = np.resize(self.p_key, cap // 2), np.resize(self.p_code, cap // 2)
             self.p_slots = np.full(cap, -1, np.int64)
             _rehash(self.p_slots, self.p_key, count, False)
-        _insert(data, win["topic_pos"], win["topic_len"], facts.first, facts.topic_hash, pairs, codes,
-                self.t_slots, self.t_hash, self.t_start, self.t_len, self.t_bytes, self.p_slots, self.p_key,
-                self.p_code, self.used)
+        self._codes(data, win, facts, pairs, codes)
