@@ -17,14 +17,15 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES
 from rmqtool.columnar.kernel import Window, java_hashes
-from rmqtool.columnar.props import arrow, properties_from, property_values, spans, split_keys, strings, valid_rows
+from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, spans, split_keys, strings,
+                                   valid_rows)
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
 from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 
-_MAGIC_TEXT = strings([f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"])
-_MESSAGE = strings(["message"])[0]          # as a scalar: a Python value would import pandas
+_MAGIC_CODES = [f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"]
+_MAGIC_TEXT = strings(_MAGIC_CODES)
 _SCHEDULE_TOPIC = np.frombuffer(C.RMQ_SYS_SCHEDULE_TOPIC.encode(), np.uint8)
 _TS = pa.timestamp("ms")
 
@@ -35,7 +36,7 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     sys_flag = win["sys_flag"]
     props_raw = _heap(win, 2, "props")
     cols: dict[str, pa.Array] = {
-        "type": pa.repeat(_MESSAGE, n),
+        "type": _repeated("message", n),
         "physical_offset": _physical_offsets(win, file_start),
         "total_size": _int32(win["total"]),
         "magic_code": _magic_codes(win["v2"]),
@@ -84,10 +85,9 @@ def decode_facts(data: np.ndarray, win: Window, file_start: int, check_crc: bool
         "topic": _utf8(spans(data, win["topic_pos"], win["topic_pos"] + win["topic_len"], pa.binary())),
         "properties_raw": props_raw,
     }
-    try:
-        props_raw.cast(pa.string())
+    if as_text(props_raw) is not None:
         props = property_values(win.heap[2] if win.heap else data, win, _FACT_PROPERTIES)
-    except pa.ArrowInvalid:                           # invalid UTF-8: the record-at-a-time parser
+    else:                                             # invalid UTF-8: the record-at-a-time parser
         dicts = [parse_properties(b) for b in props_raw.to_pylist()]
         props = {name: pa.array([d.get(name) for d in dicts], pa.string()) for name in _FACT_PROPERTIES}
     cols.update({name: props[name] for name in DISPATCH_PROPERTIES})
@@ -120,8 +120,20 @@ def _physical_offsets(win: Window, file_start: int) -> pa.Array:
 def _magic_codes(v2: np.ndarray) -> pa.Array:
     """The magic code's text per record (a window holds records of one magic code, mostly)."""
     if len(v2) and (v2 == v2[0]).all():
-        return pa.repeat(_MAGIC_TEXT[int(v2[0])], len(v2))
+        return _repeated(_MAGIC_CODES[v2[0]], len(v2))
     return _MAGIC_TEXT.take(_int64(v2))
+
+
+_REPEATED: dict[str, pa.Array] = {}
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` n times: the first n rows of one array kept per text (building n copies costs ~50 us a
+    batch; a column of one value is common: type, magic code, store host)."""
+    have = _REPEATED.get(text)
+    if have is None or len(have) < n:
+        have = _REPEATED[text] = pa.repeat(strings([text])[0], max(n, 1 << 17))   # a scalar: a Python value
+    return have.slice(0, n)                                                         # would import pandas
 
 
 def _copied(win: Window, buf: np.ndarray, starts: np.ndarray, last: int, type_: pa.DataType) -> pa.Array:
@@ -140,10 +152,8 @@ def _heap(win: Window, k: int, part: str) -> pa.Array:
 
 def _utf8(raw: pa.Array) -> pa.Array:
     """UTF-8 text; invalid bytes become U+FFFD, as Java's new String(bytes, UTF_8) does."""
-    try:
-        return raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([b.decode("utf-8", "replace") for b in raw.to_pylist()], pa.string())
+    text = as_text(raw)
+    return pa.array([b.decode("utf-8", "replace") for b in raw.to_pylist()], pa.string()) if text is None else text
 
 
 def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Array:
@@ -157,7 +167,7 @@ def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Arra
     else:
         keys = win[f"{which}_key"]
         if len(keys) and (keys == keys[0]).all():         # one host (the store host, mostly): no hashing
-            return pa.repeat(strings([_ipv4_host(int(keys[0]))])[0], len(keys))
+            return _repeated(_ipv4_host(int(keys[0])), len(keys))
         enc = pc.dictionary_encode(_int64(keys))
         text = [_ipv4_host(k) for k in enc.dictionary.to_pylist()]
     return strings(text).take(enc.indices)

@@ -561,7 +561,7 @@ def _split(d, starts, ends, sep, lists, part_starts, part_ends):
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
     """(list offsets n + 1, part offsets, bytes): each span split at ``sep``, empty parts dropped."""
     d, starts, ends = _read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
-    room = int((ends - starts)[starts >= 0].sum()) // 2 + len(starts) + 1
+    room = int(np.where(starts >= 0, ends - starts, 0).sum()) // 2 + len(starts) + 1
     lists = _pooled((len(starts) + 1,), np.int32)
     part_starts, part_ends = _pooled((room,), np.int64), _pooled((room,), np.int64)
     parts = _split(d, starts, ends, sep, lists, part_starts, part_ends)

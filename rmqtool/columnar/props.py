@@ -27,7 +27,7 @@ def properties_from(data: np.ndarray, win: Window, raw: pa.BinaryArray) -> dict[
     """``properties``, ``tags``, ``keys``, ``uniq_key``, ``real_topic`` and ``real_queue_id`` from a kernel
     window's property spans (``win.items`` filled) over ``data``; ``raw`` holds the same records' PROPERTIES
     (a batch with invalid UTF-8 takes the record-at-a-time parser)."""
-    if not _utf8(raw):
+    if as_text(raw) is None:
         return _per_record(raw)
     its, _ = win.item_spans()
     keys = spans(data, its[0], its[1])
@@ -93,12 +93,16 @@ def spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, type_: pa.Data
     return pa.Array.from_buffers(type_, len(starts), [_validity(starts < 0), pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
-def _utf8(raw: pa.Array) -> bool:
+def as_text(raw: pa.Array) -> pa.Array | None:
+    """A binary array as a string array over the same buffers, or None where it is not valid UTF-8. Bytes
+    that are all ASCII (mostly) need one max over the buffer: a tenth of Arrow's UTF-8 validation."""
+    data = raw.buffers()[2]
+    if data is None or np.frombuffer(data, np.uint8).max(initial=0) < 0x80:
+        return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count, raw.offset)
     try:
-        raw.cast(pa.string())
-        return True
+        return raw.cast(pa.string())
     except pa.ArrowInvalid:
-        return False
+        return None
 
 
 def _offsets(arr: pa.Array) -> np.ndarray:
