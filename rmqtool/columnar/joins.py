@@ -131,28 +131,15 @@ def _join_entries(offsets, key_offsets, key_hashes, phy, key_hash, matched, at, 
                 matched[s] = True
 
 
-@_jit
-def unmatched_keys(key_offsets, key_hashes, matched, wanted):
+def unmatched_keys(key_offsets, key_hashes, matched, wanted) -> tuple[int, int]:
     """(distinct (record, key hash) pairs of the ``wanted`` records that no entry holds, the first such
-    record or -1)."""
-    count, first = 0, -1
-    for r in range(len(wanted)):
-        if not wanted[r]:
-            continue
-        a = key_offsets[r]
-        for s in range(a, key_offsets[r + 1]):
-            if matched[s]:
-                continue
-            seen = False
-            for t in range(a, s):                  # the same hash twice in a record counts once
-                if key_hashes[t] == key_hashes[s]:
-                    seen = True
-                    break
-            if not seen:
-                count += 1
-                if first < 0:
-                    first = r
-    return count, first
+    record or -1). An entry marks every key of its hash in its record, so only unmatched keys count (few:
+    numpy over them, not one more function to compile on a first run)."""
+    at = np.flatnonzero(~matched)
+    rows = np.searchsorted(key_offsets, at, side="right") - 1      # the record each key belongs to
+    keep = wanted[rows]
+    pairs = np.unique(rows[keep] << 32 | (key_hashes[at[keep]].astype(np.int64) & 0xFFFFFFFF))
+    return len(pairs), int(pairs[0] >> 32) if len(pairs) else -1
 
 
 def unbroken(first: np.ndarray, queue_offset: np.ndarray, end: np.ndarray) -> np.ndarray:
