@@ -14,7 +14,12 @@ measure's whole process tree (the sum over its processes, sampled every 50 ms, o
 peak from wait4 when that is higher) and peak PSS (the same sum of proportional set sizes, sampled every
 0.2 s: pages a forked worker shares with its parent counted once). Rate targets are judged on the stores
 of 4 GiB and more, RSS at every size.
-Outputs go under DIR and are removed after each measure:
+Outputs go under DIR/scratch-*, each measure's in its own directory, written back after the measure (sync) and
+removed when the script ends: files removed just before a measure would make its own file creation slower
+(ext4 without a journal, as here, passes over the inodes freed in the last minute when it allocates one:
+rebuild-cq's 2,000 queue directories and files took ~0.3 CPU-s instead of ~0.05 right after the previous
+measure's were removed, and only rebuild-cq, run after rebuild-cq-1, paid it). Runs of the script less than a
+minute apart carry that cost into the next run's first rebuild-cq measure.
 
 - ``decode_crc``: ``iter_record_batches(check_crc=True)`` over every file (the reference rate)
 - ``verify``: ``verify --check-crc`` (commit log, consume-queue and index cross-checks) in its default worker
@@ -39,6 +44,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -147,10 +153,10 @@ def tree_rss_kb(pid: int, pss: bool = True) -> tuple[int, int]:
 
 
 def run_child(name: str, store: Path, scratch: Path) -> dict:
-    """One measure in a fresh process on a warm cache; peak RSS of its process tree; outputs removed
-    (untimed)."""
+    """One measure in a fresh process on a warm cache; peak RSS of its process tree; outputs (in ``scratch``,
+    which must not exist) written back to disk, untimed."""
     warm(store)
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch.mkdir(parents=True)
     proc = subprocess.Popen([sys.executable, __file__, "--child", name, "--store", str(store),
                              "--scratch", str(scratch)], stdout=subprocess.PIPE)
     peak = [0, 0]
@@ -171,7 +177,7 @@ def run_child(name: str, store: Path, scratch: Path) -> dict:
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = status
     sampler.join()
-    shutil.rmtree(scratch, ignore_errors=True)
+    os.sync()                        # no write-back of this measure's outputs during the next one
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"measure {name} failed")
     result = json.loads(out)
@@ -206,6 +212,15 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child, args.store, args.scratch)))
         return
+    args.dir.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=args.dir))      # this run's (runs may share DIR)
+    try:
+        run_all(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, scratch: Path) -> None:
     rss: dict[str, dict[int, float]] = {}
     for gib in args.sizes:
         store = ensure_store(args.dir / f"store-{gib}g", gib, args.queues)
@@ -220,7 +235,7 @@ def main() -> None:
         for name in MEASURES:
             if args.only and name not in args.only and name != "decode_crc":
                 continue
-            r = run_child(name, store, args.dir / "scratch")
+            r = run_child(name, store, scratch / f"{gib}g-{name}")
             mbps = r["bytes"] / 1e6 / r["seconds"]
             per_cpu = r["bytes"] / 1e6 / r["cpu_seconds"]
             base, cpu_base = base or mbps, cpu_base or per_cpu
