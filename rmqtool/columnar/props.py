@@ -53,8 +53,11 @@ def prop_spans(win: Window, names) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Property name -> (value starts, value ends) per record (``Window.prop``), as contiguous arrays made by
     one transposing copy of the window's property block (a strided copy per column costs twice that)."""
     cols = [PROPERTIES.index(name) for name in names]
-    block = np.ascontiguousarray(win.props[:win.n, :2 * max(cols, default=-1) + 2].T)
-    return {name: (block[2 * j], block[2 * j + 1]) for name, j in zip(names, cols)}
+    if not cols:
+        return {}
+    lo = min(cols)
+    block = np.ascontiguousarray(win.props[:win.n, 2 * lo:2 * max(cols) + 2].T)
+    return {name: (block[2 * (j - lo)], block[2 * (j - lo) + 1]) for name, j in zip(names, cols)}
 
 
 def arrow(values: np.ndarray, type_: pa.DataType, missing: np.ndarray | None = None) -> pa.Array:
