@@ -10,6 +10,8 @@ by Arrow compute calls (each costs tens of microseconds a batch before it starts
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -173,8 +175,10 @@ def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Arra
     return strings(text).take(enc.indices)
 
 
+@functools.lru_cache(maxsize=4096)
 def _ipv4_host(key: int) -> str:
-    """The text of an IPv4 host from the kernel's key (address and port as one int64)."""
+    """The text of an IPv4 host from the kernel's key (address and port as one int64); the same few hosts
+    come back in every window."""
     return str(Host((key >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), (key & 0xFFFFFFFF) - ((key & 0x80000000) << 1)))
 
 
