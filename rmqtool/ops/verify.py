@@ -91,13 +91,20 @@ def _read(path: Path, dtype: np.dtype | str, count: int, offset: int) -> np.ndar
         return np.frombuffer(data, dtype, len(data) // width)
 
 
-def plan_queues(store: Store, min_offset: int) -> list[QueuePlan]:
-    """Every classic consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it).
+def plan_queues(store: Store, min_offset: int, jobs: int = 1) -> list[QueuePlan]:
+    """Every classic consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it), the
+    queues split over ``jobs`` processes (the plans are small; the walk reads every unit).
     LMQ queues (``%LMQ%``) are checked against the dispatch instead (``feature_queue_findings``)."""
+    cqs = [cq for cq in store.consume_queues() if not cq.topic.startswith(C.LMQ_PREFIX)]
+    parts = max(1, min(jobs, len(cqs)))
+    cuts = [len(cqs) * i // parts for i in range(parts + 1)]
+    plan = partial(_plan_range, cqs=cqs, store=store, min_offset=min_offset)
+    return [p for part in process_map(plan, list(zip(cuts, cuts[1:])), parts) for p in part]
+
+
+def _plan_range(item: tuple[int, int], progress, cqs: list, store: Store, min_offset: int) -> list[QueuePlan]:
     plans = []
-    for cq in store.consume_queues():
-        if cq.topic.startswith(C.LMQ_PREFIX):
-            continue
+    for cq in cqs[item[0]:item[1]]:
         plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
         for sub in sorted(p for p in plan.directory.iterdir() if p.is_dir() and p.name.isdigit()) \
                 if plan.directory.is_dir() else ():
@@ -584,9 +591,11 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
         yield Finding(ERROR, kind, str(f.path) if f else None, f.start if f else None, problem,
                       queue.file_size, f.length if f else None)
     min_offset = queue.min_offset
-    queues = plan_queues(store, min_offset)
-    index, index_findings = plan_index(store, min_offset)
     files = list(queue)
+    if jobs is None:
+        jobs = default_jobs(sum(f.length for f in files), len(files))
+    queues = plan_queues(store, min_offset, 1 if run_files is not None else jobs)
+    index, index_findings = plan_index(store, min_offset)
     items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)] \
         or [(QueueFile(store.path(L.COMMITLOG), 0, 0), _NO_END)]    # no commit log: every unit points past its end
     ledger = bool(store.commitlog.entry_header_size)
@@ -596,8 +605,6 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     if run_files is not None:
         results = run_files(lambda item: check(item, None), items)
     else:
-        if jobs is None:
-            jobs = default_jobs(sum(f.length for f in files), len(files))
         results = process_map(check, items, jobs, progress)
     queue_ends = [seg.last_phy for q in queues for seg in q.segments]
     facts["reput_from"] = max([p + 1 for p in queue_ends] + [min_offset])
