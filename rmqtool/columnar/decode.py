@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES
-from rmqtool.columnar.kernel import Window, java_hashes
+from rmqtool.columnar.kernel import Window, java_hashes, read_only
 from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, spans, split_keys, strings,
                                    valid_rows)
 from rmqtool.columnar.schema import record_schema
@@ -193,7 +193,7 @@ def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: 
     offsets = np.frombuffer(tags.buffers()[1], np.int32, len(tags) + 1, tags.offset * 4).astype(np.int64)
     text = tags.buffers()[2]
     hashes = np.empty(len(tags), np.int64)
-    java_hashes(np.frombuffer(text, np.uint8) if text is not None else np.zeros(1, np.uint8),
+    java_hashes(read_only(np.frombuffer(text, np.uint8) if text is not None else np.zeros(1, np.uint8)),
                 np.where(valid_rows(tags), offsets[:-1], -1), offsets[1:], hashes)
     delayed = _delay_topic_rows(topic)
     if not len(delayed):

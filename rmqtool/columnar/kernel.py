@@ -520,7 +520,7 @@ def _span_copy(d, starts, ends, out):
 
 def gather_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(int32 offsets, bytes): the spans d[starts[i]:ends[i]] one after another (a negative start: empty)."""
-    d, starts, ends = _read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
+    d, starts, ends = read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
     offsets = _pooled((len(starts) + 1,), np.int32)
     total = _span_offsets(starts, ends, offsets)
     out = _pooled((total + 32,), np.uint8)
@@ -562,7 +562,7 @@ def _split(d, starts, ends, sep, lists, part_starts, part_ends):
 
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
     """(list offsets n + 1, part offsets, bytes): each span split at ``sep``, empty parts dropped."""
-    d, starts, ends = _read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
+    d, starts, ends = read_only(d), np.ascontiguousarray(starts), np.ascontiguousarray(ends)    # one compiled type
     room = int(np.where(starts >= 0, ends - starts, 0).sum()) // 2 + len(starts) + 1
     lists = _pooled((len(starts) + 1,), np.int32)
     part_starts, part_ends = _pooled((room,), np.int64), _pooled((room,), np.int64)
@@ -676,7 +676,7 @@ def words(data: np.ndarray) -> tuple[np.ndarray, int]:
     return data[shift:shift + (max(len(data) - shift, 0) & ~7)].view("<u8"), shift
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
+def read_only(a: np.ndarray) -> np.ndarray:
     """``a`` read-only (typed as the mapped file is: numba compiles a function once per array type)."""
     if not a.flags.writeable:
         return a
@@ -724,7 +724,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     msgId texts (``Window.ids``, at ``id_off``). ``data64``: ``words(data)``, computed once per file.
     """
     d64, shift = words(data) if data64 is None else data64
-    data, d64 = _read_only(data), _read_only(d64)    # one compiled kernel, whatever the caller's arrays
+    data, d64 = read_only(data), read_only(d64)    # one compiled kernel, whatever the caller's arrays
     limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
     span = max(limit - pos, 0)
     while True:
@@ -735,7 +735,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
             heap = span + 4096
             its, ids = _pooled((3, heap // 4), np.int64), _pooled((cap * _ID_ROOM,), np.uint8)
             bodies, topics, properties = (_pooled((heap,), np.uint8) for _ in range(3))
-            parsed = _read_only(properties)
+            parsed = read_only(properties)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = _scan_loaded(
             data, d64, shift, pos, limit, gap, _CRC_T if check_crc else None, _NAME_BYTES, _NAME_OFF, cols, props, its,
             bodies, topics, properties, parsed, ids)
