@@ -83,12 +83,15 @@ class IndexPlan:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _read(path: Path, dtype: np.dtype | str, count: int, offset: int) -> np.ndarray:
-    """``count`` items at byte ``offset`` of a file, read (not mapped: nothing stays resident)."""
-    with open(path, "rb") as fh:
-        width = np.dtype(dtype).itemsize
-        data = read_exact(fh, count * width, offset)
-        return np.frombuffer(data, dtype, len(data) // width)
+def _read(path, dtype: np.dtype | str, count: int, offset: int) -> np.ndarray:
+    """``count`` items at byte ``offset`` of a file (a path, or a file open already), read (not mapped:
+    nothing stays resident)."""
+    if not hasattr(path, "fileno"):
+        with open(path, "rb") as fh:
+            return _read(fh, dtype, count, offset)
+    width = np.dtype(dtype).itemsize
+    data = read_exact(path, count * width, offset)
+    return np.frombuffer(data, dtype, len(data) // width)
 
 
 def plan_queues(store: Store, min_offset: int, jobs: int = 1) -> list[QueuePlan]:
@@ -325,13 +328,12 @@ def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable
         return np.empty(0, np.int64), np.empty(0, dtype)
     if seg.ordered:
         a, b = seg.lo, seg.hi
-        if seg.first_phy < lo_phy or seg.last_phy >= hi_phy:      # the window cuts the segment
-            with open(seg.path, "rb") as fh:
-                if seg.first_phy < lo_phy:
-                    a = _seek(fh.fileno(), seg, seg.lo, lo_phy, dtype, pos)
-                if seg.last_phy >= hi_phy:
-                    b = _seek(fh.fileno(), seg, a, hi_phy, dtype, pos)
-        return np.arange(a, b), _read(seg.path, dtype, b - a, pos(a))
+        with open(seg.path, "rb") as fh:
+            if seg.first_phy < lo_phy:                      # the window cuts the segment
+                a = _seek(fh.fileno(), seg, seg.lo, lo_phy, dtype, pos)
+            if seg.last_phy >= hi_phy:
+                b = _seek(fh.fileno(), seg, a, hi_phy, dtype, pos)
+            return np.arange(a, b), _read(fh, dtype, b - a, pos(a))
     items = _read(seg.path, dtype, seg.hi - seg.lo, pos(seg.lo))
     phy = items["phy"].astype(np.int64)
     keep = (phy >= max(lo_phy, min_offset)) & (phy < hi_phy)
