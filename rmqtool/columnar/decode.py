@@ -19,11 +19,10 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES
 from rmqtool.columnar.kernel import Window, java_hashes, read_only
-from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, spans, split_keys, strings,
-                                   valid_rows)
+from rmqtool.columnar.props import (arrow, as_text, delay_tags_code, properties_from, property_values, spans,
+                                   split_keys, strings, valid_rows)
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
-from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 
 _MAGIC_CODES = [f"0x{C.MESSAGE_MAGIC_CODE:08x}", f"0x{C.MESSAGE_MAGIC_CODE_V2:08x}"]
@@ -201,10 +200,8 @@ def _tags_codes(tags: pa.Array, topic: pa.Array, props_raw: pa.Array, store_ts: 
     bad = np.zeros(len(hashes), bool)
     ts = store_ts.cast(pa.int64())
     for i in delayed.tolist():
-        try:
-            hashes[i] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(props_raw[i].as_py()), ts[i].as_py())
-        except ValueError:          # a malformed DELAY: the broker rejects such a record
-            bad[i] = True
+        code = delay_tags_code(props_raw[i].as_py(), ts[i].as_py())
+        hashes[i], bad[i] = (0, True) if code is None else (code, False)
     return arrow(hashes, pa.int64(), bad)
 
 

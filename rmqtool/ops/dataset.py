@@ -66,10 +66,8 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
                where=None, include_blank: bool = False, progress: Callable[[int], None] | None = None) -> PartResult:
     """Decode one commit-log file and write its part file(s) under ``out_dir``: the messages that pass
     ``where`` (a ``RecordFilter``), and BLANK padding too with ``include_blank`` (never when partitioned)."""
-    import pyarrow.compute as pc
-
     from rmqtool.columnar import record_schema
-    from rmqtool.ops.export import export_batch, export_schema, file_schema, message_total, writer
+    from rmqtool.ops.export import export_batch, export_schema, file_schema, message_total, total_bytes, writer
     from rmqtool.ops.filters import keep_records
 
     result = PartResult()
@@ -80,7 +78,7 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
 
     def batches():
         for batch in scan.record_batches(f, check_crc=check_crc, on_damage=damaged, progress=progress):
-            result.input_bytes += pc.sum(batch.column("total_size")).as_py() or 0
+            result.input_bytes += total_bytes(batch)
             # BLANK padding has no topic or date: left out of partitioned datasets
             batch = keep_records(batch, where, include_blank and not partition_by)
             if not batch.num_rows:

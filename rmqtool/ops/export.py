@@ -161,7 +161,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     on_damage = result.damaged.append if stop_at_damage else None
 
     def write(batch, where, named: str, file_column) -> None:
-        result.input_bytes += _total_size(batch)
+        result.input_bytes += total_bytes(batch)
         batch = keep_records(batch, where, include_blank)
         if not batch.num_rows:
             return
@@ -214,7 +214,8 @@ def message_total(batch) -> int:
     return pc.sum(message_counts(batch)).as_py() or 0
 
 
-def _total_size(batch) -> int:
+def total_bytes(batch) -> int:
+    """The commit-log bytes of a batch's records."""
     import pyarrow.compute as pc
     return pc.sum(batch.column("total_size")).as_py() or 0
 

@@ -21,11 +21,10 @@ import pyarrow.compute as pc
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
 from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
-from rmqtool.columnar.props import arrow, property_values, strings
+from rmqtool.columnar.props import arrow, delay_tags_code, property_values, strings
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
-from rmqtool.format.java import java_string_hash, tags_code
-from rmqtool.format.properties import parse_properties
+from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.workers import default_jobs, process_imap
 from rmqtool.store.broker_model import step_over
@@ -196,10 +195,8 @@ class _Collector:
             rows = np.flatnonzero(wf.topic_index == schedule[0])
             for r, p, n, ts in zip(rows.tolist(), win["props_pos"][rows].tolist(), win["props_len"][rows].tolist(),
                                    win["store_timestamp"][rows].tolist()):
-                try:
-                    tags[r] = tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(bytes(data[p:p + n])), ts)
-                except ValueError:          # a malformed DELAY: the broker rejects such a record
-                    tags[r], bad[r] = 0, True
+                code = delay_tags_code(bytes(data[p:p + n]), ts)
+                tags[r], bad[r] = (0, True) if code is None else (code, False)
         if self.deep:
             bad |= win["crc_ok"] == 0
         ok = int(np.argmax(bad)) if bad.any() else win.n
