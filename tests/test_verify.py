@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import tracemalloc
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, run, store_path
@@ -114,3 +117,32 @@ def test_a_lying_physical_offset_field_is_a_warning(store_copy):
     f.write_bytes(bytes(data))
     hits = [x for x in verify_store(root) if x.kind == "physical_offset_mismatch"]
     assert [(x.severity, x.offset, x.expected, x.actual) for x in hits] == [("warning", 257, 257, 999)]
+
+
+def _swapped(src: str, root: Path, swaps: list[tuple[int, int]]) -> set[tuple[str, str, int]]:
+    """verify --deep's findings on a copy of ``src`` whose queue Topic-00/2 has, in its file ``f``, the units
+    ``i`` and ``i + 1`` swapped for each (f, i) of ``swaps``."""
+    shutil.copytree(src, root)
+    files = sorted((root / "consumequeue" / "Topic-00" / "2").iterdir())
+    for f, i in swaps:
+        data = bytearray(files[f].read_bytes())
+        data[i * 20:(i + 2) * 20] = data[(i + 1) * 20:(i + 2) * 20] + data[i * 20:(i + 1) * 20]
+        files[f].write_bytes(bytes(data))
+    return {(x.kind, x.path.replace(str(root), ""), x.offset) for x in verify_store(root, deep=True, jobs=1)}
+
+
+def test_units_out_of_order_are_named_where_they_are_in_every_file_of_a_queue(generated, tmp_path):
+    """Two swapped units give cq_order and queue-offset findings there and nothing else, even when the queue
+    went backwards in an earlier file and the pair straddles a commit-log file's start (where the check cuts
+    the queue file by offset: it must not search it as sorted)."""
+    second = sorted((Path(generated) / "consumequeue" / "Topic-00" / "2").iterdir())[1]
+    phy = np.frombuffer(second.read_bytes(), ">i8,>i4,>i8")["f0"]
+    assert phy[0] // 65536 != phy[1] // 65536            # its first two units point into two commit-log files
+    clean = _swapped(generated, tmp_path / "clean", [])
+    first = _swapped(generated, tmp_path / "first", [(0, 0)]) - clean
+    straddling = _swapped(generated, tmp_path / "straddling", [(1, 0)]) - clean
+    for got, name in ((first, "00000000000000000000"), (straddling, "00000000000000001000")):
+        where = f"/consumequeue/Topic-00/2/{name}"
+        assert got == {("cq_order", where, 20), ("cq_queue_offset_mismatch", where, 0),
+                       ("cq_queue_offset_mismatch", where, 20)}
+    assert _swapped(generated, tmp_path / "both", [(0, 0), (1, 0)]) - clean == first | straddling

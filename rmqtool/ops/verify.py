@@ -180,9 +180,8 @@ class _QueueWalk:
             ok = real[phy[real] >= self.min_offset]
             if len(ok):
                 p = phy[ok]
-                before = self.plan.backwards
-                self._order(path, base, lo, ok, p, usize[ok])
-                clean = self.plan.backwards == before and len(ok) == int(ok[-1]) - int(ok[0]) + 1
+                back = self._order(path, base, lo, ok, p, usize[ok])
+                clean = not back and len(ok) == int(ok[-1]) - int(ok[0]) + 1
                 if seg is None:
                     seg = Segment(f.path, lo + int(ok[0]), lo + int(ok[-1]) + 1, int(p.min()), int(p.max()), clean)
                 else:
@@ -202,8 +201,9 @@ class _QueueWalk:
         if seg is not None:
             self.plan.segments.append(seg)
 
-    def _order(self, path: str, base: int, lo: int, ok: np.ndarray, p: np.ndarray, size: np.ndarray) -> None:
-        """Units whose offset is not above the previous unit's; named once ``end`` is known."""
+    def _order(self, path: str, base: int, lo: int, ok: np.ndarray, p: np.ndarray, size: np.ndarray) -> bool:
+        """Units whose offset is not above the previous unit's; named once ``end`` is known. True when
+        this chunk has one."""
         inside = np.ones(len(p), bool) if self.end is None else p + size <= self.end
         rows = np.flatnonzero(inside)
         q = p[rows]
@@ -218,6 +218,7 @@ class _QueueWalk:
                     f"queue offset {base + unit}: physical offsets go backwards", f"> {int(prev[i])}", int(q[i])))
         if len(q):
             self.prev_phy = int(q[-1])
+        return bool(len(back))
 
     def _stale(self, f: QueueFile, start: int, end: int) -> None:
         hit = first_nonzero(f.path, start, end)
