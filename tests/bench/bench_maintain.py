@@ -31,7 +31,7 @@ minute apart carry that cost into the next run's first rebuild-cq measure.
 - ``stats``: ``stats STORE --by topic`` (the whole command, start-up included, in one process)
 - ``grep-key``: ``grep STORE --key KEY`` for a key no record has (the whole command, one process)
 - ``info``: the store summary (default worker processes)
-- ``repair``: the plan for the store with an ``abort`` file and its checkpoint in the last file;
+- ``repair``: the plan for the store (its files linked into a scratch directory beside an ``abort`` file) and its checkpoint in the last file;
   "read" is the commit-log bytes the recovery walk scanned
 """
 
@@ -104,11 +104,12 @@ def measure(name: str, store: Path, scratch: Path) -> dict:
             nonlocal read
             read += n
 
-        (store / "abort").write_bytes(b"")
-        try:
-            plan_repair(Store.open(store), progress=count)
-        finally:
-            (store / "abort").unlink()
+        crashed = scratch / "crashed"           # the store's files, linked, beside an abort file: the
+        crashed.mkdir()                          # shared store itself is never written
+        for p in store.iterdir():
+            (crashed / p.name).symlink_to(p)
+        (crashed / "abort").write_bytes(b"")
+        plan_repair(Store.open(crashed), progress=count)
     own = resource.getrusage(resource.RUSAGE_SELF)
     return {"seconds": time.perf_counter() - started, "bytes": size, "read": read,
             "own_cpu_seconds": own.ru_utime + own.ru_stime}
