@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import struct
+import tempfile
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, run, store_path
 from rmqtool.format.commitlog import decode_entry
@@ -146,3 +150,56 @@ def test_units_out_of_order_are_named_where_they_are_in_every_file_of_a_queue(ge
         assert got == {("cq_order", where, 20), ("cq_queue_offset_mismatch", where, 0),
                        ("cq_queue_offset_mismatch", where, 20)}
     assert _swapped(generated, tmp_path / "both", [(0, 0), (1, 0)]) - clean == first | straddling
+
+
+
+@pytest.fixture(scope="module")
+def long_queues(tmp_path_factory):
+    """Six commit-log files of 64 KiB, four queues of ~190 units in files of ten, no index."""
+    from rmqtool.ops.generate import generate_store
+
+    root = tmp_path_factory.mktemp("long") / "store"
+    generate_store(root, 6 * 65536 - 5000, file_size=65536, topics=2, queues=2, cq_file_size=20 * 10, index=False,
+                   seed=3)
+    return root
+
+
+def _damage_units(data, root: Path) -> None:
+    """Up to four edits of the units of one random queue: two units swapped, one copied over another, or one's
+    physical offset moved."""
+    queues = sorted(p for p in (root / "consumequeue").glob("*/*"))
+    files = sorted(queues[data.draw(st.integers(0, len(queues) - 1))].iterdir())
+    for _ in range(data.draw(st.integers(1, 4))):
+        f = files[data.draw(st.integers(0, len(files) - 1))]
+        units = bytearray(f.read_bytes())
+        written = next((k for k in range(0, len(units), 20) if not any(units[k:k + 20])), len(units)) // 20
+        if written < 2:
+            continue
+        i, j = (20 * data.draw(st.integers(0, written - 1)) for _ in "ij")
+        edit = data.draw(st.sampled_from(["swap", "copy", "move"]))
+        if edit == "swap":
+            units[i:i + 20], units[j:j + 20] = units[j:j + 20], units[i:i + 20]
+        elif edit == "copy":
+            units[j:j + 20] = units[i:i + 20]
+        else:
+            phy = struct.unpack_from(">q", units, i)[0] + data.draw(st.sampled_from([-70000, -1, 1, 65536]))
+            struct.pack_into(">q", units, i, max(phy, 0))
+        f.write_bytes(bytes(units))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_cut_of_queue_files_by_offset_finds_what_a_filter_of_every_unit_finds(long_queues, data, monkeypatch):
+    """verify searches a queue file whose offsets rise for a commit-log file's units (a seek); with every
+    segment filtered unit by unit instead, damaged queues give the same findings."""
+    import rmqtool.ops.verify as verify
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        shutil.copytree(long_queues, root)
+        _damage_units(data, root)
+        want = list(verify_store(root, deep=True, jobs=1))
+        pick = verify._pick
+        with monkeypatch.context() as m:
+            m.setattr(verify, "_pick", lambda seg, *a: pick(dataclasses.replace(seg, ordered=False), *a))
+            assert list(verify_store(root, deep=True, jobs=1)) == want
