@@ -153,51 +153,61 @@ def test_units_out_of_order_are_named_where_they_are_in_every_file_of_a_queue(ge
 
 
 
+
 @pytest.fixture(scope="module")
 def long_queues(tmp_path_factory):
-    """Six commit-log files of 64 KiB, four queues of ~190 units in files of ten, no index."""
+    """Six commit-log files of 64 KiB, four queues of ~190 units in files of ten, index files of 100 entries."""
+    from rmqtool.format.indexfile import Geometry
     from rmqtool.ops.generate import generate_store
 
     root = tmp_path_factory.mktemp("long") / "store"
-    generate_store(root, 6 * 65536 - 5000, file_size=65536, topics=2, queues=2, cq_file_size=20 * 10, index=False,
-                   seed=3)
+    generate_store(root, 6 * 65536 - 5000, file_size=65536, topics=2, queues=2, cq_file_size=20 * 10,
+                   index_geometry=Geometry(10, 100), seed=3)
     return root
 
 
-def _damage_units(data, root: Path) -> None:
-    """Up to four edits of the units of one random queue: two units swapped, one copied over another, or one's
-    physical offset moved."""
-    queues = sorted(p for p in (root / "consumequeue").glob("*/*"))
-    files = sorted(queues[data.draw(st.integers(0, len(queues) - 1))].iterdir())
+def _items(root: Path, kind: str, pick: int) -> list[tuple[Path, int, int]]:
+    """(file, position of the first item, items) of one queue's files, or of every index file."""
+    if kind == "queue":
+        queues = sorted((root / "consumequeue").glob("*/*"))
+        return [(f, 0, next((k for k in range(0, f.stat().st_size, 20) if not any(f.read_bytes()[k:k + 20])),
+                            f.stat().st_size) // 20) for f in sorted(queues[pick % len(queues)].iterdir())]
+    return [(f, 40 + 4 * 10 + 20, struct.unpack_from(">i", f.read_bytes(), 36)[0] - 1)
+            for f in sorted((root / "index").iterdir())]
+
+
+def _damage(data, items: list[tuple[Path, int, int]], phy_at: int) -> None:
+    """Up to four edits of 20-byte items (units or index entries): two swapped, one copied over another, or
+    one's physical offset moved."""
     for _ in range(data.draw(st.integers(1, 4))):
-        f = files[data.draw(st.integers(0, len(files) - 1))]
-        units = bytearray(f.read_bytes())
-        written = next((k for k in range(0, len(units), 20) if not any(units[k:k + 20])), len(units)) // 20
-        if written < 2:
+        f, first, count = items[data.draw(st.integers(0, len(items) - 1))]
+        if count < 2:
             continue
-        i, j = (20 * data.draw(st.integers(0, written - 1)) for _ in "ij")
+        raw = bytearray(f.read_bytes())
+        i, j = (first + 20 * data.draw(st.integers(0, count - 1)) for _ in "ij")
         edit = data.draw(st.sampled_from(["swap", "copy", "move"]))
         if edit == "swap":
-            units[i:i + 20], units[j:j + 20] = units[j:j + 20], units[i:i + 20]
+            raw[i:i + 20], raw[j:j + 20] = raw[j:j + 20], raw[i:i + 20]
         elif edit == "copy":
-            units[j:j + 20] = units[i:i + 20]
+            raw[j:j + 20] = raw[i:i + 20]
         else:
-            phy = struct.unpack_from(">q", units, i)[0] + data.draw(st.sampled_from([-70000, -1, 1, 65536]))
-            struct.pack_into(">q", units, i, max(phy, 0))
-        f.write_bytes(bytes(units))
+            phy = struct.unpack_from(">q", raw, i + phy_at)[0] + data.draw(st.sampled_from([-70000, -1, 1, 65536]))
+            struct.pack_into(">q", raw, i + phy_at, max(phy, 0))
+        f.write_bytes(bytes(raw))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data())
-def test_the_cut_of_queue_files_by_offset_finds_what_a_filter_of_every_unit_finds(long_queues, data, monkeypatch):
-    """verify searches a queue file whose offsets rise for a commit-log file's units (a seek); with every
-    segment filtered unit by unit instead, damaged queues give the same findings."""
+@given(data=st.data(), kind=st.sampled_from(["queue", "index"]))
+def test_the_cut_of_queue_and_index_files_by_offset_finds_what_a_filter_finds(long_queues, data, kind, monkeypatch):
+    """verify searches a queue file or index file whose offsets rise for a commit-log file's units or entries
+    (a seek); with every segment filtered item by item instead, damaged queues and index files give the same
+    findings."""
     import rmqtool.ops.verify as verify
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "store"
         shutil.copytree(long_queues, root)
-        _damage_units(data, root)
+        _damage(data, _items(root, kind, data.draw(st.integers(0, 3))), 0 if kind == "queue" else 4)
         want = list(verify_store(root, deep=True, jobs=1))
         pick = verify._pick
         with monkeypatch.context() as m:
