@@ -180,6 +180,29 @@ def test_index_entries_round_trip_and_chain_walk(slots, capacity, puts):
         assert select_phy_offsets(raw, geometry, key, 0, 2**63 - 1, 10**6) == want
 
 
+@given(st.integers(1, 40), st.lists(st.tuples(st.sampled_from(["k1", "k2", "k3", "order#1", "中文", "x" * 40]),
+                                              st.integers(0, 2**40), st.integers(-2000, 10**6)), max_size=80),
+       st.lists(st.integers(1, 80), max_size=6), st.booleans(), st.booleans())
+def test_index_keys_put_as_columns_are_put_one_by_one(slots, puts, cuts, every_put, continued):
+    """put_hashes (the rebuild's columns, split anywhere) writes the bytes put_key writes key by key, on a new
+    file or one continued after an earlier file's end, with either hashSlotCount rule."""
+    import numpy as np
+
+    geometry = Geometry(slots, 100)
+    prev = (4096, 1_699_999_999_000) if continued else (0, 0)
+    one, columns = (IndexWriter(geometry, *prev, hash_slot_count_every_put=every_put) for _ in "ab")
+    base = 1_700_000_000_000
+    for key, phy, dt_ms in puts:
+        one.put_key(key, phy, base + dt_ms)
+    hashes = np.array([index_key_hash(k) for k, _, _ in puts], np.int32)
+    phys = np.array([p for _, p, _ in puts], np.int64)
+    times = np.array([base + t for _, _, t in puts], np.int64)
+    bounds = sorted({0, len(puts), *(c for c in cuts if c < len(puts))})
+    for lo, hi in zip(bounds, bounds[1:]):
+        columns.put_hashes(hashes[lo:hi], phys[lo:hi], times[lo:hi])
+    assert columns.to_bytes() == one.to_bytes()
+
+
 
 @given(st.lists(st.tuples(INT64, INT64, st.binary(max_size=40)), max_size=30))
 def test_consume_queue_ext_units_round_trip(items):

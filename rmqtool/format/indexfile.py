@@ -287,9 +287,10 @@ class IndexWriter:
         if count + n > g.index_num:
             raise EncodeError(f"{n} keys do not fit into an index file with {g.index_num - count} free entries")
         numbers = np.arange(count, count + n, dtype=np.int64)
-        slot = key_hash % g.hash_slot_num
-        order = np.argsort(slot, kind="stable")
-        by_slot = slot[order]
+        # keys grouped by slot in put order: slot * n + i is unique, so a plain sort of it is stable (and
+        # several times faster than a stable argsort)
+        ranked = np.sort(np.asarray(key_hash, np.int64) % g.hash_slot_num * n + np.arange(n))
+        order, by_slot = ranked % n, ranked // n
         first = np.ones(n, bool)
         first[1:] = by_slot[1:] != by_slot[:-1]
         prev = np.empty(n, np.int64)
