@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, _helper, _jit, text_hash
+from rmqtool.columnar.kernel import Window, _helper, _jit, _prefetch, _same, text_hash
 
 # Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
 DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
@@ -58,6 +58,10 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
     cap = len(table)
     npairs = k = topics = np.int64(0)
     for i in range(n):
+        if i + 6 < n:
+            _prefetch(d, topic_pos[i + 6])
+            if uniq_s[i + 6] >= 0:
+                _prefetch(d, uniq_s[i + 6])
         a = topic_pos[i]
         ln = topic_len[i]
         h = text_hash(d, a, a + ln, _ZERO)
@@ -74,14 +78,8 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
                 topics += 1
                 break
             r = first[t]
-            if topic_hash[t] == h and topic_len[r] == ln:
-                same = True
-                for j in range(ln):
-                    if d[topic_pos[r] + j] != d[a + j]:
-                        same = False
-                        break
-                if same:
-                    break
+            if topic_hash[t] == h and topic_len[r] == ln and _same(d, topic_pos[r], d, a, ln):
+                break
             slot = (slot + 1) & (cap - 1)
         topic_index[i] = t
         key = (t << 32) | (queue_id[i] & _M)

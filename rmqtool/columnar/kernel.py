@@ -412,10 +412,16 @@ def _msg_id(d, host, host_len, offset, out, o):
 
 @_helper
 def _same(d, a, e, b, n):
-    """Whether d[a:a+n] == e[b:b+n]."""
-    for i in range(n):
+    """Whether d[a:a+n] == e[b:b+n] (eight bytes a step)."""
+    i = 0
+    while i + 8 <= n:
+        if _le64(d, a + i) != _le64(e, b + i):
+            return False
+        i += 8
+    while i < n:
         if d[a + i] != e[b + i]:
             return False
+        i += 1
     return True
 
 
@@ -572,6 +578,8 @@ def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
 
 _M32 = 0xFFFFFFFF
 _HASH_SEED = np.int64(0)     # a typed global, not a literal: text_hash compiles once
+_HIGH_BITS = np.int64(0x8080808080808080 - (1 << 64))     # the top bit of each byte of a word
+_P31_8 = np.int64(31 ** 8 & _M32)
 
 
 @_helper
@@ -579,8 +587,16 @@ def text_hash(d, a, b, h):
     """String.hashCode continued from ``h`` over the UTF-8 text d[a:b] as Java holds it (UTF-16 code units,
     a code point above U+FFFF as its surrogate pair; unsigned 32-bit); -1 where d[a:b] is not valid UTF-8
     (as Python's decoder judges it: no overlong forms, surrogates or code points above U+10FFFF). ASCII
-    four bytes a step (31^4 h + 31^3 c0 + ...: a shorter chain of multiplies)."""
+    eight bytes a step (one load: 31^8 h + 31^7 c0 + ...: a shorter chain of multiplies), then four."""
     while a < b:
+        if a + 8 <= b:
+            w = _le64(d, a)
+            if w & _HIGH_BITS == 0:
+                h = (h * _P31_8 + (w & 0xFF) * 27512614111 + (w >> 8 & 0xFF) * 887503681
+                     + (w >> 16 & 0xFF) * 28629151 + (w >> 24 & 0xFF) * 923521 + (w >> 32 & 0xFF) * 29791
+                     + (w >> 40 & 0xFF) * 961 + (w >> 48 & 0xFF) * 31 + (w >> 56)) & _M32
+                a += 8
+                continue
         if a + 4 <= b:
             c0, c1, c2, c3 = np.int64(d[a]), np.int64(d[a + 1]), np.int64(d[a + 2]), np.int64(d[a + 3])
             if (c0 | c1 | c2 | c3) < 128:
