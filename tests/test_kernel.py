@@ -248,7 +248,7 @@ def test_lines_compile_each_function_once(tmp_path):
 
 def test_facts_and_joins_compile_each_function_once(tmp_path):
     """verify of an ASCII store (the facts pass, not its Arrow fallback; the parent's warm-up over one
-    record first) compiles each function of the facts pass and the joins once, and the scan without its
+    record first) compiles each function of the facts pass, the joins and the queue walk once, and the scan without its
     copies, msgIds and CRC (passed as None: compiled out)."""
     work = ("from click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
             "store = {store!r}\n"
@@ -256,9 +256,10 @@ def test_facts_and_joins_compile_each_function_once(tmp_path):
             " '--queues', '2', '--cq-file-size', '6000', '--index-geometry', '64:256'])\n"
             "assert r.exit_code == 0, r.output\n"
             "r = CliRunner().invoke(cli, ['verify', store])\nassert r.exit_code == 0, r.output")
-    for module in ("facts", "joins", "kernel"):
+    for module in ("facts", "joins", "units", "kernel"):
         counts = _signatures(tmp_path / module, module, work.format(store=str(tmp_path / f"store-{module}")))
-        assert counts[{"facts": "_window_facts", "joins": "_join_units", "kernel": "_scan"}[module]] == "1", counts
+        assert counts[{"facts": "_window_facts", "joins": "_join_units", "units": "_walk_units",
+                       "kernel": "_scan"}[module]] == "1", counts
         assert set(counts.values()) <= {"0", "1"}, counts
     assert counts["_msg_id"] == counts["_copy"] == counts["_crc32_tables"] == counts["_crc32_clmul"] == "0", counts
 

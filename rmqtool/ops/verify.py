@@ -27,6 +27,7 @@ import numpy as np
 
 from rmqtool import constants as C
 from rmqtool.columnar.joins import join_entries, join_units, queue_rows, unmatched_keys
+from rmqtool.columnar.units import new_state, walk_units
 from rmqtool.errors import FormatError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
@@ -137,7 +138,7 @@ def order_findings(plan: QueuePlan, min_offset: int, end: int) -> list[Finding]:
 
 
 class _QueueWalk:
-    """The per-unit rules of ConsumeQueue.recover's view, over numpy chunks.
+    """The per-unit rules of ConsumeQueue.recover's view, a read of units at a time (``walk_units``).
 
     A unit past the commit log's written end does not take part in the order check; that end is
     known only after the commit-log walk, so the first walk (``end`` None) just marks queues whose
@@ -145,9 +146,9 @@ class _QueueWalk:
     """
 
     def __init__(self, plan: QueuePlan, min_offset: int, end: int | None = None):
-        self.plan, self.min_offset, self.end = plan, min_offset, end
-        self.ended = self.real_seen = False
-        self.prev_phy = -1
+        self.plan, self.min_offset, self.end = plan, min_offset, -1 if end is None else end
+        self.ended = False
+        self.state = new_state()
 
     def file(self, f: QueueFile) -> None:
         path, size = str(f.path), f.length
@@ -162,63 +163,46 @@ class _QueueWalk:
         base = f.start // C.CQ_STORE_UNIT_SIZE
         seg: Segment | None = None
         lo, chunk = 0, 1024               # growing reads: a pre-allocated file is mostly empty
-        while lo < count:
-            u = _read(f.path, UNIT_DTYPE, min(chunk, count - lo), lo * C.CQ_STORE_UNIT_SIZE)
-            chunk = min(chunk * 4, CHUNK)
-            phy, usize, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
-            invalid = ~((phy >= 0) & (usize > 0))
-            stop = int(np.argmax(invalid)) if invalid.any() else len(u)
-            filler = (phy[:stop] == 0) & (usize[:stop] == C.CQ_FILLER_SIZE) & (tags[:stop] == 0)
-            real = np.flatnonzero(~filler)
-            late_fillers = np.flatnonzero(filler)
-            if not self.real_seen:
-                late_fillers = late_fillers[late_fillers > real[0]] if len(real) else late_fillers[:0]
-            for i in late_fillers.tolist():
-                self.plan.findings.append(Finding(ERROR, "cq_filler_unit", path, (lo + i) * C.CQ_STORE_UNIT_SIZE,
-                                                  "blank unit after real units"))
-            self.real_seen = self.real_seen or bool(len(real))
-            ok = real[phy[real] >= self.min_offset]
-            if len(ok):
-                p = phy[ok]
-                back = self._order(path, base, lo, ok, p, usize[ok])
-                clean = not back and len(ok) == int(ok[-1]) - int(ok[0]) + 1
-                if seg is None:
-                    seg = Segment(f.path, lo + int(ok[0]), lo + int(ok[-1]) + 1, int(p.min()), int(p.max()), clean)
-                else:
-                    seg.ordered = seg.ordered and clean and seg.hi == lo + int(ok[0]) and seg.last_phy < int(p[0])
-                    seg.hi, seg.first_phy = lo + int(ok[-1]) + 1, min(seg.first_phy, int(p.min()))
-                    seg.last_phy = max(seg.last_phy, int(p.max()))
-            if stop < len(u):
-                at = lo + stop
-                if phy[stop] or usize[stop] or tags[stop]:
-                    self.plan.findings.append(Finding(ERROR, "cq_bad_unit", path, at * C.CQ_STORE_UNIT_SIZE,
-                                                      "invalid unit ends the queue here",
-                                                      actual=[int(phy[stop]), int(usize[stop]), int(tags[stop])]))
-                self.ended = True
-                self._stale(f, (at + 1) * C.CQ_STORE_UNIT_SIZE, whole)
-                break
-            lo += len(u)
+        with open(f.path, "rb") as fh:
+            while lo < count:
+                data = read_exact(fh, min(chunk, count - lo) * C.CQ_STORE_UNIT_SIZE, lo * C.CQ_STORE_UNIT_SIZE)
+                chunk = min(chunk * 4, CHUNK)
+                n = len(data) // C.CQ_STORE_UNIT_SIZE
+                w = walk_units(data, self.min_offset, self.end, self.state)
+                for i in w.late.tolist():
+                    self.plan.findings.append(Finding(ERROR, "cq_filler_unit", path, (lo + i) * C.CQ_STORE_UNIT_SIZE,
+                                                      "blank unit after real units"))
+                self.plan.backwards = self.plan.backwards or bool(len(w.back))
+                if self.end >= 0:
+                    for i, prev in zip(w.back.tolist(), w.back_prev.tolist()):
+                        unit = lo + i
+                        phy = struct.unpack_from(">q", data, i * C.CQ_STORE_UNIT_SIZE)[0]
+                        self.plan.order_findings.append(Finding(
+                            ERROR, "cq_order", path, unit * C.CQ_STORE_UNIT_SIZE,
+                            f"queue offset {base + unit}: physical offsets go backwards", f"> {prev}", phy))
+                if w.count:
+                    # rising offsets, every unit checkable: a segment a window cuts by bisection
+                    clean = not len(w.back) and w.count == w.last - w.first + 1
+                    if seg is None:
+                        seg = Segment(f.path, lo + w.first, lo + w.last + 1, w.min_phy, w.max_phy, clean)
+                    else:
+                        seg.ordered = seg.ordered and clean and seg.hi == lo + w.first and seg.last_phy < w.first_phy
+                        seg.hi, seg.first_phy = lo + w.last + 1, min(seg.first_phy, w.min_phy)
+                        seg.last_phy = max(seg.last_phy, w.max_phy)
+                if w.stop < n:
+                    at = lo + w.stop
+                    unit = struct.unpack_from(">qiq", data, w.stop * C.CQ_STORE_UNIT_SIZE)
+                    if any(unit):
+                        self.plan.findings.append(Finding(ERROR, "cq_bad_unit", path, at * C.CQ_STORE_UNIT_SIZE,
+                                                          "invalid unit ends the queue here", actual=list(unit)))
+                    self.ended = True
+                    self._stale(f, (at + 1) * C.CQ_STORE_UNIT_SIZE, whole)
+                    break
+                if not n:                 # the file shrank under the walk
+                    break
+                lo += n
         if seg is not None:
             self.plan.segments.append(seg)
-
-    def _order(self, path: str, base: int, lo: int, ok: np.ndarray, p: np.ndarray, size: np.ndarray) -> bool:
-        """Units whose offset is not above the previous unit's; named once ``end`` is known. True when
-        this chunk has one."""
-        inside = np.ones(len(p), bool) if self.end is None else p + size <= self.end
-        rows = np.flatnonzero(inside)
-        q = p[rows]
-        prev = np.concatenate([[self.prev_phy], q[:-1]])
-        back = np.flatnonzero(q <= prev)
-        self.plan.backwards = self.plan.backwards or bool(len(back))
-        if self.end is not None:
-            for i in back.tolist():
-                unit = lo + int(ok[rows[i]])
-                self.plan.order_findings.append(Finding(
-                    ERROR, "cq_order", path, unit * C.CQ_STORE_UNIT_SIZE,
-                    f"queue offset {base + unit}: physical offsets go backwards", f"> {int(prev[i])}", int(q[i])))
-        if len(q):
-            self.prev_phy = int(q[-1])
-        return bool(len(back))
 
     def _stale(self, f: QueueFile, start: int, end: int) -> None:
         hit = first_nonzero(f.path, start, end)
