@@ -38,20 +38,20 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
     props_raw = _heap(win, 2, "props")
     cols: dict[str, pa.Array] = {
         "type": _repeated("message", n),
-        "physical_offset": _physical_offsets(win, file_start),
+        "physical_offset": _field(win, "start", plus=file_start),
         "total_size": _int32(win["total"]),
         "magic_code": _magic_codes(win["v2"]),
         "body_crc": _int32(win["body_crc"]),
         "queue_id": _int32(win["queue_id"]),
         "flag": _int32(win["flag"]),
-        "queue_offset": _int64(win["queue_offset"]),
+        "queue_offset": _field(win, "queue_offset"),
         "sys_flag": _int32(sys_flag),
-        "born_timestamp": arrow(win["born_timestamp"], _TS),
+        "born_timestamp": _field(win, "born_timestamp", _TS),
         "born_host": _hosts(data, win, "born", sys_flag & C.SysFlag.BORNHOST_V6),
-        "store_timestamp": arrow(win["store_timestamp"], _TS),
+        "store_timestamp": _field(win, "store_timestamp", _TS),
         "store_host": _hosts(data, win, "store", sys_flag & C.SysFlag.STOREHOSTADDRESS_V6),
         "reconsume_times": _int32(win["reconsume_times"]),
-        "prepared_transaction_offset": _int64(win["prepared_transaction_offset"]),
+        "prepared_transaction_offset": _field(win, "prepared_transaction_offset"),
         "topic": _utf8(_heap(win, 1, "topic")),
         "body_length": _int32(win["body_len"]),
         "body": _heap(win, 0, "body"),
@@ -114,8 +114,14 @@ def _bools(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
 
 
-def _physical_offsets(win: Window, file_start: int) -> pa.Array:
-    return _int64(win.starts + file_start if file_start else win.starts)
+def _field(win: Window, name: str, type_: pa.DataType = pa.int64(), plus: int = 0) -> pa.Array:
+    """A 64-bit field of the window (+ ``plus``) in a buffer of its own from Arrow's pool: an array over the
+    kernel's field table would keep all of the table (~40 MB for a 16 MiB window) for as long as the batch
+    lives (export holds a row group's batches), and later windows would fault in fresh pages for theirs."""
+    values = win[name]
+    kept = np.frombuffer(pa.allocate_buffer(max(values.nbytes, 8)), np.int64, len(values))
+    np.add(values, plus, out=kept)
+    return arrow(kept, type_)
 
 
 def _magic_codes(v2: np.ndarray) -> pa.Array:
