@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import Window, _helper, _jit, _prefetch, _same, text_hash
+from rmqtool.columnar.kernel import PROPERTIES, Window, _helper, _jit, _prefetch, _same, text_hash
 
 # Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
 DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
@@ -27,6 +27,7 @@ _M = 0xFFFFFFFF
 _SPACE = ord(C.KEY_SEPARATOR)
 _HASH_SIGN = ord("#")
 _ZERO = np.int64(0)     # a seed as a typed global, not a literal: text_hash compiles once
+_COLUMN = {name: 2 * j for j, name in enumerate(PROPERTIES)}     # a property's value starts in Window.props
 
 
 class WindowFacts(NamedTuple):
@@ -48,20 +49,21 @@ def _index_hash(h):
 
 
 @_jit
-def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e, text_s, text_e,
-                  want_keys, table, pair_table, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes):
+def _window_facts(d, topic_pos, topic_len, queue_id, props, tag, uniq, keys, text, want_keys, table, pair_table,
+                  topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes):
     """(ok, topics, pairs, key hashes): the facts into the caller's arrays (``table`` and ``pair_table``:
-    empty hash tables, a power of two of slots, at least twice the records; ``tags`` and ``counts`` zeros);
-    ok False: text that is not valid UTF-8 in a topic, a hashed value or one of the spans ``text_s``/``text_e``
-    (rows of spans)."""
+    empty hash tables, a power of two of slots, at least twice the records); ``props``: the window's
+    property spans, the TAGS, UNIQ_KEY and KEYS values' starts in columns ``tag``, ``uniq`` and ``keys``
+    (their ends in the next); ok False: text that is not valid UTF-8 in a topic, a hashed value or one of
+    the properties whose starts are in the columns ``text``."""
     n = len(topic_pos)
     cap = len(table)
     npairs = k = topics = np.int64(0)
     for i in range(n):
         if i + 6 < n:
             _prefetch(d, topic_pos[i + 6])
-            if uniq_s[i + 6] >= 0:
-                _prefetch(d, uniq_s[i + 6])
+            if props[i + 6, uniq] >= 0:
+                _prefetch(d, props[i + 6, uniq])
         a = topic_pos[i]
         ln = topic_len[i]
         h = text_hash(d, a, a + ln, _ZERO)
@@ -97,38 +99,38 @@ def _window_facts(d, topic_pos, topic_len, queue_id, tag_s, tag_e, uniq_s, uniq_
                 break
             slot = (slot + 1) & (cap - 1)
         pair_index[i] = c
-        if tag_s[i] >= 0:
-            g = text_hash(d, tag_s[i], tag_e[i], _ZERO)
+        tags[i] = 0
+        if props[i, tag] >= 0:
+            g = text_hash(d, props[i, tag], props[i, tag + 1], _ZERO)
             if g < 0:
                 return False, topics, npairs, k
             tags[i] = g - (1 << 32) if g >= (1 << 31) else g
         if want_keys:
             head = (h * 31 + _HASH_SIGN) & _M
             k0 = k
-            if uniq_s[i] >= 0:
-                g = text_hash(d, uniq_s[i], uniq_e[i], head)
+            if props[i, uniq] >= 0:
+                g = text_hash(d, props[i, uniq], props[i, uniq + 1], head)
                 if g < 0:
                     return False, topics, npairs, k
                 hashes[k] = _index_hash(g)
                 k += 1
-            if keys_s[i] >= 0:
-                a = keys_s[i]
-                e = keys_e[i]
-                while a < e:
-                    b = a
-                    while b < e and d[b] != _SPACE:
-                        b += 1
-                    if b > a:
-                        g = text_hash(d, a, b, head)
-                        if g < 0:
-                            return False, topics, npairs, k
-                        hashes[k] = _index_hash(g)
-                        k += 1
-                    a = b + 1
+            a = props[i, keys]
+            e = props[i, keys + 1]
+            while a < e:                # an absent KEYS: start and end -1
+                b = a
+                while b < e and d[b] != _SPACE:
+                    b += 1
+                if b > a:
+                    g = text_hash(d, a, b, head)
+                    if g < 0:
+                        return False, topics, npairs, k
+                    hashes[k] = _index_hash(g)
+                    k += 1
+                a = b + 1
             counts[i] = k - k0
-    for r in range(text_s.shape[0]):
+    for j in text:
         for i in range(n):
-            if text_s[r, i] >= 0 and text_hash(d, text_s[r, i], text_e[r, i], _ZERO) < 0:
+            if props[i, j] >= 0 and text_hash(d, props[i, j], props[i, j + 1], _ZERO) < 0:
                 return False, topics, npairs, k
     return True, topics, npairs, k
 
@@ -137,27 +139,24 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[st
     """The facts of the window's records (scanned without ``items``: spans point into ``data``); None when
     a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``text_props``, is not valid UTF-8."""
     n = win.n
-    spans = [win.prop(name) for name in text_props]
-    text_s = np.array([s for s, _ in spans], np.int64).reshape(len(spans), n)
-    text_e = np.array([e for _, e in spans], np.int64).reshape(len(spans), n)
-    # contiguous copies of the spans (columns of the window's property block): one compiled type, whatever n
-    tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e = (np.ascontiguousarray(s) for name in (
-        C.PROPERTY_TAGS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_KEYS) for s in win.prop(name))
     # arrays made here, not in compiled code (each numpy constructor there is one more compiled function)
     slots = np.full((2, max(16, 1 << (2 * n - 1).bit_length())), -1, np.int64)     # topic and pair hash tables
-    rows = np.empty((5, n), np.int64)
-    tags, counts = np.zeros(n, np.int64), np.zeros(n if keys else 0, np.int64)
-    room = int((uniq_s >= 0).sum() + np.where(keys_s >= 0, (keys_e - keys_s + 1) // 2, 0).sum()) if keys else 0
-    hashes = np.empty(room, np.int32)     # each key at least one byte and a space
-    topic_index, first, topic_hash, pairs, pair_index = rows
+    rows = np.empty((7, n), np.int64)
+    room = 0
+    if keys:                              # each key at least one byte and a space
+        (uniq_s, _), (keys_s, keys_e) = win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), win.prop(C.PROPERTY_KEYS)
+        room = int(np.count_nonzero(uniq_s >= 0) + ((keys_e - keys_s + 1) // 2).sum())    # absent: (-1 + 1) // 2
+    hashes = np.empty(room, np.int32)
+    topic_index, first, topic_hash, pairs, pair_index, tags, counts = rows
     ok, topics, npairs, k = _window_facts(
-        data, win["topic_pos"], win["topic_len"], win["queue_id"], tag_s, tag_e, uniq_s, uniq_e, keys_s, keys_e,
-        text_s, text_e, keys, slots[0], slots[1], topic_index, first, topic_hash, pairs, pair_index, tags, counts,
-        hashes)
+        data, win["topic_pos"], win["topic_len"], win["queue_id"], win.props, _COLUMN[C.PROPERTY_TAGS],
+        _COLUMN[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX], _COLUMN[C.PROPERTY_KEYS],
+        np.array([_COLUMN[name] for name in text_props], np.int64), keys, slots[0], slots[1], topic_index, first,
+        topic_hash, pairs, pair_index, tags, counts, hashes)
     if not ok:
         return None
-    return WindowFacts(topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags, counts,
-                       hashes[:k])
+    return WindowFacts(topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags,
+                       counts if keys else counts[:0], hashes[:k])
 
 
 def window_topic(data: np.ndarray, win: Window, facts: WindowFacts, t: int) -> str:
