@@ -28,7 +28,7 @@ from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.workers import default_jobs, process_imap
 from rmqtool.store.broker_model import step_over
-from rmqtool.store.filequeue import QueueFile, first_nonzero, map_file, release_pages
+from rmqtool.store.filequeue import QueueFile, first_nonzero, map_file, populate_pages, release_pages
 
 Progress = Callable[[int], None]
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
@@ -308,6 +308,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     pos = released = 0
     while True:
         released = release_pages(mm, pos, released)
+        populate_pages(mm, pos, WINDOW_BYTES + 65536)
         remaining = len(data) - pos
         if remaining < C.END_FILE_MIN_BLANK_LENGTH:
             facts.stop = "file_end"
