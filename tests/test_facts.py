@@ -137,17 +137,45 @@ def test_compiled_facts_take_text_beyond_ascii(tmp_path):
     assert records == 8 and compiled_windows and all(compiled_windows)
 
 
+@settings(max_examples=40, deadline=None)
+@given(inner=st.lists(st.booleans(), min_size=1, max_size=30), window=st.sampled_from([1, 300, 2000, 1 << 21]))
+def test_dispatch_properties_of_windows_with_and_without_them(tmp_path_factory, inner, window):
+    """A file's dispatch properties hold each record's value and null elsewhere, the same whether its windows
+    (of one record to all of them) have such a property or not (one without builds none of them)."""
+    from unittest import mock
+
+    from rmqtool.format.commitlog import Message
+    from rmqtool.ops import facts as facts_mod
+
+    def props(i: int, has: bool) -> bytes:
+        return (f"INNER_NUM\x013\x02INNER_BASE\x01{i}\x02INNER_MULTI_DISPATCH\x01%LMQ%q{i}\x02"
+                f"INNER_MULTI_QUEUE_OFFSET\x01{i}" if has else f"TAGS\x01t{i}").encode()
+
+    msgs = [Message(topic="T", properties_raw=props(i, has), queue_offset=i) for i, has in enumerate(inner)]
+    with mock.patch.object(facts_mod, "WINDOW_BYTES", window):
+        _assert_both_paths_agree(tmp_path_factory.mktemp("cl"), _file(msgs, None, b""), True)
+        facts = scan_file(_write(tmp_path_factory.mktemp("cl"), _file(msgs, None, b"")), QueueNames(), props=True)
+    assert facts.props["INNER_BASE"].to_pylist() == [str(i) if has else None for i, has in enumerate(inner)]
+    assert facts.props["INNER_MULTI_DISPATCH"].to_pylist() == [f"%LMQ%q{i}" if has else None
+                                                               for i, has in enumerate(inner)]
+
+
+def _write(directory, raw: bytes):
+    from rmqtool.store.filequeue import QueueFile
+
+    path = directory / "00000000000000000000"
+    path.write_bytes(raw)
+    return QueueFile(path, 0, len(raw))
+
+
 def _assert_both_paths_agree(directory, raw: bytes, deep: bool) -> tuple[list[bool], int]:
     """scan_file's facts of the commit-log file ``raw`` from the compiled pass and from the Arrow path are
     the same; returns, per window, whether the compiled pass took it, and the records."""
     from unittest import mock
 
     from rmqtool.ops import facts as facts_mod
-    from rmqtool.store.filequeue import QueueFile
 
-    path = directory / "00000000000000000000"
-    path.write_bytes(raw)
-    f = QueueFile(path, 0, len(raw))
+    f = _write(directory, raw)
     runs, compiled_windows = [], []
     window_facts = facts_mod.window_facts
 

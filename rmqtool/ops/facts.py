@@ -170,7 +170,7 @@ class _Collector:
         self.key_counts = np.empty(cap if keys else 0, np.int64)
         self.key_hashes = np.empty(2 * cap if keys else 0, np.int32)    # grown when records carry more keys
         self.key_n = 0
-        self.prop_parts: list[dict[str, pa.Array]] = []
+        self.prop_parts: list[tuple[int, dict[str, pa.Array]]] = []    # (first row, DISPATCH_PROPERTIES' values)
 
     def add(self, batch: pa.RecordBatch) -> tuple[dict[str, np.ndarray], int]:
         """Keep the leading valid records of a decoded batch; returns their columns and count."""
@@ -200,17 +200,17 @@ class _Collector:
         if self.deep:
             bad |= win["crc_ok"] == 0
         ok = int(np.argmax(bad)) if bad.any() else win.n
-        queue = self.names.window_codes(data, win, wf)[wf.pair_index]
-        cols = {"offset": win.starts[:ok] + file_start, "size": win["total"][:ok].astype(np.int32),
-                "queue": queue[:ok].astype(np.int32), "queue_offset": win["queue_offset"][:ok].copy(),
-                "sys_flag": win["sys_flag"][:ok].astype(np.int32), "tags_code": tags[:ok],
-                "store_timestamp": win["store_timestamp"][:ok].copy()}
+        # the window's columns as they are (views, cast where they are written: one copy each)
+        cols = {"offset": win.starts[:ok] + file_start, "size": win["total"][:ok],
+                "queue": self.names.window_codes(data, win, wf)[wf.pair_index[:ok]],
+                "queue_offset": win["queue_offset"][:ok], "sys_flag": win["sys_flag"][:ok], "tags_code": tags[:ok],
+                "store_timestamp": win["store_timestamp"][:ok]}
         keys = None
         if self.keys:
             counts = wf.key_counts[:ok]
             keys = counts, wf.key_hashes[:int(counts.sum())]
-        props = None
-        if self.props:
+        props = None                # most windows have none of them: nothing is built (finish fills in nulls)
+        if self.props and any(win.prop(k)[0][:ok].max(initial=-1) >= 0 for k in DISPATCH_PROPERTIES):
             props = {k: v.slice(0, ok) for k, v in property_values(data, win, {k: k for k in DISPATCH_PROPERTIES}).items()}
         self._keep(cols, keys, props)
         return ok
@@ -230,7 +230,7 @@ class _Collector:
             self.key_hashes[self.key_n:self.key_n + len(hashes)] = hashes
             self.key_n += len(hashes)
         if props is not None:
-            self.prop_parts.append(props)
+            self.prop_parts.append((n, props))
         if self.progress and len(cols["size"]):
             self.progress(int(cols["size"].sum()))
         return cols
@@ -242,9 +242,17 @@ class _Collector:
             np.cumsum(self.key_counts[:self.n], out=facts.key_offsets[1:])
             facts.key_hashes = self.key_hashes[:self.key_n]
         if self.props:
-            facts.props = {k: pa.concat_arrays([p[k] for p in self.prop_parts]) if self.prop_parts
-                           else pa.array([], pa.string()) for k in DISPATCH_PROPERTIES}
+            facts.props = {k: self._property(k) for k in DISPATCH_PROPERTIES}
         return facts
+
+    def _property(self, name: str) -> pa.Array:
+        """A property's values for every record kept: the parts kept, nulls before, between and after them."""
+        pieces, at = [], 0
+        for row, part in self.prop_parts:
+            pieces += [pa.nulls(row - at, pa.string()), part[name]]
+            at = row + len(part[name])
+        pieces.append(pa.nulls(self.n - at, pa.string()))
+        return pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
 
 
 def present(values: pa.Array) -> np.ndarray:
