@@ -87,6 +87,7 @@ def _join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
     for i in range(m):
         c = unit_code[i]
         r = -1
+        mine = True                     # a record of the queue's own rows
         if c >= 0 and first[c + 1] > first[c]:
             k = unit_qo[i] - queue_offset[rows[first[c]]]
             if 0 <= k < first[c + 1] - first[c]:
@@ -97,9 +98,9 @@ def _join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
             r = _find(offsets, phy[i], hint)
             if r < 0:
                 continue
+            mine = queue[r] == c
         hint = r
         at[i] = r
-        mine = queue[r] == c
         if mine and phy[i] + unit_size[i] <= end:
             covered[r] = True
         bad[i] = not (mine and size[r] == unit_size[i] and queue_offset[r] == unit_qo[i]
