@@ -713,16 +713,16 @@ def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
 _LOADED: list[bool] = []
 
 
-def _scan_loaded(*args):
-    """``_scan(*args)``, the first time with the cyclic collector off: numba's first load of compiled code
-    builds its typing and target registries (~60,000 long-lived objects, ~0.1 CPU-s), during which the
-    collector would walk all of the process's objects several times (~0.03 CPU-s; one young collection
-    follows instead)."""
+def loaded(fn, *args):
+    """``fn(*args)`` (a compiled function), the process's first such call with the cyclic collector off:
+    numba's first load of compiled code builds its typing and target registries (~60,000 long-lived
+    objects, ~0.1 CPU-s), during which the collector would walk all of the process's objects several
+    times (~0.03 CPU-s; one young collection follows instead)."""
     if _LOADED or not gc.isenabled():
-        return _scan(*args)
+        return fn(*args)
     gc.disable()
     try:
-        return _scan(*args)
+        return fn(*args)
     finally:
         gc.enable()
         _LOADED.append(True)
@@ -752,9 +752,9 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
             its, ids = _pooled((3, heap // 4), np.int64), _pooled((cap * _ID_ROOM,), np.uint8)
             bodies, topics, properties = (_pooled((heap,), np.uint8) for _ in range(3))
             parsed = read_only(properties)
-        n, nxt, bad, full, body_used, topic_used, props_used, ids_used = _scan_loaded(
-            data, d64, shift, pos, limit, gap, _CRC_T if check_crc else None, _NAME_BYTES, _NAME_OFF, cols, props, its,
-            bodies, topics, properties, parsed, ids)
+        n, nxt, bad, full, body_used, topic_used, props_used, ids_used = loaded(
+            _scan, data, d64, shift, pos, limit, gap, _CRC_T if check_crc else None, _NAME_BYTES, _NAME_OFF, cols,
+            props, its, bodies, topics, properties, parsed, ids)
         if n or not full:
             break
         span = len(data) - pos             # one record larger than the window: room for the rest of the data
