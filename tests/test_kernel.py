@@ -287,3 +287,30 @@ def test_crc_variants_are_zlib(variant):
     for n in range(301):
         for at in (0, 1, 5, 8, 13):
             assert crc(data, d64, shift, at, n, kernel._CRC_T) == zlib.crc32(data[at:at + n].tobytes()), (n, at)
+
+
+def test_a_change_to_a_kernel_helper_alone_recompiles_its_cached_callers_in_other_files(tmp_path):
+    """numba keys a cached function on its own file's source; rmqtool.columnar.units' walk calls kernel.py's
+    big-endian load, so a new kernel.py alone (an upgrade, a checkout) must not run the walk's old code."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import rmqtool
+    shutil.copytree(Path(rmqtool.__file__).parent, tmp_path / "rmqtool", ignore=shutil.ignore_patterns("__pycache__"))
+    unit = (1000).to_bytes(8, "big") + (100).to_bytes(4, "big") + bytes(8)
+    script = ("from rmqtool.columnar.units import new_state, walk_units\n"
+              f"print(walk_units({unit!r}, 0, -1, new_state()).min_phy)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def min_phy() -> str:
+        return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                              check=True, cwd=tmp_path).stdout.strip()
+
+    assert min_phy() == "1000"
+    kernel = tmp_path / "rmqtool" / "columnar" / "kernel.py"
+    source = kernel.read_text()
+    assert "    return np.int64(_be64(d, p))\n" in source
+    kernel.write_text(source.replace("    return np.int64(_be64(d, p))\n", "    return np.int64(_be64(d, p)) + 1\n"))
+    assert min_phy() == "1001"

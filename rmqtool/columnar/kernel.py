@@ -23,13 +23,16 @@ starts as a literal 0; what a command does not ask for (the CRC, the copies) is 
 out; helpers are compiled without Python entry points or cache entries of their own, ``_helper``): under
 ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a read-only install) in the
 user's cache directory; where none is writable it is compiled in memory once per process (one line on
-stderr says so).
+stderr says so). Entries are keyed on every source of this package and on rmqtool.constants (``_jit``).
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
+import importlib.util
 import math
+import pkgutil
 import sys
 
 import numpy as np
@@ -78,15 +81,33 @@ def _jit(fn):
     in one line on stderr. Python calls it: no C-callable wrapper (only first-class function values need
     one; it costs ~1 ms of a first compile per array argument)."""
     try:
-        return njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
+        compiled = njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
     except RuntimeError:          # numba's "cannot cache function ...: no locator available"
         if not _UNCACHED:
             _UNCACHED.append(fn.__name__)
             sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
                              "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
         return njit(nogil=True, no_cfunc_wrapper=True)(fn)
+    # numba keys a cache entry on the source of the function's own file, but the machine code holds the
+    # helpers and constants it calls from other files (this module's loads and hashes in facts.py, units.py,
+    # joins.py, lines.py; rmqtool.constants): the entry is keyed on all of them too, so that a change to a
+    # helper alone (an upgrade, a checkout) recompiles its callers instead of running their old code
+    index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
+    index._source_stamp = (index._source_stamp, _SOURCES)
+    return compiled
 
 
+def _sources_stamp() -> str:
+    """A hash of this package's sources and rmqtool.constants (read through their loaders: a zip works too)."""
+    package = __name__.rpartition(".")[0]
+    names = sorted(f"{package}.{m.name}" for m in pkgutil.iter_modules(sys.modules[package].__path__))
+    h = hashlib.sha256()
+    for name in names + [C.__name__]:
+        h.update((importlib.util.find_spec(name).loader.get_source(name) or "").encode())
+    return h.hexdigest()
+
+
+_SOURCES = _sources_stamp()
 _UNCACHED: list[str] = []
 
 
