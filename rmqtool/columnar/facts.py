@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import PROPERTIES, Window, _helper, _jit, _prefetch, _same, text_hash
+from rmqtool.columnar.kernel import Window, _helper, _jit, _prefetch, _same, prop_column, text_hash
 
 # Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
 DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
@@ -27,7 +27,6 @@ _M = 0xFFFFFFFF
 _SPACE = ord(C.KEY_SEPARATOR)
 _HASH_SIGN = ord("#")
 _ZERO = np.int64(0)     # a seed as a typed global, not a literal: text_hash compiles once
-_COLUMN = {name: 2 * j for j, name in enumerate(PROPERTIES)}     # a property's value starts in Window.props
 
 
 class WindowFacts(NamedTuple):
@@ -149,9 +148,9 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[st
     hashes = np.empty(room, np.int32)
     topic_index, first, topic_hash, pairs, pair_index, tags, counts = rows
     ok, topics, npairs, k = _window_facts(
-        data, win["topic_pos"], win["topic_len"], win["queue_id"], win.props, _COLUMN[C.PROPERTY_TAGS],
-        _COLUMN[C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX], _COLUMN[C.PROPERTY_KEYS],
-        np.array([_COLUMN[name] for name in text_props], np.int64), keys, slots[0], slots[1], topic_index, first,
+        data, win["topic_pos"], win["topic_len"], win["queue_id"], win.props, prop_column(C.PROPERTY_TAGS),
+        prop_column(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), prop_column(C.PROPERTY_KEYS),
+        np.array([prop_column(name) for name in text_props], np.int64), keys, slots[0], slots[1], topic_index, first,
         topic_hash, pairs, pair_index, tags, counts, hashes)
     if not ok:
         return None

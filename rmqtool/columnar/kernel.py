@@ -665,6 +665,11 @@ def java_hashes(d, starts, ends, out):
         out[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
 
 
+def prop_column(name: str) -> int:
+    """The column of ``Window.props`` holding property ``name``'s value starts (its ends: the next one)."""
+    return 2 * PROPERTIES.index(name)
+
+
 class Window:
     """The records of one window that decode (``n``), column by column: ``window["queue_id"]``, ...;
     ``next``: where the chain stopped; ``bad``: the start of the first record that does not decode, or -1.
@@ -687,8 +692,8 @@ class Window:
     def prop(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(value starts, value ends) of property ``name`` per record, -1 where absent; positions in
         ``heap[2]`` when the window holds copies, else in the scanned data."""
-        j = PROPERTIES.index(name)
-        return self.props[:self.n, 2 * j], self.props[:self.n, 2 * j + 1]
+        j = prop_column(name)
+        return self.props[:self.n, j], self.props[:self.n, j + 1]
 
     def item_spans(self) -> tuple[np.ndarray, np.ndarray]:
         """(items: key start, \\x01, end per property item of these records, in the positions of ``prop``;

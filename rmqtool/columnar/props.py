@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import PROPERTIES, Window, gather_spans, split_spans
+from rmqtool.columnar.kernel import Window, gather_spans, prop_column, split_spans
 from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 from rmqtool.format.rows import real_queue_id
@@ -53,12 +53,12 @@ def property_values(data: np.ndarray, win: Window, names: dict[str, str]) -> dic
 def prop_spans(win: Window, names) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Property name -> (value starts, value ends) per record (``Window.prop``), as contiguous arrays made by
     one transposing copy of the window's property block (a strided copy per column costs twice that)."""
-    cols = [PROPERTIES.index(name) for name in names]
+    cols = [prop_column(name) for name in names]
     if not cols:
         return {}
     lo = min(cols)
-    block = np.ascontiguousarray(win.props[:win.n, 2 * lo:2 * max(cols) + 2].T)
-    return {name: (block[2 * (j - lo)], block[2 * (j - lo) + 1]) for name, j in zip(names, cols)}
+    block = np.ascontiguousarray(win.props[:win.n, lo:max(cols) + 2].T)
+    return {name: (block[j - lo], block[j - lo + 1]) for name, j in zip(names, cols)}
 
 
 def arrow(values: np.ndarray, type_: pa.DataType, missing: np.ndarray | None = None) -> pa.Array:
