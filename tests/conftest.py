@@ -34,17 +34,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @lru_cache(maxsize=None)
-def _timer_last_read_ms() -> int:
-    from rmqtool.store.timer import TimerStore
-    return TimerStore.open(FIXTURES / TIMER_SETS[0] / "store").checkpoint().last_read_time_ms
+def made_at(store: Path | str) -> int:
+    """A minute after the newest record of ``store`` was stored: a broker started then sees the store as the
+    set's readback did. Verdicts that depend on when a broker starts take it (--now, or ``now`` in-process),
+    so that no result depends on the day the suite runs."""
+    result = run("stats", store, "-f", "jsonl")        # (a torn tail is skipped: exit 3, its record never stored)
+    assert result.exit_code in (0, 3) and result.stdout, result.stderr
+    return json.loads(result.stdout.splitlines()[0])["max_store_timestamp"] + 60_000
 
 
-@pytest.fixture(autouse=True)
-def _broker_started_a_day_after_the_fixtures(monkeypatch):
-    """Verdicts that depend on when a broker starts (broker_model timer_read_time moves the timer's read time to
-    now - 7 days) as a broker started a day after the fixtures' timer store last read: in-process results do not
-    change with the day the suite runs (a test sets another time the same way)."""
-    monkeypatch.setattr("rmqtool.ops.timer.clock_ms", lambda: _timer_last_read_ms() + 86_400_000)
+@pytest.fixture
+def now():
+    """``now(ms)`` pins rmqtool.clock for in-process calls (a CLI run takes --now); unpinned after the test."""
+    from rmqtool import clock
+    yield clock.pin
+    clock.pin(None)
 
 
 def run(*args, input: bytes | str | None = None, env: dict | None = None):

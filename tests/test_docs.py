@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,6 +149,24 @@ def test_man_page_example(page, line, expected):
     assert status == expected_status(line), (page, line)
     assert "Traceback" not in out
     assert {p: p.stat().st_mtime_ns for p in (ROOT / "fixtures").rglob("*")} == before   # fixtures untouched
+
+
+# Debian's faketime: preloaded, it moves the clock of every process started with it (tests skip without it).
+LIBFAKETIME = next(iter(sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime (Debian package faketime) is not installed")
+def test_man_page_examples_print_the_same_on_another_day(monkeypatch):
+    """Every example prints the same with the system clock years ahead, at a month's last second: an example
+    whose output depends on the day passes --now (rmqtool.clock), as the pages say."""
+    monkeypatch.setenv("LD_PRELOAD", str(LIBFAKETIME))
+    monkeypatch.setenv("FAKETIME", "@2031-02-28 23:59:59")
+    year = subprocess.run(["date", "-u", "+%Y"], capture_output=True, text=True, check=True).stdout
+    assert year == "2031\n"                         # the clock did move
+    changed = [(page, line) for page, line, expected in MAN_EXAMPLES
+               if run_example(line) != (expected_status(line), expected)]
+    assert changed == []
 
 
 def test_a_page_lists_each_commands_output_fields():

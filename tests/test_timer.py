@@ -3,6 +3,7 @@ timercheck, timermetrics; codec round trips; other geometries; damaged input."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from rmqtool.ops.timer import PENDING_FIELDS, open_timer_store, pending_rows
 from rmqtool.store import timer as store_timer
 from rmqtool.store.store import Store
 from rmqtool.store.timer import TimerStore
-from tests.conftest import TIMER_SETS, readback, run, store_path
+from tests.conftest import TIMER_SETS, made_at, readback, run, store_path
 
 SLOTS_KEY = "timerwheelSlots(non-empty, TimerWheel.getRawSlot/getSlot)"
 i32 = st.integers(-2**31, 2**31 - 1)
@@ -128,8 +129,8 @@ def test_timercheck_and_timermetrics(name):
 def test_timer_command_views(name):
     path = store_path(name)
     rb = readback(name)["timer"]
-    pending = run("timer", path, "-f", "jsonl")
-    assert pending.exit_code == 0
+    pending = run("timer", path, "-f", "jsonl", "--now", made_at(path))
+    assert pending.exit_code == 0, pending.stderr
     rows = [json.loads(line) for line in pending.stdout.splitlines()]
     assert [list(r) for r in rows[:1]] == [PENDING_FIELDS]
     assert [r["state"] for r in rows] == [w["state"] for w in rb["pendingMessages"]]
@@ -329,32 +330,37 @@ TIMER_DAMAGE = [
 
 
 @pytest.mark.parametrize("damage,want", [(d, w) for _, d, w in TIMER_DAMAGE], ids=[k for k, _, _ in TIMER_DAMAGE])
-def test_verify_reports_timer_damage_as_the_broker_meets_it(damage, want, store_copy):
+def test_verify_reports_timer_damage_as_the_broker_meets_it(damage, want, store_copy, now):
     """Seen 3 (a broken timer-log chain passed verify --deep): each damage is one finding at the level the
-    broker model's timer rules give it, with its file and timer-log offset."""
+    broker model's timer rules give it, with its file and timer-log offset (a broker started as the set was made)."""
     from rmqtool.ops.verify import verify_store
     root = store_copy("dev-timer-5x")
     damage(root)
+    now(made_at(store_path("dev-timer-5x")))
     found = [(f.severity, f.kind, os.path.relpath(f.path, root), f.offset)
              for f in verify_store(root, deep=True) if f.kind.startswith("timer_")]
     assert found == [want]
-    assert run("verify", root, "--deep").exit_code == (1 if want[0] == "error" else 0)
+    now(None)
+    assert run("verify", root, "--deep", "--now", made_at(store_path("dev-timer-5x"))).exit_code == \
+        (1 if want[0] == "error" else 0)
 
 
-def test_timer_recovery_cut_counts_what_the_broker_deletes(store_copy):
+def test_timer_recovery_cut_counts_what_the_broker_deletes(store_copy, now):
     """A bad unit in file 0: the broker truncates there and deletes file 1300 (7 + 10 units lost)."""
     from rmqtool.ops.verify import verify_store
     root = store_copy("dev-timer-5x")
+    now(made_at(store_path("dev-timer-5x")))
     _patch(root, TL0, 832 + 12, ">i", 0x20)
     (f,) = [f for f in verify_store(root) if f.kind == "timer_bad_unit"]
     assert "deletes 1 later file(s): 17 unit(s) after it are lost" in f.message
 
 
-def test_timer_slot_lastpos_is_relinked_by_the_recovery(store_copy):
+def test_timer_slot_lastpos_is_relinked_by_the_recovery(store_copy, now):
     """A slot whose lastPos is wrong while its units lie in the recovery window: TimerWheel.reviseSlot sets it
     again on start (a warning); its chain from the re-linked unit is whole."""
     from rmqtool.ops.verify import verify_store
     root = store_copy("dev-timer-5x")
+    now(made_at(store_path("dev-timer-5x")))
     ts = TimerStore.open(root)
     index, slot = next((i, s) for i, s in ts.iter_slots() if s.last_pos == 1560)
     _patch(root, "timerwheel", index * SLOT_SIZE + 16, ">q", 884)
@@ -363,25 +369,43 @@ def test_timer_slot_lastpos_is_relinked_by_the_recovery(store_copy):
 
 
 @pytest.mark.parametrize("hours", [0, 20, 80])
-def test_read_time_moved_after_seven_days(hours, store_copy, monkeypatch):
+def test_read_time_moved_after_seven_days(hours, store_copy, now):
     """broker_model "timer_read_time": a broker started 7 days + ``hours`` after lastReadTimeMs reads from
-    formatTimeMs(now) - (7 x 86400 - 60) slots (TimerMessageStore.recover): verify warns with the slots and units
-    before that time (never delivered), and checks the chains of the later slots only."""
+    formatTimeMs(now) - (7 x 86400 - 60) slots (TimerMessageStore.recover): the messages of the slots before that
+    time are never delivered, an error that names the start time; the chains of the later slots only are checked.
+    verify and timer say so at that --now, and nothing at a start as the set was made."""
     from rmqtool.ops.timer import timer_findings
     root = store_copy("dev-timer-5x")
     ts = TimerStore.open(root)
     last = ts.checkpoint().last_read_time_ms
-    now = last + 7 * 86_400_000 + hours * 3_600_000 + 999
-    start = now // 1000 * 1000 - (7 * 86400 - 60) * 1000
+    late = last + 7 * 86_400_000 + hours * 3_600_000 + 999
+    start = late // 1000 * 1000 - (7 * 86400 - 60) * 1000
     slots = [s for i, s in ts.iter_slots() if s.ticks % ts.slot_count == i and last <= s.time_ms(1000) < start]
-    found = [(f.severity, f.kind, f.expected, f.actual, f.message) for f in timer_findings(Store.open(root), now)]
+    now(late)
+    found = [(f.severity, f.kind, f.expected, f.actual, f.message) for f in timer_findings(Store.open(root))]
+    now(None)
     assert bool(slots) == (hours > 0)           # the fixture's first pending slots are due ~20 h after it
+    made = run("verify", root, "--now", made_at(store_path("dev-timer-5x")), "-f", "jsonl")
+    assert (made.exit_code, made.stdout) == (0, "")
+    assert run("timer", root, "--now", made_at(store_path("dev-timer-5x"))).exit_code == 0
+    result = run("verify", root, "--now", late, "-f", "jsonl")
+    listed = run("timer", root, "--now", late, "-f", "jsonl")
     if not slots:
         assert found == []
+        assert (result.exit_code, result.stdout, listed.exit_code) == (0, "", 0)
         return
-    assert found == [("warning", "timer_read_moved", start, last,
-                      f"lastReadTimeMs is more than 7 days old: a 5.3.3 broker started now reads from {start} on "
-                      f"(TimerMessageStore.recover), so the {sum(s.num for s in slots)} unit(s) of the {len(slots)} "
-                      "slot(s) before it are never delivered")]
-    monkeypatch.setattr("rmqtool.ops.timer.clock_ms", lambda: now)
-    assert run("verify", root).exit_code == 0
+    when = dt.datetime.fromtimestamp(late / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    assert found == [("error", "timer_read_moved", start, last,
+                      f"lastReadTimeMs {last} is more than 7 days before the start: a 5.3.3 broker started at {when} "
+                      f"UTC (--now) reads from {start} on (TimerMessageStore.recover), so the "
+                      f"{sum(s.num for s in slots)} message(s) of the {len(slots)} slot(s) before it are never "
+                      "delivered")]
+    assert result.exit_code == 1
+    assert [(r["severity"], r["kind"], r["expected"], r["actual"], r["message"])
+            for r in map(json.loads, result.stdout.splitlines())] == found
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    never = [r for r in rows if r["slot_timestamp"] < start and r["state"].startswith("pending")]
+    assert len(never) == sum(s.num for s in slots)         # the wheel's count: puts less recalls
+    assert listed.exit_code == 1
+    assert f"problem: {len(never)} pending message(s) listed before {start} are never delivered" in listed.stderr
+    assert f"started at {when} UTC (--now)" in listed.stderr

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, run, store_path
+from conftest import CLEAN_SETS, CRASH_SETS, FEATURE_SETS, FIXTURES, made_at, run, store_path
 from rmqtool.format.commitlog import decode_entry
 from rmqtool.ops.findings import FINDING_FIELDS
 from rmqtool.ops.verify import verify_store
@@ -94,8 +94,9 @@ def test_partial_cq_unit_and_lost_queue_are_reported(store_copy):
 
 @pytest.mark.parametrize("name", FEATURE_SETS)
 def test_clean_feature_stores_verify_clean(name):
-    """DLedger, BatchConsumeQueue, LMQ, timer and config stores written by the real 5.3.3/4.9.7 broker."""
-    result = run("verify", store_path(name), "--check-crc", "-f", "jsonl")
+    """DLedger, BatchConsumeQueue, LMQ, timer and config stores written by the real 5.3.3/4.9.7 broker, started as
+    they were made."""
+    result = run("verify", store_path(name), "--check-crc", "-f", "jsonl", "--now", made_at(store_path(name)))
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
 

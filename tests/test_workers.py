@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ALL_SETS, CRASH_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, run, store_path
+from conftest import ALL_SETS, CRASH_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, made_at, run, store_path
 from rmqtool.errors import FormatError, RmqError
 from rmqtool.ops.inspect import store_info
 from rmqtool.ops.verify import verify_store
@@ -140,8 +140,9 @@ def test_workers_give_the_same_findings_on_a_damaged_multi_file_store(damaged, d
 
 
 @pytest.mark.parametrize("name", ALL_SETS + FEATURE_SETS + DLEDGER_CRASH_SETS)
-def test_workers_give_the_same_findings_on_every_fixture(name):
+def test_workers_give_the_same_findings_on_every_fixture(name, now):
     path = store_path(name)
+    now(made_at(path))
     assert list(verify_store(path, deep=True, jobs=2)) == list(verify_store(path, deep=True, jobs=1))
 
 

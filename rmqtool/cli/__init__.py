@@ -15,8 +15,9 @@ from typing import Iterator
 
 import click
 
-from rmqtool import __version__
+from rmqtool import __version__, clock
 from rmqtool.cli.exitcodes import EXIT_STATUS_HELP, ExitCode
+from rmqtool.cli.output import TIMESTAMP
 from rmqtool.errors import EncodeError, FormatError, RmqError, StoreWarning
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -56,10 +57,31 @@ def _message(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc} (rerun with --traceback)"
 
 
+NOW_HELP = ("Take TIME as now (default: the system clock): what relative times count from, when a broker "
+            "started now starts (verify, repair, timer), the month of a UNIQ_KEY without --born, the time of "
+            "records put or imported without one. Findings that used it name it.")
+
+
+def _pin_now(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    if value is not None:
+        clock.pin(value)
+
+
+def now_option(**kwargs) -> click.Option:
+    """--now TIME (rmqtool.clock): read before any other option, so that --since -2h counts from it."""
+    return click.Option(["--now"], type=TIMESTAMP, metavar="TIME", is_eager=True, expose_value=False,
+                        callback=_pin_now, help=NOW_HELP, **kwargs)
+
+
 class RmqCommand(click.Command):
     """A command whose options given twice are refused (click keeps the last value silently); options
     that take several values say so (``multiple=True``) and match any of them. An OSError that names no
-    file names the command's path argument: every error line names its path."""
+    file names the command's path argument: every error line names its path. Every command takes the
+    global --now too, after its name."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.params.append(now_option())
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not ctx.resilient_parsing:
@@ -101,6 +123,10 @@ def _path_argument(command: click.Command, ctx: click.Context) -> str | None:
 class RmqGroup(click.Group):
     command_class = RmqCommand
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        clock.pin(None)                 # each invocation starts on the system clock, until --now says otherwise
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -141,6 +167,8 @@ def _silence_stdout() -> None:
 @click.group(cls=RmqGroup, context_settings=CONTEXT_SETTINGS, epilog=_exit_status_epilog())
 @click.version_option(__version__, "-V", "--version", prog_name="rmqtool")
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an error.")
+@click.option("--now", type=TIMESTAMP, metavar="TIME", is_eager=True, expose_value=False, callback=_pin_now,
+              help=NOW_HELP + " Also accepted after the command's name.")
 @click.option("--store-path-commitlog", metavar="DIR;DIR...", envvar="RMQTOOL_STORE_PATH_COMMITLOG",
               help="The directories of a commit log spread over several disks, as the 5.x broker's "
                    "storePathCommitLog lists them (separated by ';'); they are read as one commit log of "

@@ -126,13 +126,17 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     error: the broker refuses the store, or starts and leaves data unreachable (exit 1). warning: the
     broker handles it on start, and the finding says how (exit 0 unless --strict); broker_start
     findings say, per broker version (4.9.7, 5.3.3), what starting it will do to the commit log and its
-    dispatch. Commit-log files are checked in parallel: in worker processes, or one Spark task per
+    dispatch. A verdict that depends on when the broker starts (the timer store's read window: a start more
+    than 7 days after its last read skips slots) takes the start from --now (default: the system clock) and
+    names it. Commit-log files are checked in parallel: in worker processes, or one Spark task per
     file with --engine spark. A RocksDB consume queue is compared with what the commit log dispatches;
     compaction topics' logs with their commit-log records, the newest-per-key rule and their sparse queues.
 
     \b
     Examples:
       rmqtool verify fixtures/dev-sample/store
+      rmqtool verify fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z -f plain
+      rmqtool verify fixtures/dev-timer-5x/store --now 2026-12-01T00:00:00Z -f record   # exit 1
       rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 0: warnings (the broker recovers it)
       rmqtool verify fixtures/dev-sample-crash-torn/store --strict   # exit 1
       rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl

@@ -9,6 +9,7 @@ from typing import Iterable, Iterator
 
 import click
 
+from rmqtool import clock
 from rmqtool import constants as C
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
@@ -292,13 +293,15 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
     (the slot is a stop on the way: deliver_timestamp is the real due time); delete-marker for a recall (also a
     rolling one, magic 7, which cancels nothing in this slot);
     cancelled-by-delete for the message a recall in the same slot cancels; message-missing when the record
-    is gone. The wheel file is read only where it holds data. Exits 1 when nothing is listed or a slot's
-    chain is broken.
+    is gone. The wheel file is read only where it holds data. Exits 1 when nothing is listed, a slot's
+    chain is broken, or a broker started now (--now) skips listed slots: its dequeue starts at most 7 days
+    back (TimerMessageStore.recover), so their messages are never delivered.
 
     \b
     Examples:
-      rmqtool timer fixtures/dev-timer-5x/store
-      rmqtool timer fixtures/dev-timer-5x/store --fields slot_timestamp,real_topic,real_queue_id,state
+      rmqtool timer fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z
+      rmqtool timer fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z --fields slot_timestamp,real_topic,real_queue_id,state
+      rmqtool timer fixtures/dev-timer-5x/store --now 2026-12-01T00:00:00Z --fields slot_timestamp,state   # exit 1
       rmqtool timer fixtures/dev-timer-5x/store --units -f csv
       rmqtool timer fixtures/dev-timer-5x/store --slots
       rmqtool timer fixtures/dev-timer-5x/store --check
@@ -333,11 +336,24 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
         _write(ctx, T.slot_rows(ts), out, tablefmt, T.SLOT_FIELDS, "no used timer-wheel slots")
         return
     problems: list[str] = []
-    columns = T.PENDING_FIELDS
-    n = write_rows(_for_people(T.pending_rows(st, ts, problems, since), out), out,
-                   columns=columns, tablefmt=tablefmt)
+    now = clock.now_ms()
+    _, start = T.read_start(ts, now)
+    skipped = 0
+
+    def counted(rows: Iterator[dict]) -> Iterator[dict]:
+        nonlocal skipped
+        for row in rows:
+            skipped += row["slot_timestamp"] < start and row["state"].startswith("pending")
+            yield row
+
+    n = write_rows(_for_people(counted(T.pending_rows(st, ts, problems, since)), out), out,
+                   columns=T.PENDING_FIELDS, tablefmt=tablefmt)
     for text in problems:
         _note(f"problem: {text}")
+    if skipped:
+        problems.append(f"{skipped} pending message(s) listed before {start} are never delivered: a 5.3.3 broker "
+                        f"started at {clock.said(now)} reads from {start} on (TimerMessageStore.recover)")
+        _note(f"problem: {problems[-1]}")
     if n == 0:
         _note("no pending timer messages")
     if n == 0 or problems:

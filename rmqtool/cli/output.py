@@ -143,7 +143,8 @@ def cell(key: str, value: Any) -> str:
 
 class Timestamp(click.ParamType):
     """A point in time: epoch milliseconds, ISO-8601, or what people write ("-2h", "yesterday",
-    "2026-11-20 10:00"), read by dateparser. A time without a zone is local time."""
+    "2026-11-20 10:00"), read by dateparser. A time without a zone is local time; a relative one counts
+    from now (rmqtool.clock: --now, else the system clock)."""
 
     name = "TIME"
 
@@ -170,7 +171,11 @@ class Timestamp(click.ParamType):
 def _parse_human(text: str) -> dt.datetime | None:
     import dateparser
 
-    return dateparser.parse(text, settings={"PREFER_DATES_FROM": "past", "RETURN_AS_TIMEZONE_AWARE": False})
+    from rmqtool import clock
+
+    base = dt.datetime.fromtimestamp(clock.now_ms() / 1000)         # local, as dateparser's own now
+    return dateparser.parse(text, settings={"PREFER_DATES_FROM": "past", "RETURN_AS_TIMEZONE_AWARE": False,
+                                            "RELATIVE_BASE": base})
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

@@ -786,17 +786,20 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
 
 @cli.command("decode-id")
 @click.argument("msg_id", metavar="ID")
-@click.option("--born", type=TIMESTAMP, help="Anchor the UNIQ_KEY time on this born time (default: now).")
+@click.option("--born", type=TIMESTAMP, help="Anchor the UNIQ_KEY time on this born time (default: the month of "
+                                             "now, see --now).")
 @output_options
 def decode_id(msg_id: str, born: int | None, fmt: str | None, tablefmt: str) -> None:
     """Decode a 32/56 hex-character ID both ways, without a store: as an offsetMsgId (store host and
     physical offset) and as a UNIQ_KEY (client IP, pid, class-loader hash, creation time, counter).
 
-    The UNIQ_KEY time counts from the producer's local month start; it is anchored on --born (or now).
+    The UNIQ_KEY time counts from the producer's local month start; it is anchored on --born, else on the
+    latest month start whose time is not after now (--now, else the system clock), as the client's
+    MessageClientIDSetter.getNearlyTimeFromID does.
 
     \b
     Examples:
-      rmqtool decode-id C0A8000A00002A9F0000000000000E33
+      rmqtool decode-id C0A8000A00002A9F0000000000000E33 --now 2026-11-26T12:00:00Z
       rmqtool decode-id FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --born 1795216389519
     """
     from rmqtool.ops.query import describe_id

@@ -46,9 +46,9 @@ class UniqKey:
     time_diff: int
     counter: int
 
-    def timestamp(self, born_timestamp: int | None = None) -> int:
-        """The creation time in epoch ms, anchored on the record's born time when given."""
-        return anchor_month_diff(self.time_diff, born_timestamp)
+    def timestamp(self, born_timestamp: int | None = None, now_ms: int | None = None) -> int:
+        """The creation time in epoch ms, anchored on the record's born time, else on ``now_ms``."""
+        return anchor_month_diff(self.time_diff, born_timestamp, now_ms)
 
 
 def decode_uniq_key(uniq_key: str) -> UniqKey:
@@ -62,13 +62,14 @@ def _month_start_ms(year: int, month: int) -> int:
     return calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
 
 
-def anchor_month_diff(time_diff: int, born_timestamp: int | None = None) -> int:
+def anchor_month_diff(time_diff: int, born_timestamp: int | None = None, now_ms: int | None = None) -> int:
     """Pick the month start M (in any UTC offset) with M + diff closest to the born time.
 
-    Without a born time, use the current UTC month (the previous one if that lies in the future),
-    like MessageClientIDSetter.getNearlyTimeFromID.
+    Without a born time, use the UTC month of ``now_ms`` (the previous one if that lies in the future),
+    like MessageClientIDSetter.getNearlyTimeFromID: the caller says when now is.
     """
-    now_ms = int(dt.datetime.now(dt.timezone.utc).timestamp() * 1000)
+    if born_timestamp is None and now_ms is None:
+        raise ValueError("anchor_month_diff needs a born time or now")
     anchor = now_ms if born_timestamp is None else born_timestamp
     day = dt.datetime.fromtimestamp(anchor / 1000, dt.timezone.utc)
     months = []

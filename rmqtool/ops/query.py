@@ -186,7 +186,10 @@ def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None =
 
 
 def describe_id(msg_id: str, born_timestamp: int | None = None) -> dict:
-    """Both readings of a 32/56 hex-character ID: as an offsetMsgId and as a UNIQ_KEY."""
+    """Both readings of a 32/56 hex-character ID: as an offsetMsgId and as a UNIQ_KEY (its time anchored on
+    ``born_timestamp``, else on the month of now: rmqtool.clock)."""
+    from rmqtool import clock
+
     msg_id = msg_id.strip().upper()
     host, offset = decode_message_id(msg_id)
     uniq = decode_uniq_key(msg_id)
@@ -199,7 +202,7 @@ def describe_id(msg_id: str, born_timestamp: int | None = None) -> dict:
         "class_loader_hash": uniq.class_loader_hash,
         "time_diff": uniq.time_diff,
         "counter": uniq.counter,
-        "created_timestamp": uniq.timestamp(born_timestamp),
+        "created_timestamp": uniq.timestamp(born_timestamp, clock.now_ms()),
     }
 
 

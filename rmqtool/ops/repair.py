@@ -54,6 +54,8 @@ LEFT_TO = {
     "index_bad_slot": "rebuild-index rebuilds the index",
     "index_missing_entry": "rebuild-index rebuilds the index",
     "timer_bad_chain": "repair does not rewrite the timer store",
+    "timer_read_moved": "no offline fix: any start this late skips those slots; rmqtool timer lists their "
+                        "messages to send again",
 }
 
 

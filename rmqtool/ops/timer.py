@@ -16,9 +16,9 @@ the enqueue writes it again with DELETE: a rolled recall stays a delete marker, 
 
 from __future__ import annotations
 
-import time
 from typing import Iterator
 
+from rmqtool import clock
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.commitlog import Message
@@ -146,17 +146,22 @@ def _int(text: str | None) -> int | None:
 WHEEL_LENGTH = TIMER_WHEEL_TTL_DAY * 86400 * 2 * SLOT_SIZE      # TimerWheel: slotsTotal * 2 slots
 
 
-def clock_ms() -> int:
-    """Now, when a broker would start on the store (the wall clock)."""
-    return int(time.time() * 1000)
+def read_start(ts: TimerStore, now_ms: int) -> tuple[int, int]:
+    """(lastReadTimeMs, where the dequeue of a 5.3.3 broker started at ``now_ms`` begins): broker_model
+    timer_read_start."""
+    from rmqtool.store.broker_model import timer_read_start
+
+    cp = ts.checkpoint()
+    last_read = cp.last_read_time_ms if cp else 0
+    return last_read, timer_read_start(last_read, ts.precision_ms, now_ms)
 
 
-def timer_findings(store: Store, now_ms: int | None = None) -> Iterator[Finding]:
+def timer_findings(store: Store) -> Iterator[Finding]:
     """The broker model's timer rules (rmqtool.store.broker_model: timer_load, timer_recover, timer_read_time,
     timer_chain): files the load refuses, the unit where the recovery truncates the timer log, slots it re-links,
-    the slots a broker started at ``now_ms`` (default: clock_ms) skips, and chains of the slots it dequeues that it
-    cannot follow."""
-    from rmqtool.store.broker_model import timer_read_start, timer_recovery
+    the slots a broker started now (rmqtool.clock) skips, and chains of the slots it dequeues that it cannot
+    follow. Findings whose verdict the start time decided name it."""
+    from rmqtool.store.broker_model import timer_recovery
 
     ts = TimerStore.open(store.root) if store.is_store_root else None
     if ts is None:
@@ -181,29 +186,32 @@ def timer_findings(store: Store, now_ms: int | None = None) -> Iterator[Finding]
                       f"not a timer-log unit: a 5.3.3 broker's timer recovery truncates the timer log here and deletes "
                       f"{rec.lost_files} later file(s): {rec.lost_units} unit(s) after it are lost "
                       "(TimerMessageStore.recoverAndRevise)")
-    last_read = cp.last_read_time_ms if cp else 0
-    from_ms = timer_read_start(last_read, ts.precision_ms, clock_ms() if now_ms is None else now_ms)
+    now_ms = clock.now_ms()
+    last_read, from_ms = read_start(ts, now_ms)
+    at = f" (a start at {clock.said(now_ms)} reads from {from_ms} on)" if from_ms > last_read else ""
     skipped = [slot for index, slot in ts.iter_slots() if slot.ticks % ts.slot_count == index
                and last_read <= slot.time_ms(ts.precision_ms) < from_ms]
     if skipped:
-        yield Finding(WARNING, "timer_read_moved", str(ts.wheel_path), None,
-                      f"lastReadTimeMs is more than 7 days old: a 5.3.3 broker started now reads from {from_ms} on "
-                      f"(TimerMessageStore.recover), so the {sum(s.num for s in skipped)} unit(s) of the "
-                      f"{len(skipped)} slot(s) before it are never delivered", from_ms, last_read)
+        yield Finding(ERROR, "timer_read_moved", str(ts.wheel_path), None,
+                      f"lastReadTimeMs {last_read} is more than 7 days before the start: a 5.3.3 broker started at "
+                      f"{clock.said(now_ms)} reads from {from_ms} on (TimerMessageStore.recover), so the "
+                      f"{sum(s.num for s in skipped)} message(s) of the {len(skipped)} slot(s) before it are never "
+                      "delivered", from_ms, last_read)
     for index, slot in ts.iter_slots():
         if slot.ticks % ts.slot_count != index or slot.time_ms(ts.precision_ms) < from_ms:
             continue                     # not this slot's time, or dequeued already (or skipped)
         last = rec.revised.get(slot.ticks, slot.last_pos)
         if last != slot.last_pos and not (rec.damaged and slot.last_pos >= rec.cut):    # (else part of the cut)
             yield Finding(WARNING, "timer_slot_revised", str(ts.wheel_path), index * SLOT_SIZE,
-                          f"slot {slot.time_ms(ts.precision_ms)}: lastPos {slot.last_pos} is not its last unit {last}",
-                          last, slot.last_pos)
-        yield from _chain_findings(ts, slot, index, last, rec)
+                          f"slot {slot.time_ms(ts.precision_ms)}: lastPos {slot.last_pos} is not its last unit "
+                          f"{last}{at}", last, slot.last_pos)
+        yield from _chain_findings(ts, slot, index, last, rec, at)
 
 
-def _chain_findings(ts: TimerStore, slot: TimerSlot, index: int, pos: int, rec) -> Iterator[Finding]:
+def _chain_findings(ts: TimerStore, slot: TimerSlot, index: int, pos: int, rec, at: str) -> Iterator[Finding]:
     """The slot's chain from ``pos`` along prevPos, as TimerMessageStore.dequeue follows it: every link must
-    reach an earlier unit of this slot's time; the first that does not is the finding."""
+    reach an earlier unit of this slot's time; the first that does not is the finding (``at``: the start time
+    that chose the slot, when it did)."""
     where, what = (str(ts.wheel_path), index * SLOT_SIZE), "lastPos"
     when = slot.time_ms(ts.precision_ms)
     later = None
@@ -226,7 +234,7 @@ def _chain_findings(ts: TimerStore, slot: TimerSlot, index: int, pos: int, rec) 
         if why:
             yield Finding(ERROR, "timer_bad_chain", where[0], where[1],
                           f"slot {when}: {what} links to {pos}, {why}: the dequeue (TimerMessageStore.dequeue) "
-                          "follows it unchecked, the slot's units behind it are never delivered", actual=pos)
+                          f"follows it unchecked, the slot's units behind it are never delivered{at}", actual=pos)
             return
         where, what, later = (str(f.path), pos), f"the prevPos of the unit at {pos}", pos
         pos = unit.prev_pos

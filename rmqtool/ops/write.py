@@ -12,10 +12,10 @@ import base64
 import dataclasses
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from rmqtool import clock
 from rmqtool import constants as C
 from rmqtool.errors import EncodeError, FormatError, StoreError, UnsafeWrite
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
@@ -235,7 +235,7 @@ class StoreWriter:
         if self.prop_crc:
             msg = dataclasses.replace(msg, properties_raw=reserve_crc32(msg.properties_raw))
         stored = dataclasses.replace(msg, queue_offset=queue_offset,
-                                     store_timestamp=msg.store_timestamp or int(time.time() * 1000))
+                                     store_timestamp=msg.store_timestamp or clock.now_ms())
         if self.ledger is not None:
             offset = self.ledger.append(stored.total_size, lambda phys: self._encode(
                 dataclasses.replace(stored, physical_offset=phys)))
@@ -396,7 +396,7 @@ def build_message(topic: str, body: bytes, *, queue_id: int = 0, tags: str | Non
     v6_bits = int(C.SysFlag.BORNHOST_V6 | C.SysFlag.STOREHOSTADDRESS_V6)
     sys_flag = (int(sys_flag) & ~v6_bits) | (int(C.SysFlag.BORNHOST_V6) if born_host.ipv6 else 0) \
         | (int(C.SysFlag.STOREHOSTADDRESS_V6) if store_host.ipv6 else 0)
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     return Message(topic=topic, body=body, properties_raw=raw, queue_id=queue_id, flag=flag, sys_flag=sys_flag,
                    born_timestamp=now if born_timestamp is None else born_timestamp, born_host=born_host,
                    store_timestamp=store_timestamp, store_host=store_host, reconsume_times=reconsume_times,

@@ -21,6 +21,7 @@ import shutil
 import signal
 from pathlib import Path, PurePosixPath
 
+from rmqtool import clock
 from rmqtool.errors import RmqError, UnsafeWrite, WriteFailed
 from rmqtool.store.filequeue import data_extents, read_exact
 
@@ -156,7 +157,7 @@ def _sha256(path: Path) -> str:
 
 
 def default_backup_dir(root: Path) -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    stamp = clock.system_now().strftime("%Y%m%d-%H%M%S-%f")
     return root.parent / f"{root.name}.rmqtool-backup-{stamp}"
 
 
@@ -270,7 +271,7 @@ class Transaction:
             else:
                 entries.append({"path": rel, "kind": "absent"})
         manifest = {"store": str(self.root.resolve()), "label": self.label,
-                    "created": dt.datetime.now(dt.timezone.utc).isoformat(), "entries": entries}
+                    "created": clock.system_now().astimezone(dt.timezone.utc).isoformat(), "entries": entries}
         _write_synced(backup / "manifest.json", json.dumps(manifest, indent=1).encode())
         fsync_dir(backup)
         fault_point()
@@ -504,7 +505,7 @@ def _tree_digest(path: Path) -> list[tuple[str, str]]:
 def undo_dir(backup: Path) -> Path:
     """Where restoring ``backup`` keeps the state it replaces (so that a restore can be undone too)."""
     backup = Path(backup)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    stamp = clock.system_now().strftime("%Y%m%d-%H%M%S-%f")
     return backup.with_name(f"{backup.name}.undo-{stamp}")
 
 
@@ -774,7 +775,7 @@ class PatchTransaction:
         entries += [{"path": rel, "kind": "removed", "kept": str(Path("removed") / rel)} for rel in self.removed]
         self._blob.flush()
         manifest = {"store": str(self.root.resolve()), "label": self.label,
-                    "created": dt.datetime.now(dt.timezone.utc).isoformat(), "preimages": PREIMAGES,
+                    "created": clock.system_now().astimezone(dt.timezone.utc).isoformat(), "preimages": PREIMAGES,
                     "preimages_sha256": _sha256(self.backup / PREIMAGES), "entries": entries}
         staged = self.backup / ("manifest.json" + STAGED)
         _write_synced(staged, json.dumps(manifest, indent=1).encode())

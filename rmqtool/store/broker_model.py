@@ -104,8 +104,8 @@ RULES = [
          "later file deleted", "TimerMessageStore.recover, recoverAndRevise, TimerWheel.reviseSlot, "
          "MappedFileQueue.truncateDirtyFiles"),
     Rule("timer_read_time", V5, "the dequeue reads from the checkpoint's lastReadTimeMs, moved up to the start's "
-         "time less 7 days and 60 slots (formatTimeMs(now) - (slotsTotal - TIMER_BLANK_SLOTS) x precisionMs) when "
-         "older: the units of the slots before it are never delivered", "TimerMessageStore.recover"),
+         "time (--now) less 7 days and 60 slots (formatTimeMs(now) - (slotsTotal - TIMER_BLANK_SLOTS) x precisionMs) "
+         "when older: the messages of the slots before it are never delivered (an error)", "TimerMessageStore.recover"),
     Rule("timer_chain", V5, "the dequeue walks a slot from lastPos along prevPos and checks nothing: a link to "
          "what is not an earlier unit of that slot loses every unit behind it", "TimerMessageStore.dequeue"),
 ]
@@ -416,7 +416,7 @@ LEVELS: dict[str, tuple[str, str]] = {
     "skipped_file": (WARNING, ""),
     "prop_crc_mismatch": (WARNING, ""),
     "timer_bad_unit": (WARNING, ""),         # the finding says what the timer recovery cuts
-    "timer_read_moved": (WARNING, ""),        # the finding says what the start skips
+    "timer_read_moved": (ERROR, ""),          # the start skips slots: their messages are never delivered
     "timer_slot_revised": (WARNING, "the broker's timer recovery re-links it: TimerWheel.reviseSlot"),      # refused only with forceVerifyPropCRC (off by default)           # a data-directory entry the broker skips or deletes (recognition)
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
