@@ -65,10 +65,11 @@ def expected_status(line: str) -> int:
     return int(m.group(1)) if (m := re.search(r"#\s*exit (\d+)\b", line)) else 0
 
 
-def run_example(line: str) -> tuple[int, str]:
+def run_example(line: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit status, what it prints: stdout and stderr as a terminal shows them) of an example line, run
     by bash in a fresh directory where ``fixtures/`` is the checkout's, ``/tmp/`` a fresh directory and
-    ``rmqtool`` this checkout's (in UTC). Paths and variable parts are normalised (``normalise``)."""
+    ``rmqtool`` this checkout's (in UTC; ``env``: more variables, None to unset one). Paths and variable parts
+    are normalised (``normalise``)."""
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir, work = Path(tmp, "bin"), Path(tmp, "work")
         (work / "tmp").mkdir(parents=True)
@@ -76,7 +77,8 @@ def run_example(line: str) -> tuple[int, str]:
         (bin_dir / PROG).write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {PROG} "$@"\n')
         (bin_dir / PROG).chmod(0o755)
         (work / "fixtures").symlink_to(CHECKOUT / "fixtures")
-        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(CHECKOUT), "TZ": "UTC"}
+        env = {k: v for k, v in {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                                 "PYTHONPATH": str(CHECKOUT), "TZ": "UTC", **(env or {})}.items() if v is not None}
         proc = subprocess.Popen(["bash", "-c", line.replace("/tmp/", f"{work}/tmp/")], cwd=work, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, _ = proc.communicate(timeout=300)

@@ -103,9 +103,20 @@ def test_each_invocation_starts_on_the_system_clock():
     assert clock.now_ms() > _ms(2026, 1, 1)
 
 
-def test_bad_now_is_a_usage_error():
-    result = run("verify", store_path("dev-sample"), "--now", "not a time")
-    assert result.exit_code == 2 and "--now" in result.stderr
+@pytest.mark.parametrize("args", [("verify", "STORE", "--now", "not a time"),
+                                  ("decode-id", "C0A8000A00002A9F0000000000000E33", "--now", str(2**63 - 1)),
+                                  ("decode-id", "C0A8000A00002A9F0000000000000E33", "--now", "-1"),
+                                  ("decode-id", "C0A8000A00002A9F0000000000000E33", "--born", "10000-01-01")])
+def test_a_now_or_born_that_is_no_time_to_anchor_on_is_a_usage_error(args):
+    """One line naming the option, exit 2 (a month start around it must be a date: 1970 to November 9999)."""
+    result = run(*(store_path("dev-sample") if a == "STORE" else a for a in args))
+    assert result.exit_code == 2 and f"Invalid value for '{args[-2]}'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_last_month_a_now_may_anchor_on():
+    assert _rows(run("decode-id", "C0A8000A00002A9F0000000000000E33", "--now", _ms(9999, 12, 1) - 1,
+                     "-f", "jsonl"))[0]["created_timestamp"] == _ms(9999, 11, 1)
 
 
 @pytest.mark.parametrize("now,want", [

@@ -17,7 +17,7 @@ import click
 
 from rmqtool import __version__, clock
 from rmqtool.cli.exitcodes import EXIT_STATUS_HELP, ExitCode
-from rmqtool.cli.output import TIMESTAMP
+from rmqtool.cli.output import CALENDAR_TIME
 from rmqtool.errors import EncodeError, FormatError, RmqError, StoreWarning
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -69,7 +69,7 @@ def _pin_now(ctx: click.Context, param: click.Parameter, value: int | None) -> N
 
 def now_option(**kwargs) -> click.Option:
     """--now TIME (rmqtool.clock): read before any other option, so that --since -2h counts from it."""
-    return click.Option(["--now"], type=TIMESTAMP, metavar="TIME", is_eager=True, expose_value=False,
+    return click.Option(["--now"], type=CALENDAR_TIME, metavar="TIME", is_eager=True, expose_value=False,
                         callback=_pin_now, help=NOW_HELP, **kwargs)
 
 
@@ -167,7 +167,7 @@ def _silence_stdout() -> None:
 @click.group(cls=RmqGroup, context_settings=CONTEXT_SETTINGS, epilog=_exit_status_epilog())
 @click.version_option(__version__, "-V", "--version", prog_name="rmqtool")
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an error.")
-@click.option("--now", type=TIMESTAMP, metavar="TIME", is_eager=True, expose_value=False, callback=_pin_now,
+@click.option("--now", type=CALENDAR_TIME, metavar="TIME", is_eager=True, expose_value=False, callback=_pin_now,
               help=NOW_HELP + " Also accepted after the command's name.")
 @click.option("--store-path-commitlog", metavar="DIR;DIR...", envvar="RMQTOOL_STORE_PATH_COMMITLOG",
               help="The directories of a commit log spread over several disks, as the 5.x broker's "

@@ -182,6 +182,21 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TIMESTAMP = Timestamp()
 
 
+class CalendarTime(Timestamp):
+    """A TIME that the month starts around it are computed from (--now, --born): 1970 to November 9999."""
+
+    HIGH = (dt.datetime(9999, 12, 1, tzinfo=dt.timezone.utc) - _EPOCH) // dt.timedelta(milliseconds=1) - 1
+
+    def convert(self, value: Any, param, ctx) -> int:
+        ms = super().convert(value, param, ctx)
+        if not 0 <= ms <= self.HIGH:
+            self.fail(f"{value!r} is out of range (a time from 1970 to November 9999)", param, ctx)
+        return ms
+
+
+CALENDAR_TIME = CalendarTime()
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         import base64

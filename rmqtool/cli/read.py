@@ -18,7 +18,7 @@ from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (check_crc_option, count_option, filter_options, jobs_option, option,
                                  record_filter, record_options, since_until)
-from rmqtool.cli.output import (FIELDS_META, NO_HEADERS_META, PEOPLE, TIMESTAMP, Format, check_fields,
+from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, Format, check_fields,
                                 format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
                                 write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError, StoreWarning
@@ -786,7 +786,7 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
 
 @cli.command("decode-id")
 @click.argument("msg_id", metavar="ID")
-@click.option("--born", type=TIMESTAMP, help="Anchor the UNIQ_KEY time on this born time (default: the month of "
+@click.option("--born", type=CALENDAR_TIME, help="Anchor the UNIQ_KEY time on this born time (default: the month of "
                                              "now, see --now).")
 @output_options
 def decode_id(msg_id: str, born: int | None, fmt: str | None, tablefmt: str) -> None:
