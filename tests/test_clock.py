@@ -93,6 +93,12 @@ def test_now_goes_before_or_after_the_command_and_comes_first_among_its_options(
         != run("cat-commitlog", store, "--since", "-2h", "--now", now, "-f", "jsonl").stdout    # one ms later
 
 
+def test_every_command_takes_now():
+    from rmqtool.cli import cli
+
+    assert [n for n, c in cli.commands.items() if not any(p.opts == ["--now"] for p in c.params)] == []
+
+
 def test_each_invocation_starts_on_the_system_clock():
     """A --now pins the clock for its command only (in-process runs share the module)."""
     from rmqtool import clock

@@ -8,6 +8,7 @@ the data source's consume-queue rows equal what RocketMQ itself read back.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -85,8 +86,8 @@ def test_data_source_rows_equal_local_decoder(spark, generated):
     want_rows = sort_rows(want.to_pylist())
     for row in got + want_rows:
         row["properties"] = dict(row["properties"]) if row["properties"] is not None else None
-        for k in ("born_timestamp", "store_timestamp"):
-            row[k] = None if row[k] is None else row[k].replace(tzinfo=None)
+        for k in ("born_timestamp", "store_timestamp"):        # collect() gives naive local times, arrow UTC
+            row[k] = None if row[k] is None else row[k].astimezone(dt.timezone.utc)
     assert len(got) == len(want_rows) > 500
     assert got == want_rows
     assert all(r["crc_ok"] for r in got if r["type"] == "message")
