@@ -67,10 +67,9 @@ def _pin_now(ctx: click.Context, param: click.Parameter, value: int | None) -> N
         clock.pin(value)
 
 
-def now_option(**kwargs) -> click.Option:
-    """--now TIME (rmqtool.clock): read before any other option, so that --since -2h counts from it."""
-    return click.Option(["--now"], type=CALENDAR_TIME, metavar="TIME", is_eager=True, expose_value=False,
-                        callback=_pin_now, help=NOW_HELP, **kwargs)
+# --now TIME (rmqtool.clock), before the command's name or after it: read before any other option, so that
+# --since -2h counts from it.
+NOW_OPTION = {"type": CALENDAR_TIME, "metavar": "TIME", "is_eager": True, "expose_value": False, "callback": _pin_now}
 
 
 class RmqCommand(click.Command):
@@ -81,7 +80,7 @@ class RmqCommand(click.Command):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.params.append(now_option())
+        self.params.append(click.Option(["--now"], help=NOW_HELP, **NOW_OPTION))
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not ctx.resilient_parsing:
@@ -167,8 +166,7 @@ def _silence_stdout() -> None:
 @click.group(cls=RmqGroup, context_settings=CONTEXT_SETTINGS, epilog=_exit_status_epilog())
 @click.version_option(__version__, "-V", "--version", prog_name="rmqtool")
 @click.option("--traceback", is_flag=True, help="Show the Python traceback of an error.")
-@click.option("--now", type=CALENDAR_TIME, metavar="TIME", is_eager=True, expose_value=False, callback=_pin_now,
-              help=NOW_HELP + " Also accepted after the command's name.")
+@click.option("--now", help=NOW_HELP + " Also accepted after the command's name.", **NOW_OPTION)
 @click.option("--store-path-commitlog", metavar="DIR;DIR...", envvar="RMQTOOL_STORE_PATH_COMMITLOG",
               help="The directories of a commit log spread over several disks, as the 5.x broker's "
                    "storePathCommitLog lists them (separated by ';'); they are read as one commit log of "
