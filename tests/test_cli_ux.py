@@ -57,11 +57,12 @@ def _cpu_seconds(args: list[str]) -> float:
 @pytest.mark.parametrize("command,fmt", [("cat-commitlog", "plain"), ("cat-commitlog", "table"),
                                          ("cat-commitlog", "record"), ("grep", "plain")])
 def test_first_row_prints_before_the_scan_ends(big_store, small_store, command, fmt):
-    """Rows stream: the first ones come out after a small part of the command's work beyond its start-up
-    (the same command on a store of a few hundred records). Measured in the child's CPU time (from /proc
-    at the first rows, from wait4 at its end), which another process's load does not stretch as it does
-    wall time."""
-    start_up = _cpu_seconds([command, str(small_store), "-f", fmt])
+    """Rows stream: the first ones come out before half of the command's work beyond its start-up (the
+    same command on a store of a few hundred records; a command that prints after its scan is at the whole).
+    Measured in the child's CPU time (from /proc at the first rows, from wait4 at its end), which another
+    process's load does not stretch as it does wall time. Start-up varies by ~0.3 CPU-s from run to run
+    (imports, loading compiled code): the median of three, and half of the rest as the bound, not a third."""
+    start_up = sorted(_cpu_seconds([command, str(small_store), "-f", fmt]) for _ in range(3))[1]
     proc = subprocess.Popen([sys.executable, "-m", "rmqtool", command, str(big_store), "-f", fmt],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
@@ -81,7 +82,7 @@ def test_first_row_prints_before_the_scan_ends(big_store, small_store, command, 
     total = usage.ru_utime + usage.ru_stime
     assert proc.returncode == 0, proc.stderr.read()
     assert rest.count(b"\n") > 40000
-    assert first - start_up < (total - start_up) / 3, (start_up, first, total)
+    assert first - start_up < (total - start_up) / 2, (start_up, first, total)
 
 
 def test_a_damaged_store_prints_its_good_records_before_the_error():
