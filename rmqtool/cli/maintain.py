@@ -20,7 +20,8 @@ import click
 
 from rmqtool.cli import cli, stdout_may_close
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import check_crc_option, jobs_option, option, output_path
+from rmqtool.cli.options import (check_crc_option, end_partial, jobs_option, option, output_path, read_anyway_option,
+                                 recognized)
 from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 from rmqtool.store import layout as L
@@ -112,15 +113,18 @@ def _store(path: str, *, write: bool, force: bool = False):
 
 
 @cli.command()
-@click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
+@click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path(), callback=recognized)
 @check_crc_option(aliases=("--deep",), help="Also check every body's CRC, and the 5.2+ whole-record "
                                             "CRC property (__CRC32#) where the store writes it.")
 @click.option("--strict", is_flag=True, help="Warnings count too: exit 1 when there is any finding.")
 @jobs_option
 @engine_options
+@read_anyway_option(help="Check a store the broker refuses to load (a commit-log file of the wrong size, one named "
+                         "between the others' starts, a missing one) instead of refusing it (exit 4): its findings, "
+                         "then a warning naming the records and bytes readers skip (exit 3).")
 @output_options
 def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | None, engine: str,
-           master: str | None, fmt: str | None, tablefmt: str) -> None:
+           master: str | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """Check stores: every problem with its file and byte offset, at the broker's verdict level.
 
     error: the broker refuses the store, or starts and leaves data unreachable (exit 1). warning: the
@@ -143,11 +147,14 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
       rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
     """
     deep = check_crc
-    from rmqtool.ops.findings import FINDING_FIELDS
-    from rmqtool.ops.verify import verify_store
+    from rmqtool.store.readable import commitlog_view
     from rmqtool.store.store import Store
 
-    opened = [(path, Store.open(path)) for path in stores]
+    opened = [(path, Store.open(path)) for path in stores]      # refused before the checks are imported
+    skipped = [s for _, st in opened for s in commitlog_view(st.commitlog, read_anyway)[1]]
+    from rmqtool.ops.findings import FINDING_FIELDS
+    from rmqtool.ops.verify import verify_store
+
     size = sum(f.length for _, st in opened for f in st.commitlog.queue)
     findings = []
     if choose_engine(engine, size, master) == "spark":
@@ -166,6 +173,7 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     if out in PEOPLE:
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
                    err=True)
+    end_partial(skipped)
     raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
 
 

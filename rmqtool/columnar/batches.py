@@ -171,9 +171,13 @@ def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:
 
 
 def _map(f: QueueFile) -> tuple[object, pa.Buffer, np.ndarray]:
-    """A read-only map of a file, as an Arrow buffer and a byte array over the same memory."""
+    """A read-only map of a file, as an Arrow buffer and a byte array over the same memory: its first
+    ``f.readable`` bytes (a file cut to what is readable, rmqtool.store.readable)."""
     mm = map_file(f.path)
-    return mm, pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
+    buf, data = pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
+    if f.readable < len(data):
+        buf, data = buf.slice(0, f.readable), data[:f.readable]
+    return mm, buf, data
 
 
 def _decode_one(buf, f: QueueFile, pos: int) -> Entry:

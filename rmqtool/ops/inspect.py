@@ -122,7 +122,7 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     out = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
            "end": None, "zero_end": False, "damage": None}
     buf = f.read()
-    data = np.frombuffer(buf, np.uint8)
+    data = np.frombuffer(buf, np.uint8, min(len(buf), f.readable))    # a file cut to what is readable
     data64 = words(data)
     pos = released = 0
     try:
