@@ -55,7 +55,8 @@ def _readers(store, tmp_path) -> dict[str, list]:
             "export-dataset": ["export", store, "--to", tmp_path / "dataset"],
             "verify": ["verify", store, "-f", "jsonl"],
             "query-key": ["query-key", store, "TopicA", "键-19", "-f", "jsonl"],
-            "query-id": ["query-id", store, msg_id, "-f", "jsonl"]}
+            "query-id": ["query-id", store, msg_id, "-f", "jsonl"],
+            "transactions": ["transactions", store, "--all", "-f", "jsonl"]}
 
 
 def test_every_reader_refuses_a_store_the_broker_refuses(cut_store, tmp_path):

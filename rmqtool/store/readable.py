@@ -26,6 +26,11 @@ _HEAD = struct.Struct(">iI")
 _SMALLEST = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
 
+# A gap or an overlap among the file names: MappedFileQueue.load maps every file, and findMappedFileByOffset
+# picks a file by (offset - first start) / file size, so the offsets after it are read in the wrong file.
+_MISPLACED = ("the broker reads the offsets after it in the wrong file (MappedFileQueue.findMappedFileByOffset); "
+              "a commit log over several directories is named DIR;DIR")
+
 
 class Refused(StoreError):
     """A store the broker refuses to load: every reader refuses it the same way (exit 4)."""
@@ -49,8 +54,8 @@ class Skipped(NamedTuple):
 
 @dataclass(frozen=True)
 class Readable:
-    """The verdict on a commit log: ``problems`` (where, problem) the broker refuses it for (none: it loads
-    it), the bytes of each file a reader reads (``limits``; a file not named there is left out) and what
+    """The verdict on a commit log: ``problems`` (where, what the broker does with it) that make readers
+    refuse it (none: the broker loads it), the bytes of each file a reader reads (``limits``; a file not named there is left out) and what
     reading it anyway skips."""
 
     problems: tuple[tuple[str, str], ...] = ()
@@ -62,8 +67,9 @@ class Readable:
         if self.problems and not read_anyway:
             where, problem = self.problems[0]
             more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise Refused(f"{refusal(problem)}{more}; {READ_ANYWAY} reads what is readable", path=where)
+            raise Refused(f"{problem}{more}; {READ_ANYWAY} reads what is readable", path=where)
         return self
+
 
 
 def readable(parts: Sequence[Part], file_size: int | None, read: Callable[[str], object]) -> Readable:
@@ -78,20 +84,20 @@ def readable(parts: Sequence[Part], file_size: int | None, read: Callable[[str],
     for i, p in enumerate(parts):
         if p.start % file_size != grid:
             problems.append((p.where, f"named at offset {p.start}, between the starts of {file_size}-byte files: "
-                                      "it overlaps its neighbours"))
+                                      f"it overlaps its neighbours: {_MISPLACED}"))
             _, records, torn = _walk(read(p.where), p.length)
             skipped.append(Skipped(p.where, p.start, p.length, records + torn, "a file off the grid of file names"))
             continue
         if previous is not None and p.start > previous + file_size:
             gap = previous + file_size
-            problems.append((p.where, f"starts at {p.start}, expected {gap} (missing file)"))
+            problems.append((p.where, f"starts at {p.start}, expected {gap} (missing file): {_MISPLACED}"))
             skipped.append(Skipped(f"{gap:0{C.FILE_NAME_DIGITS}d}", gap, p.start - gap, 0, "missing file(s)"))
         previous = p.start
         if p.length == file_size or (p.length == 0 and i == len(parts) - 1):
             limits[p.where] = p.length
             continue
         problem = f"file is {p.length} bytes, expected {file_size}"
-        problems.append((p.where, problem))
+        problems.append((p.where, refusal(problem)))
         end, _, torn = _walk(read(p.where), min(p.length, file_size))
         limits[p.where] = end
         skipped.append(Skipped(p.where, p.start + end, max(p.length, file_size) - end, torn, problem))
@@ -101,28 +107,22 @@ def readable(parts: Sequence[Part], file_size: int | None, read: Callable[[str],
 def _walk(buf, length: int) -> tuple[int, int, int]:
     """(end of the last whole record, whole records, torn records: 0 or 1) of the first ``length`` bytes
     of a commit-log or DLedger data file, by record headers (TOTALSIZE, MAGICCODE; a DLedger entry's magic
-    and size). A BLANK or zeros end the data; a header that is neither ends the walk at the file's end
-    (damage is the reader's to report)."""
+    and size)."""
     ledger = length >= 8 and struct.unpack_from(">i", buf, 0)[0] in D.VALID_MAGICS
     pos = records = 0
     while length - pos >= 8:
         if ledger:
             magic, size = struct.unpack_from(">ii", buf, pos)
             entry = magic in D.VALID_MAGICS and size > D.HEADER_SIZE
-            blank = magic == D.BLANK_MAGIC
         else:
             size, magic = _HEAD.unpack_from(buf, pos)
             entry = magic in _MESSAGE_MAGICS and size >= _SMALLEST
-            blank = magic == C.BLANK_MAGIC_CODE
-        if entry:
-            if pos + size > length:
-                return pos, records, 1
-            pos += size
-            records += 1
-        elif blank or (size == 0 and magic == 0):
+        if not entry:                   # a BLANK, zeros (the end of the data) or damage (the reader's to report)
             return length, records, 0
-        else:
-            return length, records, 0
+        if pos + size > length:
+            return pos, records, 1
+        pos += size
+        records += 1
     torn = any(bytes(buf[pos:length]))
     return (pos if torn else length), records, int(torn)
 
