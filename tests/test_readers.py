@@ -94,6 +94,32 @@ def test_read_anyway_reads_the_same_records_in_every_reader(cut_store, tmp_path)
     assert len(got["query-key"].stdout.splitlines()) == len(got["query-id"].stdout.splitlines()) == 1
 
 
+@pytest.mark.parametrize("name", ["dev-damage-midfile-magic-497", "dev-damage-midfile-magic-533"])
+def test_read_anyway_past_a_damaged_record_counts_the_same_in_every_reader(name, tmp_path):
+    """A damaged record in a store of full-size files: with --read-anyway every reader skips the rest of its
+    file and reads the next ones (the records of the undamaged set outside that file, and those before the
+    damage in it), with a warning naming it, exit 3."""
+    damage = json.loads((FIXTURES / name / "damage.json").read_text())
+    at = damage["damagedRecord"]["physicalOffset"]
+    size = damage["geometry"]["mappedFileSizeCommitLog"]
+    first = at - at % size
+    base = [r for r in readback(damage["baseSet"])["commitlogRecords"] if r["type"] == "MESSAGE"]
+    messages = sum(1 for r in base if not first <= r["physicalOffset"] < first + size or r["physicalOffset"] < at)
+    assert messages < len(base) - 1                 # records after the damage in its file, and later files
+    store = FIXTURES / name / "store"
+    results = {"stats": run("stats", store, "-f", "jsonl", "--read-anyway"),
+               "grep": run("grep", store, "-f", "jsonl", "--read-anyway"),
+               "cat-commitlog": run("cat-commitlog", store, "-f", "jsonl", "--read-anyway"),
+               "export": run("export", store, "--to", tmp_path / "o.jsonl", "--read-anyway"),
+               "info": run("info", store, "-f", "json", "--read-anyway")}
+    for reader, result in results.items():
+        assert result.exit_code == 3 and f"offset {at}: " in result.stderr, (reader, result.stderr)
+    assert json.loads(results["stats"].stdout)["messages"] == messages
+    assert json.loads(results["info"].stdout)["messages"] == messages
+    assert len(results["grep"].stdout.splitlines()) == len(results["cat-commitlog"].stdout.splitlines()) == messages
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == messages
+
+
 def test_a_missing_file_and_a_file_off_the_grid(store_copy):
     """A gap (the third file removed) and a stray copy of a file named between two starts: refused; read
     anyway, the gap's bytes and the stray file's records and bytes are skipped, the other files read whole."""

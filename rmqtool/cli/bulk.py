@@ -47,8 +47,8 @@ class Size(click.ParamType):
 @engine_options
 @check_crc_option(aliases=("--crc",), help="Check every body CRC (adds the crc_ok column).")
 @body_encoding_option(default="base64", aliases=(), help="How jsonl/csv carry the body (Parquet stores it as binary).")
-@read_anyway_option(aliases=("--stop-at-damage",), help=READ_ANYWAY_HELP[:-1] + "; also a store's records up to a "
-                   "damaged record instead of failing. Without it nothing is written.")
+@read_anyway_option(aliases=("--stop-at-damage",), help=READ_ANYWAY_HELP[:-1] + "; a damaged record, instead of "
+                   "failing the export, skips the rest of its file. Without it nothing is written.")
 @click.option("--commitlog-records", is_flag=True,
               help="A compaction topic named by --topic: export its commit-log records (every version of every "
                    "key) instead of what its consumers receive.")
@@ -144,7 +144,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "
                f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log{partial}", err=True)
     for exc in result.damaged:
-        click.echo(f"rmqtool: warning: stopped at a damaged record: {exc}", err=True)
+        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
     end_partial(result.skipped, f" export in {result.path}")
     if result.damaged:
         raise click.exceptions.Exit(ExitCode.BAD_INPUT)

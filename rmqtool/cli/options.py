@@ -174,6 +174,22 @@ def end_partial(skipped, what: str = "") -> None:
         raise click.exceptions.Exit(ExitCode.BAD_INPUT)
 
 
+class Damage:
+    """Collects damaged-record warnings (printed at once) for the exit status: each ends its file."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, exc) -> None:
+        self.count += 1
+        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
+
+    def exit(self, code: int = 0) -> None:
+        from rmqtool.cli.exitcodes import ExitCode
+
+        raise click.exceptions.Exit(ExitCode.BAD_INPUT if self.count else code)
+
+
 def recognized(_ctx, _param, value):
     """A callback refusing (exit 4) a local path argument that is neither a store nor a commit-log file
     (rmqtool.store.recognition.recognize), before the command imports its heavy modules. Globs, URIs and

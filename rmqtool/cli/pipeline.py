@@ -16,7 +16,7 @@ import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (count_option, end_partial, filter_options, read_anyway_option, recognized,
+from rmqtool.cli.options import (Damage, count_option, end_partial, filter_options, read_anyway_option, recognized,
                                  record_filter, record_options)
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, skip_pandas_probe, write_rows
 from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
@@ -82,20 +82,6 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
             result = export_dataset(stores, to, fmt, keys, files=files, progress=progress, **options)
     result.skipped = skipped
     return result
-
-
-class Damage:
-    """Collects damaged-record warnings (printed at once) for the exit status."""
-
-    def __init__(self):
-        self.count = 0
-
-    def __call__(self, exc) -> None:
-        self.count += 1
-        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
-
-    def exit(self, code: ExitCode = ExitCode.OK) -> None:
-        raise click.exceptions.Exit(ExitCode.BAD_INPUT if self.count else code)
 
 
 @cli.command()

@@ -16,8 +16,8 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (check_crc_option, count_option, end_partial, filter_options, jobs_option, option,
-                                 read_anyway_option, recognized, record_filter, record_options, since_until)
+from rmqtool.cli.options import (Damage, check_crc_option, count_option, end_partial, filter_options, jobs_option,
+                                 option, read_anyway_option, recognized, record_filter, record_options, since_until)
 from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, Format, check_fields,
                                 format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
                                 write_record, write_rows)
@@ -129,8 +129,6 @@ def _nothing(ctx: click.Context, text: str, skipped=()) -> None:
     ctx.exit(ExitCode.FINDINGS)
 
 
-
-
 # -- info -------------------------------------------------------------------------------------------
 @cli.command()
 @click.argument("store", type=click.Path(), callback=recognized)
@@ -143,7 +141,8 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
     abort/lock state and hints about the broker version that wrote it. messages counts as the broker
     does (an inner-batch record of a BatchCQ topic holds INNER_NUM messages).
 
-    Exits 1 when the commit log holds a damaged record; a store the broker refuses to load is refused
+    Exits 1 when the commit log holds a damaged record (the counts stop there; with --read-anyway the rest
+    of its file is skipped and the count goes on, exit 3); a store the broker refuses to load is refused
     (exit 4) unless --read-anyway.
 
     \b
@@ -157,7 +156,7 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
     out = resolve_format(fmt)
     st, skipped = open_readable(store, read_anyway)
     with progress_bar(sum(f.length for f in st.commitlog.queue), "reading") as progress:
-        summary = store_info(st, progress, jobs)
+        summary = store_info(st, progress, jobs, read_anyway=read_anyway)
     if out in (Format.JSON, Format.JSONL, Format.CSV, Format.TSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:
@@ -187,7 +186,7 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
         _note(f"problem: {problem}")
     end_partial(skipped)
     if summary["problems"]:
-        ctx.exit(ExitCode.FINDINGS)
+        ctx.exit(ExitCode.BAD_INPUT if read_anyway else ExitCode.FINDINGS)     # read on past damage: partial
 
 
 def _section(title: str, rows: list[dict] | None, fmt: Format, tablefmt: str) -> None:
@@ -284,7 +283,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     is walked across its name gap and zero-filled file ends, each record at its compaction-log offset.
     Rows print as they are decoded, in every format; a damaged
     record stops the output with an error
-    naming its file and offset. Repeated values of one filter are alternatives (--topic A --topic B:
+    naming its file and offset (with --read-anyway: a warning, the rest of that file skipped, exit 3; not
+    with --unwrap). Repeated values of one filter are alternatives (--topic A --topic B:
     either); different filters must all match. Exits 1 when no record was printed.
 
     \b
@@ -318,7 +318,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
         raise click.UsageError("--include-blank prints every record: it takes no filter")
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
-    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty):
+    damage = Damage() if read_anyway else None
+    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty and not read_anyway):
         # a few records print without the columnar scan (nor numpy, pyarrow and the kernel to import)
         rows = record_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
                            include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc,
@@ -328,11 +329,13 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     else:
         with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
             batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
-                                       check_crc=check_crc, decompress=decompress, progress=progress)
+                                       check_crc=check_crc, decompress=decompress, progress=progress, on_damage=damage)
             n = write_record_batches(batches, out, tablefmt, columns, body=body, charset=charset, body_dir=body_dir)
     if n == 0:
         _nothing(ctx, "no records", skipped)
     end_partial(skipped)
+    if damage is not None:
+        damage.exit()
 
 
 # -- cat-cq -----------------------------------------------------------------------------------------

@@ -140,7 +140,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
 
     A store the broker refuses to load (rmqtool.store.readable) is refused before anything is written, and
     a damaged record raises its FormatError (no output is left behind), unless ``read_anyway``: then what is
-    readable is exported (a store's records up to a damaged one), and ``result.skipped`` and
+    readable is exported (a damaged record skips the rest of its file), and ``result.skipped`` and
     ``result.damaged`` say what was not.
     """
     from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
