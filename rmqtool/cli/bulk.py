@@ -47,8 +47,7 @@ class Size(click.ParamType):
 @engine_options
 @check_crc_option(aliases=("--crc",), help="Check every body CRC (adds the crc_ok column).")
 @body_encoding_option(default="base64", aliases=(), help="How jsonl/csv carry the body (Parquet stores it as binary).")
-@read_anyway_option(aliases=("--stop-at-damage",), help=READ_ANYWAY_HELP[:-1] + "; a damaged record, instead of "
-                   "failing the export, skips the rest of its file. Without it nothing is written.")
+@read_anyway_option(aliases=("--stop-at-damage",), help=READ_ANYWAY_HELP + " Without it nothing is written.")
 @click.option("--commitlog-records", is_flag=True,
               help="A compaction topic named by --topic: export its commit-log records (every version of every "
                    "key) instead of what its consumers receive.")

@@ -155,8 +155,9 @@ def output_path(what: str) -> Callable:
 
 
 READ_ANYWAY_HELP = ("Read what is readable of a store the broker refuses to load (a commit-log file of the wrong "
-                    "size, one named between the others' starts, a missing one) instead of refusing it (exit 4); "
-                    "the command ends with a warning naming the records and bytes it skipped and where (exit 3).")
+                    "size, one named between the others' starts, a missing one) instead of refusing it (exit 4), "
+                    "and past a damaged record (the rest of its file skipped); the command ends with a warning "
+                    "naming what it skipped: records, bytes, where (exit 3).")
 
 
 def read_anyway_option(help: str = READ_ANYWAY_HELP, aliases: tuple[str, ...] = ()) -> Callable:
