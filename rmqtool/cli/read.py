@@ -675,13 +675,19 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
         from rmqtool.ops.filters import filtered_batches
 
         where = record_filter((topic,), keys=(key,), since=since, until=until)
+        damage = Damage() if read_anyway else None
         with progress_bar(_commitlog_total(st.commitlog, None), "scanning", streaming=True) as progress:
-            batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress)
+            batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress,
+                                       on_damage=damage)
             n = write_record_batches(batches, out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
                                      body_dir=body_dir)
         if n == 0:
-            _nothing(ctx, f"no record of topic {topic!r} with key {key!r} in the commit log", skipped)
+            _note(f"no record of topic {topic!r} with key {key!r} in the commit log")
         end_partial(skipped)
+        if damage is not None:
+            damage.exit(ExitCode.FINDINGS if n == 0 else ExitCode.OK)
+        if n == 0:
+            ctx.exit(ExitCode.FINDINGS)
         return
     found = lookup_key(st, topic, key, max_num=count, begin=begin, end=end)
     if raw:
