@@ -46,19 +46,11 @@ def test_store_with_an_empty_commit_log(tmp_path):
 def test_file_that_is_not_a_store_file(tmp_path):
     junk = tmp_path / "notes.txt"
     junk.write_text("these are not the bytes you are looking for\n" * 3)
-    assert_error(run("cat-commitlog", junk), ExitCode.BAD_INPUT, f"{junk}: offset 0: bad magic code")
+    assert_error(run("cat-commitlog", junk), ExitCode.IO_ERROR, f"{junk}: not a store or a commit-log file")
     assert_error(run("cat-index", junk), ExitCode.BAD_INPUT, f"{junk}:")
     short = tmp_path / "checkpoint"
     short.write_bytes(b"\x00" * 10)
     assert_error(run("checkpoint", short), ExitCode.BAD_INPUT, f"{short}: offset 0: truncated checkpoint")
-
-
-def test_commit_log_file_of_the_wrong_size(store_copy):
-    store = store_copy("dev-sample")
-    victim = store / "commitlog" / "00000000000000065536"
-    with open(victim, "r+b") as fh:
-        fh.truncate(40000)
-    assert_error(run("cat-commitlog", store), ExitCode.IO_ERROR, f"{victim}: commit-log file is 40000 bytes")
 
 
 def test_truncated_record_in_the_middle(tmp_path):
@@ -140,7 +132,7 @@ def test_traceback_option_shows_the_trace(tmp_path):
     junk.write_bytes(b"\x01" * 64)
     with pytest.raises(Exception) as raised:
         run("--traceback", "cat-commitlog", junk)
-    assert type(raised.value).__name__ == "BadMagic"
+    assert type(raised.value).__name__ == "StoreError"     # not a commit-log file (recognition.recognize)
 
 
 @pytest.mark.parametrize("args", [["stats", "foo://bucket/store"],
@@ -169,7 +161,7 @@ def test_a_time_out_of_range_is_a_usage_error(value):
 def test_info_refuses_a_plain_file(tmp_path, content):
     plain = tmp_path / "notes.txt"
     plain.write_bytes(content)
-    assert_error(run("info", plain), ExitCode.BAD_INPUT, str(plain), "offset 0")
+    assert_error(run("info", plain), ExitCode.IO_ERROR, f"{plain}: not a store or a commit-log file")
 
 
 def test_info_reads_one_commit_log_file():

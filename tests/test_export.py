@@ -91,7 +91,7 @@ def test_damaged_store_fails_cleanly_or_stops_at_damage(tmp_path):
     assert result.exit_code == 3
     assert result.output.count("\n") == 1 and "offset 279071" in result.output
     assert not out.exists() and not list(tmp_path.iterdir())
-    result = run("export", torn, "--to", out, "--stop-at-damage", "--include-blank")
+    result = run("export", torn, "--to", out, "--read-anyway", "--include-blank")
     assert result.exit_code == 3 and "offset 279071" in result.output
     expected, error = reference(torn)
     assert error and len(out.read_text().splitlines()) == len(expected)

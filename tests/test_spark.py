@@ -153,8 +153,8 @@ def test_export_parity(spark, generated, tmp_path):
     from rmqtool.spark.jobs import export_spark
 
     paths = ALL_STORES + [generated]      # the torn sets' damaged tails stop their files alike
-    local = dataset.export_dataset(paths, tmp_path / "local", "parquet", ("topic", "date"), stop_at_damage=True)
-    remote = export_spark(spark, paths, tmp_path / "spark", "parquet", ("topic", "date"), stop_at_damage=True)
+    local = dataset.export_dataset(paths, tmp_path / "local", "parquet", ("topic", "date"), read_anyway=True)
+    remote = export_spark(spark, paths, tmp_path / "spark", "parquet", ("topic", "date"), read_anyway=True)
     assert (remote.records, remote.messages, remote.input_bytes, remote.parts, remote.damaged) == \
         (local.records, local.messages, local.input_bytes, local.parts, local.damaged)
     assert len(local.damaged) == 2
@@ -185,8 +185,8 @@ def test_export_damage_fails_alike(spark, tmp_path):
         export_spark(spark, torn, tmp_path / "b")
     assert str(remote.value) == str(local.value)
     assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.tmp-*"))
-    kept = export_spark(spark, torn, tmp_path / "c", stop_at_damage=True)
-    assert kept.damaged == dataset.export_dataset(torn, tmp_path / "d", stop_at_damage=True).damaged != []
+    kept = export_spark(spark, torn, tmp_path / "c", read_anyway=True)
+    assert kept.damaged == dataset.export_dataset(torn, tmp_path / "d", read_anyway=True).damaged != []
 
 
 @pytest.mark.parametrize("by", [None, "queue", "hour", "tag"])

@@ -10,7 +10,8 @@ import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import body_encoding_option, check_crc_option, filter_options, output_path, record_filter
+from rmqtool.cli.options import (READ_ANYWAY_HELP, body_encoding_option, check_crc_option, end_partial, filter_options,
+                                 output_path, read_anyway_option, recognized, record_filter)
 from rmqtool.cli.pipeline import engine_options
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -32,7 +33,7 @@ class Size(click.ParamType):
 
 
 @cli.command()
-@click.argument("stores", nargs=-1, required=True, type=click.Path())
+@click.argument("stores", nargs=-1, required=True, type=click.Path(), callback=recognized)
 @click.option("--to", "to", required=True, type=click.Path(), callback=output_path("--to"),
               help="Output file, or a dataset directory (a name without extension, a URI such as "
                    "s3://bucket/dir, or with --partition-by): one part per commit-log file.")
@@ -46,14 +47,13 @@ class Size(click.ParamType):
 @engine_options
 @check_crc_option(aliases=("--crc",), help="Check every body CRC (adds the crc_ok column).")
 @body_encoding_option(default="base64", aliases=(), help="How jsonl/csv carry the body (Parquet stores it as binary).")
-@click.option("--stop-at-damage", is_flag=True,
-              help="Export a store's records up to a damaged record instead of failing (exit status 3).")
+@read_anyway_option(aliases=("--stop-at-damage",), help=READ_ANYWAY_HELP + " Without it nothing is written.")
 @click.option("--commitlog-records", is_flag=True,
               help="A compaction topic named by --topic: export its commit-log records (every version of every "
                    "key) instead of what its consumers receive.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_regex, since, until, include_blank,
-           engine, master, check_crc, body, stop_at_damage, commitlog_records, force):
+           engine, master, check_crc, body, read_anyway, commitlog_records, force):
     """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one
     file, or to a dataset directory with one part per commit-log file.
 
@@ -123,7 +123,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     if include_blank and (not where.is_empty or partition_by):
         raise click.UsageError("--include-blank exports every record: it takes no filter or --partition-by")
-    options = dict(check_crc=check_crc, body_encoding=body, stop_at_damage=stop_at_damage, overwrite=force,
+    options = dict(check_crc=check_crc, body_encoding=body, read_anyway=read_anyway, overwrite=force,
                    where=where, include_blank=include_blank)
     if is_dataset_target(to, partition_by):
         result = export_to_dataset(stores, to, fmt or "parquet", partition_by, engine, master,
@@ -139,10 +139,12 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
         with progress_bar(sum(f.size for f in list_files(stores)), "export") as progress:
             result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records, **options)
     rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0
+    partial = " (partial: see the warnings)" if result.damaged or result.skipped else ""
     click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "
-               f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log", err=True)
+               f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log{partial}", err=True)
     for exc in result.damaged:
-        click.echo(f"rmqtool: warning: stopped at a damaged record: {exc}", err=True)
+        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
+    end_partial(result.skipped, f" export in {result.path}")
     if result.damaged:
         raise click.exceptions.Exit(ExitCode.BAD_INPUT)
 

@@ -20,7 +20,8 @@ import click
 
 from rmqtool.cli import cli, stdout_may_close
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import check_crc_option, jobs_option, option, output_path
+from rmqtool.cli.options import (check_crc_option, end_partial, jobs_option, option, output_path, read_anyway_option,
+                                 recognized)
 from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 from rmqtool.store import layout as L
@@ -112,15 +113,18 @@ def _store(path: str, *, write: bool, force: bool = False):
 
 
 @cli.command()
-@click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path())
+@click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path(), callback=recognized)
 @check_crc_option(aliases=("--deep",), help="Also check every body's CRC, and the 5.2+ whole-record "
                                             "CRC property (__CRC32#) where the store writes it.")
 @click.option("--strict", is_flag=True, help="Warnings count too: exit 1 when there is any finding.")
 @jobs_option
 @engine_options
+@read_anyway_option(help="Check a store the broker refuses to load (a commit-log file of the wrong size, one named "
+                         "between the others' starts, a missing one) instead of refusing it (exit 4): its findings, "
+                         "then a warning naming the records and bytes readers skip (exit 3).")
 @output_options
 def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | None, engine: str,
-           master: str | None, fmt: str | None, tablefmt: str) -> None:
+           master: str | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """Check stores: every problem with its file and byte offset, at the broker's verdict level.
 
     error (exit 1): a broker of the store's version (of 4.9.7 and of 5.3.3 when its files do not tell)
@@ -131,11 +135,12 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     findings say, per version, what a start does and what it costs: -f jsonl gives their counts
     (messages_lost, units_missing, units_misplaced, index_entries_missing, index_keys_missing,
     files_deleted). The last line (table, plain, record) says per version "safe to start" or what a
-    start loses, and the repair command to run. A verdict that depends on when the broker starts (the timer store's read window: a start more
-    than 7 days after its last read skips slots) takes the start from --now (default: the system clock) and
-    names it. Commit-log files are checked in parallel: in worker processes, or one Spark task per
-    file with --engine spark. A RocksDB consume queue is compared with what the commit log dispatches;
-    compaction topics' logs with their commit-log records, the newest-per-key rule and their sparse queues.
+    start loses, and the repair command to run. A verdict that depends on when the broker starts (the
+    timer store's read window: a start more than 7 days after its last read skips slots) takes the start
+    from --now (default: the system clock) and names it. Commit-log files are checked in parallel: in
+    worker processes, or one Spark task per file with --engine spark. A RocksDB consume queue is compared
+    with what the commit log dispatches; compaction topics' logs with their commit-log records, the
+    newest-per-key rule and their sparse queues.
 
     \b
     Examples:
@@ -148,14 +153,15 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
       rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
     """
     deep = check_crc
-    from rmqtool.ops.findings import FINDING_FIELDS
-    from rmqtool.ops.verify import verify_store
+    from rmqtool.store.readable import commitlog_view
     from rmqtool.store.store import Store
 
-    from rmqtool.ops.verify import verdict
+    opened = [(path, Store.open(path)) for path in stores]      # refused before the checks are imported
+    skipped = [s for _, st in opened for s in commitlog_view(st.commitlog, read_anyway)[1]]
+    from rmqtool.ops.findings import FINDING_FIELDS
+    from rmqtool.ops.verify import verdict, verify_store
     from rmqtool.store.broker_model import VERSIONS
 
-    opened = [(path, Store.open(path)) for path in stores]
     size = sum(f.length for _, st in opened for f in st.commitlog.queue)
     findings, verdicts = [], []
     spark = choose_engine(engine, size, master) == "spark"
@@ -181,6 +187,7 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
                    err=True)
         for line in verdicts:
             click.echo(line, err=True)
+    end_partial(skipped)
     raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
 
 

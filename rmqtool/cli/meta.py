@@ -13,10 +13,12 @@ from rmqtool import clock
 from rmqtool import constants as C
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
+from rmqtool.cli.options import end_partial, read_anyway_option, recognized
 from rmqtool.cli.output import (TIMESTAMP, Format, format_timestamp, output_options, resolve_format, write_record,
                                 write_rows)
 from rmqtool.errors import StoreError
 from rmqtool.store import layout as L
+from rmqtool.store.readable import open_readable
 from rmqtool.store.store import Store
 
 PEOPLE = (Format.TABLE, Format.PLAIN)
@@ -39,9 +41,13 @@ def _for_people(rows: Iterable[dict], fmt: Format) -> Iterator[dict]:
 
 
 def _write(ctx: click.Context, rows: Iterable[dict], fmt: Format, tablefmt: str, columns: list[str] | None,
-           nothing: str) -> None:
-    if write_rows(_for_people(rows, fmt), fmt, columns=columns, tablefmt=tablefmt) == 0:
+           nothing: str, skipped=()) -> None:
+    """The rows; exit 1 when there are none, 3 when the read skipped input (end_partial)."""
+    n = write_rows(_for_people(rows, fmt), fmt, columns=columns, tablefmt=tablefmt)
+    if n == 0:
         _note(nothing)
+    end_partial(skipped)
+    if n == 0:
         ctx.exit(ExitCode.FINDINGS)
 
 
@@ -186,11 +192,13 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: s
 
 
 @cli.command()
-@click.argument("store", type=click.Path())
+@click.argument("store", type=click.Path(), callback=recognized)
 @click.option("--all", "everything", is_flag=True, help="Every half message with how it ended, not only those in doubt.")
+@read_anyway_option()
 @output_options
 @click.pass_context
-def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | None, tablefmt: str) -> None:
+def transactions(ctx: click.Context, store: str, everything: bool, read_anyway: bool, fmt: str | None,
+                 tablefmt: str) -> None:
     """In-doubt transactions: half messages (RMQ_SYS_TRANS_HALF_TOPIC) with no op record
     (RMQ_SYS_TRANS_OP_HALF_TOPIC) at or after the transaction check's progress (group CID_RMQ_SYS_TRANS in
     config/consumerOffset.json): the list the broker's check asks producers about, with their age
@@ -211,11 +219,11 @@ def transactions(ctx: click.Context, store: str, everything: bool, fmt: str | No
     from rmqtool.ops.mqadmin import TRANSACTION_FIELDS, transaction_rows
     from rmqtool.store.metadata import consumer_offsets
 
-    st = Store.open(store)
+    st, skipped = open_readable(store, read_anyway)
     loaded = consumer_offsets(st)
     progress = loaded.value.entries.get((C.RMQ_SYS_TRANS_HALF_TOPIC, C.TRANS_CHECK_GROUP), {}) if loaded else {}
     _write(ctx, transaction_rows(st, progress, everything=everything), resolve_format(fmt), tablefmt,
-           TRANSACTION_FIELDS, "no half messages" if everything else "no transaction in doubt")
+           TRANSACTION_FIELDS, "no half messages" if everything else "no transaction in doubt", skipped)
 
 
 @cli.command("delay-offsets")

@@ -152,3 +152,52 @@ def output_path(what: str) -> Callable:
             refuse_inside_data_dir(value, what)
         return value
     return check
+
+
+READ_ANYWAY_HELP = ("Read what is readable of a store the broker refuses to load (a commit-log file of the wrong "
+                    "size, one named between the others' starts, a missing one) instead of refusing it (exit 4), "
+                    "and past a damaged record (the rest of its file skipped); the command ends with a warning "
+                    "naming what it skipped: records, bytes, where (exit 3).")
+
+
+def read_anyway_option(help: str = READ_ANYWAY_HELP, aliases: tuple[str, ...] = ()) -> Callable:
+    """--read-anyway: the one flag of every reader for input the broker would refuse (rmqtool.store.readable)."""
+    return option("--read-anyway", is_flag=True, aliases=aliases, help=help)
+
+
+def end_partial(skipped, what: str = "") -> None:
+    """End a read that skipped ``skipped`` (rmqtool.store.readable.Skipped): one warning line, exit 3."""
+    if skipped:
+        from rmqtool.cli.exitcodes import ExitCode
+        from rmqtool.store.readable import skipped_line
+
+        click.echo(f"rmqtool: warning: {skipped_line(skipped, what)}", err=True)
+        raise click.exceptions.Exit(ExitCode.BAD_INPUT)
+
+
+class Damage:
+    """Collects damaged-record warnings (printed at once) for the exit status: each ends its file."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, exc) -> None:
+        self.count += 1
+        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
+
+    def exit(self, code: int = 0) -> None:
+        from rmqtool.cli.exitcodes import ExitCode
+
+        raise click.exceptions.Exit(ExitCode.BAD_INPUT if self.count else code)
+
+
+def recognized(_ctx, _param, value):
+    """A callback refusing (exit 4) a local path argument that is neither a store nor a commit-log file
+    (rmqtool.store.recognition.recognize), before the command imports its heavy modules. Globs, URIs and
+    ``DIR;DIR`` commit logs are left to the command."""
+    from rmqtool.store.recognition import recognize
+
+    for path in (value if isinstance(value, tuple) else (value,)):
+        if path is not None and not any(ch in str(path) for ch in "*?[;") and "://" not in str(path):
+            recognize(path)
+    return value

@@ -16,7 +16,8 @@ import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import count_option, filter_options, record_filter, record_options
+from rmqtool.cli.options import (Damage, count_option, end_partial, filter_options, read_anyway_option, recognized,
+                                 record_filter, record_options)
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, skip_pandas_probe, write_rows
 from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
 
@@ -62,7 +63,7 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
                       commitlog_records: bool = False, **options):
     from rmqtool.ops.compaction import consumer_view_split
     from rmqtool.ops.dataset import export_dataset, parse_partition_by
-    from rmqtool.ops.scan import list_files
+    from rmqtool.ops.scan import list_files, readable_files
 
     try:
         keys = parse_partition_by(partition_by)
@@ -72,39 +73,29 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
     if logs and read_cl:
         raise click.UsageError("a dataset export takes compaction topics (read as their consumers see them) or "
                                "other topics, not both: export them separately, or add --commitlog-records")
-    files = list_files(stores) if read_cl else logs
+    files, skipped = readable_files(list_files(stores), options.get("read_anyway", False)) if read_cl else (logs, [])
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import export_spark
-        return export_spark(spark_session(master), stores, to, fmt, keys, files=files, **options)
-    with progress_bar(sum(f.size for f in files), "export") as progress:
-        return export_dataset(stores, to, fmt, keys, files=files, progress=progress, **options)
-
-
-class Damage:
-    """Collects damaged-record warnings (printed at once) for the exit status."""
-
-    def __init__(self):
-        self.count = 0
-
-    def __call__(self, exc) -> None:
-        self.count += 1
-        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
-
-    def exit(self, code: ExitCode = ExitCode.OK) -> None:
-        raise click.exceptions.Exit(ExitCode.BAD_INPUT if self.count else code)
+        result = export_spark(spark_session(master), stores, to, fmt, keys, files=files, **options)
+    else:
+        with progress_bar(sum(f.size for f in files), "export") as progress:
+            result = export_dataset(stores, to, fmt, keys, files=files, progress=progress, **options)
+    result.skipped = skipped
+    return result
 
 
 @cli.command()
-@click.argument("stores", nargs=-1, required=True)
+@click.argument("stores", nargs=-1, required=True, callback=recognized)
 @click.option("--by", type=click.Choice(STATS_GROUPINGS), default=None,
               help="One row per topic (retries and dead letters under their original topic), queue "
                    "(topic + queue id), consumer group (of %RETRY%/%DLQ% records), hour of store time, store "
                    "host, tag or store [default: one row for everything].")
 @filter_options
 @engine_options
+@read_anyway_option()
 @output_options
 def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys, body_regex, since, until,
-          engine: str, master: str | None, fmt: str | None, tablefmt: str) -> None:
+          engine: str, master: str | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """Message counts, bytes, store-time range, retry and DLQ shares, transaction and delay counts
     of the commit-log records of STORES (store roots, commitlog dirs or files, globs, URIs).
 
@@ -130,11 +121,11 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
       rmqtool stats fixtures/dev-sample/store --by hour --topic TopicA --topic TopicB -f jsonl
       rmqtool stats fixtures/dev-sample/store --by group -f plain
     """
-    from rmqtool.ops.scan import list_files
+    from rmqtool.ops.scan import list_files, readable_files
     from rmqtool.ops.stats import STATS_FIELDS, stats_local
 
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
-    files = list_files(stores)
+    files, skipped = readable_files(list_files(stores), read_anyway)
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import stats_spark
@@ -151,20 +142,22 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
         rows, more = with_compaction(rows, sorted({f.store for f in files}))
         extra += more
     write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats")
+    end_partial(skipped)
     damage.exit()
 
 
 @cli.command()
-@click.argument("stores", nargs=-1, required=True)
+@click.argument("stores", nargs=-1, required=True, callback=recognized)
 @filter_options
 @count_option()
 @engine_options
+@read_anyway_option()
 @record_options
 @output_options
 @click.pass_context
 def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, keys, body_regex: str | None,
          since: int | None, until: int | None, count: int | None, engine: str, master: str | None,
-         body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
+         read_anyway: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
          tablefmt: str) -> None:
     """Print the records of STORES that match every given filter, store by store in commit-log order,
     with the store and commit-log file they came from. Repeated values of one filter are alternatives.
@@ -180,11 +173,11 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
       rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f csv
     """
     from rmqtool.ops.grep import grep_local, hit_rows
-    from rmqtool.ops.scan import list_files
+    from rmqtool.ops.scan import list_files, readable_files
 
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     out = resolve_format(fmt)
-    files = list_files(stores)
+    files, skipped = readable_files(list_files(stores), read_anyway)
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import grep_spark
@@ -206,5 +199,5 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
                                   tablefmt, ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     if n == 0:
         click.echo("rmqtool: no matching records", err=True)
-        damage.exit(ExitCode.FINDINGS)
-    damage.exit()
+    end_partial(skipped)
+    damage.exit(ExitCode.FINDINGS if n == 0 else ExitCode.OK)

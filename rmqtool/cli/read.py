@@ -16,8 +16,8 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (check_crc_option, count_option, filter_options, jobs_option, option,
-                                 record_filter, record_options, since_until)
+from rmqtool.cli.options import (Damage, check_crc_option, count_option, end_partial, filter_options, jobs_option,
+                                 option, read_anyway_option, recognized, record_filter, record_options, since_until)
 from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, Format, check_fields,
                                 format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
                                 write_record, write_rows)
@@ -26,6 +26,7 @@ from rmqtool.format.commitlog import Blank
 from rmqtool.format.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
 from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog
+from rmqtool.store.readable import open_readable
 from rmqtool.store.store import Store
 
 # Default columns for people, per command: IDs, offsets and times whole, a row fits a wide terminal.
@@ -121,34 +122,28 @@ def _note(text: str) -> None:
     click.echo(f"rmqtool: {text}", err=True)
 
 
-def _nothing(ctx: click.Context, text: str) -> None:
+def _nothing(ctx: click.Context, text: str, skipped=()) -> None:
+    """Nothing found: a note, and exit 1 (3 when the read skipped input: end_partial)."""
     _note(text)
+    end_partial(skipped)
     ctx.exit(ExitCode.FINDINGS)
-
-
-def _open_commitlog(path: str) -> tuple[Store, CommitLog]:
-    """The store (or single commit-log file) at ``path``; files of the wrong size are refused."""
-    st = Store.open(path)
-    cl = st.commitlog
-    for f in cl.queue:
-        if cl.file_size and f.length not in (0, cl.file_size):
-            raise StoreError(f"commit-log file is {f.length} bytes, its siblings {cl.file_size} "
-                             "(the broker would refuse to load this store)", path=str(f.path))
-    return st, cl
 
 
 # -- info -------------------------------------------------------------------------------------------
 @cli.command()
-@click.argument("store", type=click.Path())
+@click.argument("store", type=click.Path(), callback=recognized)
 @jobs_option
+@read_anyway_option()
 @output_options
 @click.pass_context
-def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tablefmt: str) -> None:
+def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """Summarise a store: commit-log files and records, topics and queues, index files, checkpoint,
     abort/lock state and hints about the broker version that wrote it. messages counts as the broker
     does (an inner-batch record of a BatchCQ topic holds INNER_NUM messages).
 
-    Exits 1 when the commit log holds a damaged record or files of the wrong size.
+    Exits 1 when the commit log holds a damaged record (the counts stop there; with --read-anyway the rest
+    of its file is skipped and the count goes on, exit 3); a store the broker refuses to load is refused
+    (exit 4) unless --read-anyway.
 
     \b
     Examples:
@@ -159,11 +154,9 @@ def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tabl
     from rmqtool.ops.inspect import store_info
 
     out = resolve_format(fmt)
-    st = Store.open(store)
-    if Path(store).is_file():
-        next(st.commitlog.iter_entries(), None)     # one file given: refused (exit 3) unless it holds records
+    st, skipped = open_readable(store, read_anyway)
     with progress_bar(sum(f.length for f in st.commitlog.queue), "reading") as progress:
-        summary = store_info(st, progress, jobs)
+        summary = store_info(st, progress, jobs, read_anyway=read_anyway)
     if out in (Format.JSON, Format.JSONL, Format.CSV, Format.TSV):
         write_record(summary, out, tablefmt=tablefmt)
     else:
@@ -191,8 +184,9 @@ def info(ctx: click.Context, store: str, jobs: int | None, fmt: str | None, tabl
         summary["problems"] = problems
     for problem in summary["problems"]:
         _note(f"problem: {problem}")
+    end_partial(skipped)
     if summary["problems"]:
-        ctx.exit(ExitCode.FINDINGS)
+        ctx.exit(ExitCode.BAD_INPUT if read_anyway else ExitCode.FINDINGS)     # read on past damage: partial
 
 
 def _section(title: str, rows: list[dict] | None, fmt: Format, tablefmt: str) -> None:
@@ -263,7 +257,7 @@ FEW_RECORDS = 2000
 
 
 @cli.command("cat-commitlog")
-@click.argument("path", metavar="STORE|FILE", type=click.Path())
+@click.argument("path", metavar="STORE|FILE", type=click.Path(), callback=recognized)
 @option("--offset", type=click.IntRange(min=0), metavar="N",
         help="Start at this physical offset, which must be a record boundary.")
 @count_option()
@@ -274,12 +268,13 @@ FEW_RECORDS = 2000
 @click.option("--unwrap", is_flag=True,
               help="Show an inner-batch record (sysFlag INNER_BATCH, BatchCQ topics) as its messages, each "
                    "with the queue offset the broker gives it (INNER_BASE + i) and inner_index.")
+@read_anyway_option()
 @record_options
 @output_options
 @click.pass_context
 def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int | None, topics, queue_ids, tags,
                   keys, body_regex, since: int | None, until: int | None, include_blank: bool, check_crc: bool,
-                  unwrap: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
+                  unwrap: bool, read_anyway: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
                   tablefmt: str) -> None:
     """Decode commit-log records in commit-log order, from a store or a single commit-log file.
 
@@ -288,7 +283,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     is walked across its name gap and zero-filled file ends, each record at its compaction-log offset.
     Rows print as they are decoded, in every format; a damaged
     record stops the output with an error
-    naming its file and offset. Repeated values of one filter are alternatives (--topic A --topic B:
+    naming its file and offset (with --read-anyway: a warning, the rest of that file skipped, exit 3; not
+    with --unwrap). Repeated values of one filter are alternatives (--topic A --topic B:
     either); different filters must all match. Exits 1 when no record was printed.
 
     \b
@@ -307,7 +303,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     from rmqtool.ops.query import nearest_boundaries
 
     out = resolve_format(fmt)
-    _, cl = _open_commitlog(path)
+    st, skipped = open_readable(path, read_anyway)
+    cl = st.commitlog
     if offset is not None:
         before, after = nearest_boundaries(cl, offset)
         if before != offset:
@@ -321,21 +318,24 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
         raise click.UsageError("--include-blank prints every record: it takes no filter")
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
-    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty):
+    damage = Damage() if read_anyway else None
+    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty and not read_anyway):
         # a few records print without the columnar scan (nor numpy, pyarrow and the kernel to import)
         rows = record_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
                            include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc,
                            unwrap=unwrap)
-        if write_records(rows, out, tablefmt, columns + ["inner_index"] * unwrap, body=body, charset=charset,
-                         body_dir=body_dir) == 0:
-            _nothing(ctx, "no records")
-        return
-    with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
-        batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
-                               check_crc=check_crc, decompress=decompress, progress=progress)
-        n = write_record_batches(batches, out, tablefmt, columns, body=body, charset=charset, body_dir=body_dir)
+        n = write_records(rows, out, tablefmt, columns + ["inner_index"] * unwrap, body=body, charset=charset,
+                          body_dir=body_dir)
+    else:
+        with progress_bar(_commitlog_total(cl, offset), "scanning", streaming=True) as progress:
+            batches = filtered_batches(cl, where, start=offset, count=count, include_blank=include_blank,
+                                       check_crc=check_crc, decompress=decompress, progress=progress, on_damage=damage)
+            n = write_record_batches(batches, out, tablefmt, columns, body=body, charset=charset, body_dir=body_dir)
     if n == 0:
-        _nothing(ctx, "no records")
+        _nothing(ctx, "no records", skipped)
+    end_partial(skipped)
+    if damage is not None:
+        damage.exit()
 
 
 # -- cat-cq -----------------------------------------------------------------------------------------
@@ -627,7 +627,7 @@ def _index_slots(ref) -> Iterator[dict]:
 
 # -- query-key / query-id / decode-id ---------------------------------------------------------------
 @cli.command("query-key")
-@click.argument("store", type=click.Path())
+@click.argument("store", type=click.Path(), callback=recognized)
 @click.argument("topic")
 @click.argument("key")
 @since_until(aliases=True)
@@ -637,11 +637,12 @@ def _index_slots(ref) -> Iterator[dict]:
                                           "as IndexService.queryOffset returns them.")
 @click.option("--scan", is_flag=True, help="Read the whole commit log instead of the index (for stores whose "
                                            "index is missing or does not cover the records).")
+@read_anyway_option()
 @record_options
 @output_options
 @click.pass_context
 def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int | None, until: int | None,
-              count: int, raw: bool, scan: bool, body: str | None, charset: str, decompress: bool,
+              count: int, raw: bool, scan: bool, read_anyway: bool, body: str | None, charset: str, decompress: bool,
               body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
     """Find the records of TOPIC with KEY (a KEYS element or a UNIQ_KEY) through the index files.
 
@@ -667,19 +668,26 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
     if raw and scan:
         raise click.UsageError("use --raw or --scan, not both")
     out = resolve_format(fmt)
-    st = Store.open(store)
+    st, skipped = open_readable(store, read_anyway)
     begin, end = since or 0, until if until is not None else 2**63 - 1
     enc = row_encoding(body, out, body_dir)
     if scan:
         from rmqtool.ops.filters import filtered_batches
 
         where = record_filter((topic,), keys=(key,), since=since, until=until)
+        damage = Damage() if read_anyway else None
         with progress_bar(_commitlog_total(st.commitlog, None), "scanning", streaming=True) as progress:
-            batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress)
+            batches = filtered_batches(st.commitlog, where, decompress=decompress, progress=progress,
+                                       on_damage=damage)
             n = write_record_batches(batches, out, tablefmt, KEY_COLUMNS, body=body, charset=charset,
                                      body_dir=body_dir)
         if n == 0:
-            _nothing(ctx, f"no record of topic {topic!r} with key {key!r} in the commit log")
+            _note(f"no record of topic {topic!r} with key {key!r} in the commit log")
+        end_partial(skipped)
+        if damage is not None:
+            damage.exit(ExitCode.FINDINGS if n == 0 else ExitCode.OK)
+        if n == 0:
+            ctx.exit(ExitCode.FINDINGS)
         return
     found = lookup_key(st, topic, key, max_num=count, begin=begin, end=end)
     if raw:
@@ -695,7 +703,8 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
     if n == 0:
         hint = _index_coverage(st, begin, end) if topic in st.topics() + st.batch_topics() else \
             f" (the store has no consume queue for topic {topic!r})"
-        _nothing(ctx, f"no record of topic {topic!r} with key {key!r}{hint}")
+        _nothing(ctx, f"no record of topic {topic!r} with key {key!r}{hint}", skipped)
+    end_partial(skipped)
 
 
 def _index_coverage(st: Store, begin: int, end: int) -> str:
@@ -714,7 +723,7 @@ def _index_coverage(st: Store, begin: int, end: int) -> str:
 
 
 @cli.command("query-id")
-@click.argument("store", type=click.Path())
+@click.argument("store", type=click.Path(), callback=recognized)
 @click.argument("msg_ids", metavar="[ID[,ID...]]...", nargs=-1)
 @click.option("--id", "-i", "more_ids", multiple=True, metavar="ID[,ID...]",
               help="IDs to find (as mqadmin queryMsgById -i; repeatable, comma-separated).")
@@ -726,11 +735,12 @@ def _index_coverage(st: Store, begin: int, end: int) -> str:
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC",
               help="Look a UNIQ_KEY up under these topics only (default: every topic; repeatable).")
 @click.option("--scan", is_flag=True, help="When the index has no UNIQ_KEY hit, read the whole commit log.")
+@read_anyway_option()
 @record_options
 @output_options
 @click.pass_context
 def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tuple[str, ...], track: bool,
-             kind: str, topics: tuple[str, ...], scan: bool, body: str | None, charset: str, decompress: bool,
+             kind: str, topics: tuple[str, ...], scan: bool, read_anyway: bool, body: str | None, charset: str, decompress: bool,
              body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
     """Find a message by its offsetMsgId (broker msgId) or by its UNIQ_KEY (client msgId).
 
@@ -754,7 +764,7 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
     if not ids:
         raise click.UsageError("give at least one ID (as an argument or with -i)")
     out = resolve_format(fmt)
-    st = Store.open(store)
+    st, skipped = open_readable(store, read_anyway)
     records, missing = [], []
     for msg_id in dict.fromkeys(ids):
         with progress_bar(sum(f.length for f in st.commitlog.queue) if scan else 0, f"scanning for {msg_id}") \
@@ -780,6 +790,7 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
             _note("no consumer group has a committed offset on these records' queues")
     elif records:
         write_records(rows, out, tablefmt, ID_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+    end_partial(skipped)
     if missing:
         ctx.exit(ExitCode.FINDINGS)
 

@@ -11,7 +11,8 @@ most ``batch_rows`` rows, streaming: one mapped file at a time, one window of it
 - The walk ends where ``iter_entries`` ends: a zero header (the end of written data), or the last file.
 - A damaged record raises the same ``FormatError`` (file path, physical offset, reason) that
   ``iter_entries`` raises, after every record before it was yielded; with ``on_damage`` the error is
-  passed to that callback instead and the scan stops there.
+  passed to that callback instead, the rest of that file is skipped and the scan goes on with the next file
+  (as the per-file scans of stats, grep, a dataset export and Spark do).
 """
 
 from __future__ import annotations
@@ -73,16 +74,17 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     else:
         first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
         file_batches = _file_batches
-    try:
-        for f in files[files.index(first):]:
+    for f in files[files.index(first):]:
+        try:
             end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1))
-            if end_of_data and cl.zero_ends_data:
-                return
-            pos = 0
-    except FormatError as exc:
-        if on_damage is None:
-            raise
-        on_damage(exc)
+        except FormatError as exc:
+            if on_damage is None:
+                raise
+            on_damage(exc)                  # the rest of that file is skipped
+            end_of_data = False
+        if end_of_data and cl.zero_ends_data:
+            return
+        pos = 0
 
 
 def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -171,9 +173,13 @@ def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:
 
 
 def _map(f: QueueFile) -> tuple[object, pa.Buffer, np.ndarray]:
-    """A read-only map of a file, as an Arrow buffer and a byte array over the same memory."""
+    """A read-only map of a file, as an Arrow buffer and a byte array over the same memory: its first
+    ``f.readable`` bytes (a file cut to what is readable, rmqtool.store.readable)."""
     mm = map_file(f.path)
-    return mm, pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
+    buf, data = pa.py_buffer(mm), np.frombuffer(mm, np.uint8)
+    if f.readable < len(data):
+        buf, data = buf.slice(0, f.readable), data[:f.readable]
+    return mm, buf, data
 
 
 def _decode_one(buf, f: QueueFile, pos: int) -> Entry:

@@ -48,6 +48,7 @@ class DatasetResult:
     parts: int = 0
     seconds: float = 0.0
     damaged: list[str] = field(default_factory=list)
+    skipped: list = field(default_factory=list)     # rmqtool.store.readable.Skipped: what read_anyway skipped
 
 
 def parse_partition_by(text: str | None) -> tuple[str, ...]:
@@ -62,7 +63,7 @@ def parse_partition_by(text: str | None) -> tuple[str, ...]:
 
 
 def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_by: tuple[str, ...] = (), *,
-               check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False,
+               check_crc: bool = False, body_encoding: str = "base64", read_anyway: bool = False,
                where=None, include_blank: bool = False, progress: Callable[[int], None] | None = None) -> PartResult:
     """Decode one commit-log file and write its part file(s) under ``out_dir``: the messages that pass
     ``where`` (a ``RecordFilter``), and BLANK padding too with ``include_blank`` (never when partitioned)."""
@@ -74,7 +75,7 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
     # a part file takes store and commitlog_file as dictionaries; write_dataset's partitions dense strings
     batch_schema = file_schema(schema) if fmt == "parquet" and not partition_by else schema
-    damaged = (lambda exc: result.damaged.append(str(exc))) if stop_at_damage else None
+    damaged = (lambda exc: result.damaged.append(str(exc))) if read_anyway else None
 
     def batches():
         for batch in scan.record_batches(f, check_crc=check_crc, on_damage=damaged, progress=progress):
@@ -174,14 +175,16 @@ def run_local(fn: Callable, items: list) -> list:
 
 def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str = "parquet",
                    partition_by: tuple[str, ...] = (), *, check_crc: bool = False, body_encoding: str = "base64",
-                   stop_at_damage: bool = False, overwrite: bool = False, runner: Runner = run_local,
+                   read_anyway: bool = False, overwrite: bool = False, runner: Runner = run_local,
                    files: Iterable[scan.StoreFile] | None = None, where=None, include_blank: bool = False,
                    progress: Callable[[int], None] | None = None) -> DatasetResult:
     """Write every commit-log file of the stores as parts of the dataset directory ``to``.
 
     ``runner(fn, items)`` applies ``fn`` to each item (in this process, or as Spark tasks) and returns
-    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A damaged
-    record fails the export (no output left) unless ``stop_at_damage``.
+    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A store the
+    broker refuses to load (rmqtool.store.readable) is refused and a damaged record fails the export (no
+    output left) unless ``read_anyway``: then what is readable is written, and ``result.skipped`` and
+    ``result.damaged`` say what was not. ``files``: the commit-log files, as ``scan.readable_files`` gives them.
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
@@ -196,16 +199,18 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
         raise StoreError("output exists (use --force to replace it)", path=to)
     if kind not in (fs.FileType.NotFound, fs.FileType.Directory):
         raise StoreError("output exists and is not a directory", path=to)
-    files = list(files) if files is not None else scan.list_files(list(store_paths))
+    result = DatasetResult(to, fmt)
+    if files is None:
+        files, result.skipped = scan.readable_files(scan.list_files(list(store_paths)), read_anyway)
+    files = list(files)
     started = time.perf_counter()
     staged = posixpath.join(posixpath.dirname(target), f".{posixpath.basename(target)}.tmp-{os.getpid()}")
     out_dir = staged if "://" not in to else scan.uri_of(to, staged)
-    result = DatasetResult(to, fmt)
     try:
         _remove(fsys, staged)
         fsys.create_dir(staged, recursive=True)
         parts = runner(lambda item: write_part(item[1], item[0], out_dir, fmt, partition_by, check_crc=check_crc,
-                                               body_encoding=body_encoding, stop_at_damage=stop_at_damage,
+                                               body_encoding=body_encoding, read_anyway=read_anyway,
                                                where=where, include_blank=include_blank, progress=progress),
                        list(enumerate(files)))
         for part in parts:

@@ -52,6 +52,7 @@ class ExportResult:
     input_bytes: int = 0          # commit-log bytes covered (record sizes summed)
     seconds: float = 0.0
     damaged: list[FormatError] = field(default_factory=list)
+    skipped: list = field(default_factory=list)     # rmqtool.store.readable.Skipped: what --read-anyway skipped
 
 
 def export_schema(check_crc: bool = False):
@@ -127,7 +128,7 @@ def export(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt:
 
 
 def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
-                 check_crc: bool = False, body_encoding: str = "base64", stop_at_damage: bool = False,
+                 check_crc: bool = False, body_encoding: str = "base64", read_anyway: bool = False,
                  overwrite: bool = False, batch_rows: int | None = None, where=None, include_blank: bool = False,
                  commitlog_records: bool = False, progress: Callable[[int], None] | None = None) -> ExportResult:
     """Decode every store's commit log in order into one output file, in one process.
@@ -137,13 +138,16 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     A compaction topic that ``where`` names is written as its consumers see it, from its compaction logs
     after the store's other records (``compaction.consumer_view_split``), unless ``commitlog_records``.
 
-    A damaged record raises its FormatError (and no output is left behind) unless ``stop_at_damage``:
-    then that store's records before it are exported and the error is listed in the result.
+    A store the broker refuses to load (rmqtool.store.readable) is refused before anything is written, and
+    a damaged record raises its FormatError (no output is left behind), unless ``read_anyway``: then what is
+    readable is exported (a damaged record skips the rest of its file), and ``result.skipped`` and
+    ``result.damaged`` say what was not.
     """
     from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
     from rmqtool.ops.compaction import consumer_view_split
     from rmqtool.ops.filters import keep_records
     from rmqtool.ops.scan import BytesCounter, list_files, record_batches
+    from rmqtool.store.readable import commitlog_view
 
     to = Path(to)
     if fmt not in FORMATS:
@@ -153,12 +157,17 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     if to.is_dir():
         raise StoreError("output is a directory", path=str(to))
     result = ExportResult(to, fmt)
+    commitlogs = []
+    for store in store_paths:                 # every store judged before a byte is written
+        cl, skipped = commitlog_view(open_commitlog(store), read_anyway)
+        commitlogs.append(cl)
+        result.skipped += skipped
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
     write_out = writer(fmt, tmp, schema, body_encoding)
     batch_schema = file_schema(schema) if fmt == "parquet" else schema
-    on_damage = result.damaged.append if stop_at_damage else None
+    on_damage = result.damaged.append if read_anyway else None
 
     def write(batch, where, named: str, file_column) -> None:
         result.input_bytes += total_bytes(batch)
@@ -176,8 +185,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for store in store_paths:
-            cl = open_commitlog(store)
+        for store, cl in zip(store_paths, commitlogs):
             files = list_files([store])
             starts, uris = [f.start for f in files], [f.uri for f in files]
             named = files[0].store if files else str(store)

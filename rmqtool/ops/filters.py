@@ -116,17 +116,17 @@ def keep_records(batch, where: RecordFilter | None, include_blank: bool = False,
 
 def filtered_batches(cl: CommitLog, where: RecordFilter, *, start: int | None = None, count: int | None = None,
                      include_blank: bool = False, check_crc: bool = False, decompress: bool = False,
-                     progress: Callable[[int], None] | None = None) -> Iterator:
+                     progress: Callable[[int], None] | None = None, on_damage=None) -> Iterator:
     """The one commit-log scan of cat-commitlog, query-key --scan and query-id --scan (and the twin of
     grep's per-file scan): Arrow batches of the records that pass ``where``, from ``start``, at most
-    ``count``; ``progress(n)`` is told the bytes scanned."""
+    ``count``; ``progress(n)`` is told the bytes scanned; ``on_damage``: as iter_record_batches."""
     from rmqtool.columnar import iter_record_batches
     from rmqtool.ops.scan import BytesCounter, decompress_bodies
 
     files = cl.queue.files
     counted = BytesCounter(start if start is not None else (files[0].start if files else 0), progress)
     n = 0
-    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384):
+    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384, on_damage=on_damage):
         counted(batch)
         if decompress:
             batch = decompress_bodies(batch)

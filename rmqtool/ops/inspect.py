@@ -14,17 +14,15 @@ from rmqtool.store.store import Store
 
 
 def store_info(store: Store, progress: Callable[[int], None] | None = None,
-               jobs: int | None = None) -> dict[str, Any]:
+               jobs: int | None = None, read_anyway: bool = False) -> dict[str, Any]:
     """A summary of the whole store: the commit log's record boundaries and fixed header fields are
     walked once (``progress`` is told the bytes walked; ``jobs`` worker processes, default one per core
-    for a large store); bodies and properties are not decoded."""
+    for a large store); bodies and properties are not decoded. The counts stop at a damaged record, or
+    with ``read_anyway`` skip the rest of its file and go on (as stats and grep count)."""
     cl = store.commitlog
     problems = [f"{f.path if f else 'commitlog'}: {text}" for f, text in cl.queue.problems()]
-    scan = _scan_commitlog(store, progress, jobs)
-    if scan["damage"]:
-        problems.append(scan.pop("damage"))
-    else:
-        scan.pop("damage")
+    scan = _scan_commitlog(store, progress, jobs, read_anyway)
+    problems += scan.pop("damage")
     queues = []
     for cq in store.consume_queues():
         first, units = cq.extent(commitlog_end=scan["max_physical_offset"])
@@ -82,19 +80,19 @@ def compaction_rows(store: Store) -> list[dict[str, Any]]:
 
 
 def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,
-                    jobs: int | None = None) -> dict[str, Any]:
+                    jobs: int | None = None, read_anyway: bool = False) -> dict[str, Any]:
     """Counts and dates from the boundary walk and fixed header fields (no body or property decoding),
     file by file (in ``jobs`` worker processes) as CommitLog.iter_entries goes: to the zero end of data
-    or the first damage."""
+    or the first damage (``read_anyway``: past it, the rest of its file skipped)."""
     from rmqtool.ops.workers import default_jobs, process_map
 
     cl = store.commitlog
     if cl.entry_header_size:
-        return _scan_records(store, progress)
+        return _scan_records(store, progress, read_anyway)
     files = [f for f in cl.queue if f.length]
     jobs = default_jobs(sum(f.length for f in files), len(files)) if jobs is None else jobs
     total = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
-             "end": cl.min_offset, "damage": None}
+             "end": cl.min_offset, "damage": []}
     for part in process_map(_scan_file, files, jobs, progress):
         for k in ("messages", "blanks", "v2", "trailing"):
             total[k] += part[k]
@@ -102,8 +100,9 @@ def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,
             if part[k] is not None:
                 total[k] = part[k] if total[k] is None else pick(total[k], part[k])
         total["end"] = part["end"] if part["end"] is not None else total["end"]
-        if part["damage"] or part["zero_end"]:
-            total["damage"] = part["damage"]
+        if part["damage"]:
+            total["damage"].append(f"{part['damage']} ({_PAST_DAMAGE[read_anyway]})")
+        if (part["damage"] and not read_anyway) or part["zero_end"]:
             break
     return _summary(cl, total["end"], total["messages"], total["blanks"], total["v2"], total["trailing"],
                     total["first_ts"], total["last_ts"], total["damage"])
@@ -122,7 +121,7 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     out = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
            "end": None, "zero_end": False, "damage": None}
     buf = f.read()
-    data = np.frombuffer(buf, np.uint8)
+    data = np.frombuffer(buf, np.uint8, min(len(buf), f.readable))    # a file cut to what is readable
     data64 = words(data)
     pos = released = 0
     try:
@@ -159,8 +158,11 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
             break
     except FormatError as exc:
         exc.offset = f.start + pos
-        out["damage"] = f"{exc.at(path=str(f.path))} (records after it were not read)"
+        out["damage"] = str(exc.at(path=str(f.path)))
     return out
+
+
+_PAST_DAMAGE = {False: "records after it were not read", True: "the rest of that file was skipped"}
 
 
 def _extra_inner_messages(data, parts, good: int) -> int:
@@ -181,7 +183,7 @@ def _extra_inner_messages(data, parts, good: int) -> int:
     return extra
 
 
-def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[str, Any]:
+def _scan_records(store: Store, progress: Callable[[int], None] | None, read_anyway: bool = False) -> dict[str, Any]:
     """The same counts from decoded record batches (records inside DLedger entries)."""
     import pyarrow.compute as pc
 
@@ -194,6 +196,8 @@ def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[
     end = cl.min_offset
     damage = []
     for batch in iter_record_batches(store, on_damage=lambda exc: damage.append(exc)):
+        if damage and not read_anyway:
+            break                       # a batch of the next file: the counts stop at the damage
         kinds = batch.column("type").to_pylist()
         blanks += kinds.count("blank")
         end = int(batch.column("physical_offset")[-1].as_py() + (batch.column("total_size")[-1].as_py() or 0))
@@ -208,7 +212,7 @@ def _scan_records(store: Store, progress: Callable[[int], None] | None) -> dict[
         ts = pc.min_max(msgs.column("store_timestamp").cast("int64"))
         first_ts = ts["min"].as_py() if first_ts is None else min(first_ts, ts["min"].as_py())
         last_ts = ts["max"].as_py() if last_ts is None else max(last_ts, ts["max"].as_py())
-    note = f"{damage[0]} (records after it were not read)" if damage else None
+    note = [f"{exc} ({_PAST_DAMAGE[read_anyway]})" for exc in damage]
     return _summary(cl, end, messages, blanks, v2, trailing, first_ts, last_ts, note)
 
 

@@ -180,6 +180,30 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
     return out
 
 
+def readable_files(files: list[StoreFile], read_anyway: bool = False) -> tuple[list[StoreFile], list]:
+    """The commit-log files of ``files`` as readers read them (rmqtool.store.readable, per store): a store
+    the broker refuses to load is refused (Refused) unless ``read_anyway``; then its files are cut to what is
+    readable (``size``) and those off the grid left out. Also what that skips (Skipped, every store)."""
+    from rmqtool.store.filequeue import infer_file_size
+    from rmqtool.store.readable import Part, readable
+
+    by_store: dict[str, list[StoreFile]] = {}
+    for f in files:
+        if f.kind == "commitlog":
+            by_store.setdefault(f.store, []).append(f)
+    kept: dict[str, StoreFile | None] = {}
+    skipped: list = []
+    for group in by_store.values():
+        named = {f.uri: f for f in group}
+        parts = [Part(f.uri, f.start, f.size) for f in group]
+        verdict = readable(parts, infer_file_size(parts), lambda uri: read_bytes(named[uri])).check(read_anyway)
+        kept.update({f.uri: replace(f, size=verdict.limits[f.uri]) if f.uri in verdict.limits else None
+                     for f in group})
+        skipped += verdict.skipped
+    out = [kept.get(f.uri, f) if f.kind == "commitlog" else f for f in files]
+    return [f for f in out if f is not None], skipped
+
+
 def sparse_queue_file(f: StoreFile) -> StoreFile | None:
     """The sparse compaction-queue file of a compaction-log file: the same name under compactionCq/
     (CompactionLog: one queue file per log file, named by the log file's start offset)."""
@@ -281,7 +305,7 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
 
     with local_path(f) as path:
         try:
-            for batch in iter_record_batches(path, check_crc=check_crc,
+            for batch in iter_record_batches(_cut(path, f.size), check_crc=check_crc,
                                              on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
                 if named is not None:
@@ -290,6 +314,18 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
         except FormatError as exc:
             raise relabel(exc) from None
     counted.finish(f.size)
+
+
+def _cut(path: str, size: int):
+    """The commit log of one file, read up to ``size`` bytes (readable_files cut it to what is readable)."""
+    from rmqtool.columnar import open_commitlog
+    from rmqtool.store.filequeue import FileQueue
+
+    cl = open_commitlog(path)
+    files = cl.queue.files
+    if len(files) == 1 and files[0].length > size:
+        cl = type(cl)(FileQueue([replace(files[0], limit=size)], cl.queue.file_size))
+    return cl
 
 
 def consumer_view(f: StoreFile):

@@ -142,6 +142,12 @@ class RocketMQReader(DataSourceReader):
 
     def partitions(self):
         files = scan.list_files(self.paths, self.kind)
+        if self.kind == "commitlog":            # a store the broker refuses to load: failfast raises
+            files, skipped = scan.readable_files(files, read_anyway=self.permissive)
+            if skipped:
+                from rmqtool.store.readable import skipped_line
+                print(f"rmqtool: warning: rocketmq data source (mode permissive): {skipped_line(skipped)}",
+                      file=sys.stderr)
         if self.kind == "commitlog" and self.prune_files:
             files = [f for f, keep in zip(files, may_hold(files, self.pushed)) if keep]
         # no partition at all is not allowed: one that reads nothing

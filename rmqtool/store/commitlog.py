@@ -57,6 +57,9 @@ class CommitLog:
     def read_at(self, offset: int, *, check_crc: bool = False) -> Entry:
         """Decode the entry at a physical offset (which must be a record boundary)."""
         f, pos = self.queue.locate(offset)
+        if pos >= f.readable and f.limit is not None:
+            raise StoreError(f"offset {offset} lies in the part of the file not read (past its last whole "
+                             "record)", path=str(f.path))
         buf = f.read()
         try:
             return decode_entry(buf, pos, check_crc=check_crc)
@@ -79,7 +82,7 @@ class CommitLog:
         first, pos = (files[0], 0) if start is None else self.queue.locate(start)
         for f in files[files.index(first):]:
             buf = f.read()
-            end = self.data_end(f, len(buf))
+            end = self.data_end(f, min(len(buf), f.readable))
             while True:
                 if end - pos < C.END_FILE_MIN_BLANK_LENGTH:
                     if pos < end and any(buf[pos:end]):

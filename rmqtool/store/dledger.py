@@ -77,6 +77,8 @@ class DLedgerCommitLog(CommitLog):
         files = self.queue.files
         for f in files[files.index(first):]:
             buf = f.read()
+            if f.readable < len(buf):                 # a file cut to what is readable (store.readable)
+                buf = memoryview(buf)[:f.readable]
             while len(buf) - pos >= D.MIN_BLANK_LEN:
                 magic = D.peek_magic(buf, pos)
                 if magic == D.BLANK_MAGIC:

@@ -23,6 +23,11 @@ class QueueFile:
     path: Path
     start: int       # the offset in the file's name
     length: int      # bytes on disk
+    limit: int | None = None     # bytes a reader reads (a file cut to what is readable: store.readable)
+
+    @property
+    def readable(self) -> int:
+        return self.length if self.limit is None else self.limit
 
     def read(self) -> bytes | mmap.mmap:
         return map_file(self.path)

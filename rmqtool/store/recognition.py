@@ -1,5 +1,6 @@
-"""Recognising a store: what a store root is, whether a path lies inside a store's data directories, and
-which entries of those directories the broker refuses to load.
+"""Recognising a store: what a store root is, what a reader's path is (``recognize``: a store, a commit-log
+directory or file, else refused), whether a path lies inside a store's data directories, and which entries
+of those directories the broker refuses to load.
 
 A write touches only a directory that is a store root by its layout (``require_store_root``), and no
 output of a command lands inside a store's data directories (``refuse_inside_data_dir``).
@@ -8,10 +9,13 @@ output of a command lands inside a store's data directories (``refuse_inside_dat
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Iterator
 
+from rmqtool import constants as C
 from rmqtool.errors import StoreError
+from rmqtool.format import dledger as D
 from rmqtool.store import layout as L
 from rmqtool.store.dledger import find_dledger_dir
 from rmqtool.store.filequeue import is_offset_name
@@ -26,6 +30,51 @@ def is_store_root(path: Path) -> bool:
     """A directory holding ``commitlog/`` or a DLedger ``dledger-<id>/data/``."""
     path = Path(path)
     return path.is_dir() and ((path / L.COMMITLOG).is_dir() or find_dledger_dir(path) is not None)
+
+
+NOT_A_STORE = "not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)"
+_RECORD_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2, C.BLANK_MAGIC_CODE)
+_SMALLEST_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
+
+
+def recognize(path: str | os.PathLike) -> str:
+    """What a reader was given: ``"root"`` (a store root), ``"commitlog"`` (a commit-log directory: named
+    so, or holding files named by offsets) or ``"file"`` (a commit-log or DLedger data file: its first
+    bytes a record header, a BLANK or a DLedger entry; zeros or nothing in a file named by its offset);
+    anything else is refused (StoreError, exit 4). Reads at most 64 bytes of a file."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreError("no such file or directory", path=str(path))
+    if path.is_file():
+        with open(path, "rb") as fh:
+            head = fh.read(D.HEADER_SIZE + 8)
+        problem = _not_a_commitlog_file(head, is_offset_name(path.name))
+        if problem:
+            raise StoreError(f"not a store or a commit-log file: {problem}", path=str(path))
+        return "file"
+    if (path / L.COMMITLOG).is_dir() or find_dledger_dir(path) is not None:
+        return "root"
+    if path.name == L.COMMITLOG or any(is_offset_name(p.name) and p.is_file() for p in path.iterdir()):
+        return "commitlog"
+    if (path / L.CONSUMEQUEUE).is_dir() or (path / L.INDEX).is_dir() or (path / L.CHECKPOINT).is_file():
+        return "root"
+    raise StoreError(NOT_A_STORE, path=str(path))
+
+
+def _not_a_commitlog_file(head: bytes, offset_name: bool) -> str | None:
+    """Why a file beginning with ``head`` is not a commit-log file (None: it is one)."""
+    if not any(head):
+        return None if offset_name else f"{len(head)} zero bytes and no record, in a file not named by its offset"
+    if len(head) < 8:
+        return f"{len(head)} bytes, shorter than a record header"
+    size, magic = struct.unpack_from(">iI", head)
+    if magic in _RECORD_MAGICS and (size >= _SMALLEST_RECORD or magic == C.BLANK_MAGIC_CODE and size >= 8):
+        return None
+    if size in D.VALID_MAGICS or size == D.BLANK_MAGIC:       # a DLedger data file: an entry, or a BLANK
+        inner = struct.unpack_from(">I", head, D.HEADER_SIZE + 4)[0] if len(head) >= D.HEADER_SIZE + 8 else None
+        if size == D.BLANK_MAGIC or inner in _RECORD_MAGICS[:2]:
+            return None
+    return f"its first record is no record (size {size}, magic {magic:#010x})"
 
 
 def require_store_root(path: str | os.PathLike) -> Path:

@@ -27,7 +27,7 @@ from rmqtool.store import layout as L
 from rmqtool.store.atomic import JOURNAL
 from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
 from rmqtool.store.rocksdbcq import RocksDbConsumeQueues, is_rocksdb_dir
-from rmqtool.store.recognition import is_index_name
+from rmqtool.store.recognition import is_index_name, recognize
 
 
 @dataclass(frozen=True)
@@ -187,18 +187,10 @@ class Store:
             multi = cls.open_multi_path(named)
             if multi.is_store_root and Path(path).resolve() == multi.root.resolve():
                 return multi
-        if not path.exists():
-            raise StoreError("no such file or directory", path=str(path))
-        if path.is_file():
-            return cls(path.parent, commitlog_path=path)
-        if (path / L.COMMITLOG).is_dir() or find_dledger_dir(path) is not None:
+        what = recognize(path)
+        if what == "root":
             return cls(path)
-        if path.name == L.COMMITLOG or any(_is_offset_file(p) for p in path.iterdir()):
-            return cls(path, commitlog_path=path)   # the commit log alone: no queues, index or checkpoint
-        if (path / L.CONSUMEQUEUE).is_dir() or (path / L.INDEX).is_dir() or (path / L.CHECKPOINT).is_file():
-            return cls(path)
-        raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
-                         path=str(path))
+        return cls(path.parent if what == "file" else path, commitlog_path=path)   # the commit log alone
 
     @classmethod
     def open_multi_path(cls, paths: str) -> "Store":
@@ -460,10 +452,6 @@ class Store:
 
 def _is_root(p: Path) -> bool:
     return any((p / d).is_dir() for d in (L.COMMITLOG, L.CONSUMEQUEUE, L.INDEX)) or (p / L.CHECKPOINT).is_file()
-
-
-def _is_offset_file(p: Path) -> bool:
-    return p.is_file() and len(p.name) == C.FILE_NAME_DIGITS and p.name.isdigit()
 
 
 def index_refs(paths: list[Path], geometry: Geometry | None = None) -> list[IndexFileRef]:
