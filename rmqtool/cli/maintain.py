@@ -5,8 +5,10 @@ Every write: refuse while another process holds the broker's lock (unless --forc
 interrupted earlier change, back up what is touched (one backup per invocation), stage new files and
 swap them in atomically, and end by saying how to undo it (``rmqtool restore BACKUP STORE --apply``).
 
-Dry runs (``--dry-run``; repair and restore without ``--apply``) print one plan format, the rows
-``action, path, detail``, and exit 0 when there is nothing to do, 1 when there is.
+The write rule: a command that changes an existing store (repair, restore, rebuild-cq, rebuild-index, put,
+import) only prints its plan unless ``--apply`` (``--dry-run`` says so explicitly), in one format, the rows
+``action, path, detail``, and exits 0 when there is nothing to do, 1 when there is. Writing a new directory
+(``rebuild-cq --out``, ``init``) needs no ``--apply``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,16 @@ def _progress(store, label: str):
 
 
 PLAN_COLUMNS = ["action", "path", "detail"]
-_DRY_RUN = click.option("--dry-run", is_flag=True,
-                        help="Print the plan only (exit 0 when there is nothing to do, 1 when there is).")
+_APPLY = click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
+_DRY_RUN = click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
+                                                        "nothing to do, 1 when there is).")
+
+
+def plan_only(apply_: bool, dry_run: bool) -> bool:
+    """The write rule: a command that changes an existing store plans unless --apply (--dry-run says so)."""
+    if apply_ and dry_run:
+        raise click.UsageError("use --apply or --dry-run, not both")
+    return not apply_
 
 
 def show_plan(rows: list[dict], fmt: str | None, tablefmt: str, title: str = "plan") -> None:
@@ -55,8 +65,8 @@ def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt
         click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
 
 
-def end_dry_run(rows: list[dict], how: str = "run without --dry-run") -> None:
-    click.echo(f"{len(rows)} action(s); {how} to carry them out" if rows else "nothing to do", err=True)
+def end_dry_run(rows: list[dict], how: str = "run with --apply", idle: str = "nothing to do") -> None:
+    click.echo(f"{len(rows)} action(s); {how} to carry them out" if rows else idle, err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if rows else ExitCode.OK)
 
 
@@ -171,9 +181,8 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
 
 @cli.command()
 @click.argument("store", type=click.Path())
-@click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
-@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
-                                              "nothing to do, 1 when there is).")
+@_APPLY
+@_DRY_RUN
 @click.option("--accept-loss", is_flag=True, help="Carry out a plan that deletes valid messages after a bad "
               "record (beyond the torn tail), as the broker's recovery would.")
 @click.option("--salvage", is_flag=True, help="Keep every valid record after a bad one (beyond the broker): "
@@ -208,8 +217,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
       rmqtool repair fixtures/dev-sample-crash-torn/store -f plain   # exit 1
       cp -r fixtures/dev-sample-crash-torn/store /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
-    if apply_ and dry_run:
-        raise click.UsageError("use --apply or --dry-run, not both")
+    plan_only(apply_, dry_run)
     from rmqtool.ops.repair import LEFT_TO, apply_plan, left_unrepaired, plan_repair
     from rmqtool.ops.verify import verify_store
 
@@ -281,6 +289,24 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
     return rows
 
 
+def _misplaced_rows(misplaced: list, as_broker: bool) -> list[dict]:
+    """Plan rows naming each unit whose stored queue offset is not its place (rule reput_misplaced)."""
+    rows = []
+    for topic, qid, phy, stored, at, first in misplaced:
+        said = f"the record at {phy} stores queue offset {stored}: "
+        if at is None:
+            said += "below its queue's end, skipped as the broker skips it ('Build consume queue repeatedly')"
+        elif as_broker:
+            said += f"appended at the queue's end, offset {at}, as the broker does ('[BUG]logic queue order maybe wrong')"
+        elif first:
+            said += (f"placed at {at}, before the queue's next unit; a broker's dispatch starts this queue at {stored} "
+                     "and skips every later unit of it as repeated (--as-broker builds that)")
+        else:
+            said += f"placed at the queue's end, offset {at}, where a broker's dispatch appends it too"
+        rows.append({"action": "misplaced_unit", "path": L.queue_dir(topic, qid), "detail": said})
+    return rows
+
+
 @cli.command("rebuild-cq")
 @click.argument("store", type=click.Path())
 @click.option("--topic", "topics", multiple=True, help="Rebuild only this topic's queues (repeatable: any of them).")
@@ -293,6 +319,7 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
               help="Batch consume-queue file size [default: that of existing batch queues, else 13800000].")
 @_AS_BROKER
 @_BROKER_VERSION
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
@@ -300,7 +327,7 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
 @output_options
 def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out: Path | None,
                cq_file_size: int | None, bcq_file_size: int | None, as_broker: bool, broker_version: str | None,
-               dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+               apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
                fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
 
@@ -317,16 +344,27 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     the commit log is refused (exit 1, the topics listed) unless --allow-no-records. A RocksDB consume queue
     (storeType=defaultRocksDB) is never written into: only --out DIR, which writes classic file queues.
 
+    A record whose stored queue offset is not its place in its queue (damage) is placed at its queue's end
+    and listed as a misplaced_unit row, saying what the broker's dispatch does with it (rule reput_misplaced):
+    a rebuild writes for one record at most one file, as the broker.
+
+    In place: without --apply only prints the queues that would change (exit 0 when none, 1 when some);
+    --apply rebuilds them with a backup and ends with the undo line. --out writes a new directory (no --apply).
+
     \b
     Examples:
-      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 0: the queues are as the broker wrote them
+      rmqtool rebuild-cq fixtures/dev-sample/store   # exit 0: the queues are as the broker wrote them
       rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$
       rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
+      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
       rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$
     """
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    dry_run = plan_only(apply_, dry_run) and out is None
+    if apply_ and out is not None:
+        raise click.UsageError("--out writes a new directory: it needs no --apply")
 
     with _store(store, write=not (dry_run or out), force=force) as st:
         with _progress(st, "rebuilding consume queues") as progress:
@@ -344,10 +382,10 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     else:
         rows = [{"action": "write_cq", "path": res.target,
                  "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
-    rows += _skipped_rows(res.damaged, res.cut)
+    rows += _skipped_rows(res.damaged, res.cut) + _misplaced_rows(res.misplaced, as_broker)
     show_plan(rows, fmt, tablefmt, "consume queues")
     if dry_run:
-        end_dry_run(rows)
+        end_dry_run(rows, idle="nothing to change")
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
 
@@ -358,27 +396,34 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 @click.option("--max-entries", type=int, help="Entries per file [default: that of existing index files].")
 @_AS_BROKER
 @_BROKER_VERSION
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @jobs_option
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
-                  broker_version: str | None, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+                  broker_version: str | None, apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
                   fmt: str | None, tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
 
     By default every readable record is indexed (damaged records stepped over and listed as skip_record
-    rows); --as-broker indexes what the broker's dispatch reaches (see rebuild-cq).
+    rows); --as-broker indexes what the broker's dispatch reaches (see rebuild-cq). A rebuilt file whose
+    entries are those of an existing file keeps that file's name.
+
+    Without --apply only prints the files that would change (exit 0 when none, 1 when some); --apply
+    writes them with a backup and ends with the undo line.
 
     \b
     Examples:
-      rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain   # exit 1
-      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run   # exit 1
+      rmqtool rebuild-index fixtures/dev-sample/store -f plain   # exit 0: nothing to change
+      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128   # exit 1
     """
     from rmqtool.ops.dispatch_plan import DispatchPlan
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_index as run
+
+    dry_run = plan_only(apply_, dry_run)
 
     with _store(store, write=not dry_run, force=force) as st:
         before = {ref.name for ref in st.index_files()}
@@ -393,7 +438,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     rows += _skipped_rows(plan.damaged, plan.cut)
     show_plan(rows, fmt, tablefmt, "index files")
     if dry_run:
-        end_dry_run(rows)
+        end_dry_run(rows, idle="nothing to change")
     if saved:
         say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
 
@@ -451,22 +496,28 @@ def _keys(_ctx, _param, values) -> str | None:
 @click.option("--body", help="Body text (UTF-8).")
 @click.option("--body-file", type=click.File("rb"), help="Read the body from this file.")
 @click.option("--body-stdin", is_flag=True, help="Read the body from stdin.")
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
 def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | None, properties: dict,
-        body: str | None, body_file, body_stdin: bool, dry_run: bool, backup: Path | None, force: bool,
+        body: str | None, body_file, body_stdin: bool, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
         fmt: str | None, tablefmt: str) -> None:
     """Append one message as the broker would (commit log, consume queue, index, checkpoint), in one
     transaction with one backup.
 
+    Without --apply only prints the plan (exit 1: there is something to do); --apply appends with a
+    backup and ends with the undo line.
+
     \b
     Examples:
-      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello --dry-run   # exit 1
-      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi
+      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello   # exit 1
+      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi --apply
     """
     from rmqtool.ops.write import StoreWriter, build_message
+
+    dry_run = plan_only(apply_, dry_run)
 
     if sum(x is not None and x is not False for x in (body, body_file, body_stdin or None)) != 1:
         raise click.UsageError("give exactly one of --body, --body-file, --body-stdin")
@@ -501,21 +552,27 @@ def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
 @cli.command("import")
 @click.argument("store", type=click.Path())
 @click.argument("file", type=click.File("r", encoding="utf-8"))
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
-def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
+def import_(store: str, file, apply_: bool, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
             tablefmt: str) -> None:
     """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl) in one
     transaction with one backup: a failure or a kill leaves none of them.
 
+    Without --apply only prints the plan (exit 0 when there is nothing to import, 1 when there is);
+    --apply appends with a backup and ends with the undo line.
+
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl --dry-run   # exit 1
+      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl   # exit 1
     """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
+
+    dry_run = plan_only(apply_, dry_run)
 
     with _store(store, write=not dry_run, force=force) as st:
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
@@ -545,9 +602,8 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 @cli.command()
 @click.argument("backup", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("store", required=False, type=click.Path(path_type=Path))
-@click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
-@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
-                                              "nothing to do, 1 when there is).")
+@_APPLY
+@_DRY_RUN
 @_FORCE
 @output_options
 def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, fmt: str | None,
@@ -568,8 +624,7 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
     """
     from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
 
-    if apply_ and dry_run:
-        raise click.UsageError("use --apply or --dry-run, not both")
+    plan_only(apply_, dry_run)
     manifest = read_backup(backup)
     title = f"{manifest.get('label', 'change')} of {manifest.get('created', '?')}"
     with _store(str(store or manifest["store"]), write=apply_, force=force) as st:
