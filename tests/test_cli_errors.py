@@ -222,6 +222,6 @@ def test_a_write_error_without_a_path_names_the_store_and_its_state(store_copy, 
     monkeypatch.setattr(StoreWriter, "append", failing)
     store = store_copy("dev-sample")
     before = snapshot(store)
-    assert_error(run("put", store, "--topic", "T", "--body", "b"), ExitCode.IO_ERROR,
+    assert_error(run("put", store, "--topic", "T", "--body", "b", "--apply"), ExitCode.IO_ERROR,
                  f"rmqtool: error: {store}: No space left on device; the store is unchanged")
     assert snapshot(store) == before

@@ -441,6 +441,8 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
         end_dry_run(rows, idle="nothing to change")
     if saved:
         say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
+    else:
+        click.echo("nothing to change", err=True)
 
 
 @cli.command()

@@ -393,6 +393,9 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     except BaseException:                 # leave nothing half-built behind
         shutil.rmtree(built, ignore_errors=True)
         raise
+    if all(same for _, _, same in files) and len(files) == len(store.index_files()):
+        shutil.rmtree(built)              # a rebuild of a healthy index changes nothing
+        return files, None
     txn = Transaction(store.root, backup, label="rebuild-index")
     txn.replace_dir(L.INDEX, built)
     cp = store.checkpoint()
