@@ -238,7 +238,9 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                 left = [] if rows else left_unrepaired(st)
                 if not rows:               # what verify finds and only another command fixes (as --apply says)
                     named = [path for path, _, _ in left]
-                    for f in verify_store(st.root):
+                    findings = list(verify_store(st.root))
+                    left += _left_to_dispatch(st, findings)
+                    for f in findings:
                         if f.severity == "error" and f.kind in LEFT_TO and f.path and \
                                 Path(f.path).is_relative_to(st.root):
                             rel = st.rel(f.path)
@@ -269,7 +271,34 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     for f in left:
         why = LEFT_TO.get(f.kind)
         click.echo(f"rmqtool: still: {f}" + (f" [{why}]" if why else ""), err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if any(f.severity == "error" for f in left) else ExitCode.OK)
+    lost = _left_to_dispatch(st, left)
+    for path, problem, why in lost:
+        click.echo(f"rmqtool: not repaired: {path}: {problem} [{why}]", err=True)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if lost or any(f.severity == "error" for f in left) else ExitCode.OK)
+
+
+def _left_to_dispatch(st, findings) -> list[tuple[str, str, str]]:
+    """Queues without files are the broker's dispatch's to build on start (rule reput_from): said, with
+    (path, problem, what fixes it) of each unit that dispatch drops (rule reput_misplaced)."""
+    if not any(f.kind == "cq_missing_queue" for f in findings):
+        return []
+    from rmqtool.ops.dispatch_plan import broker_version
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    version = broker_version(st)
+    res = rebuild_consume_queues(st, dry_run=True, as_broker=version)
+    skipped: dict[tuple[str, int], list[int]] = {}
+    for t, qid, phy, _, at, _ in res.misplaced:
+        if at is None:
+            skipped.setdefault((t, qid), []).append(phy)
+    lost = [(L.queue_dir(t, qid), f"a {version} broker's dispatch skips {len(phys)} unit(s) as repeated (the records "
+             f"at {', '.join(map(str, phys[:3]))}{', ...' if len(phys) > 3 else ''})",
+             "rebuild-cq --apply builds the queue with them") for (t, qid), phys in skipped.items()]
+    if not lost:
+        click.echo(f"rmqtool: queues without files are left to the broker's dispatch on start, which builds them as "
+                   f"rebuild-cq does ({len(res.misplaced)} unit(s) with a damaged queue offset at their queue's end)",
+                   err=True)
+    return lost
 
 
 _AS_BROKER = click.option("--as-broker", is_flag=True,
