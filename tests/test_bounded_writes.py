@@ -3,10 +3,12 @@ ConsumeQueue.putMessagePositionInfo places it (rule reput_misplaced), never by f
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import FIXTURES, run
 from helpers_maintain import run_process, snapshot
@@ -92,3 +94,90 @@ def test_a_flipped_first_queue_offset_loses_units_only_as_the_broker(tmp_path, n
     shutil.rmtree(root / "consumequeue")
     result = run("repair", root)
     assert result.exit_code == 1 and "consumequeue/TopicA/3" in result.stderr and "skips" in result.stderr
+
+
+# -- every write bounded: damage with extreme values under every write command ---------------------------------
+_EXTREME = st.sampled_from([2**63 - 1, -(2**63), -1, 2**31 - 1, -(2**31), 2**31 + 3, 2**32, 10**12])
+_RECORD_FIELDS = {"totalsize": (0, 4), "magic": (4, 4), "bodycrc": (8, 4), "queueid": (12, 4), "flag": (16, 4),
+                  "queueoffset": (20, 8), "physicaloffset": (28, 8), "sysflag": (36, 4), "borntimestamp": (40, 8),
+                  "storetimestamp": (56, 8), "reconsumetimes": (72, 4), "preparedoffset": (76, 8), "bodylen": (84, 4)}
+_ROW_FIELDS = ["queue_id", "queue_offset", "physical_offset", "store_timestamp", "born_timestamp", "sys_flag", "flag",
+               "reconsume_times", "prepared_transaction_offset", "body_crc", "total_size"]
+_COMMANDS = ["rebuild-cq --out", "rebuild-cq", "rebuild-index", "repair", "put", "import"]
+BASE = "dev-sample-5x"
+
+
+def _pack(value: int, width: int) -> bytes:
+    return (value & ((1 << 8 * width) - 1)).to_bytes(width, "big")
+
+
+def _usage(paths: list[Path]) -> tuple[int, int, int]:
+    """(files, allocated bytes, apparent bytes) under ``paths``."""
+    files = allocated = apparent = 0
+    for root in paths:
+        for p in (root.rglob("*") if root.exists() else ()):
+            if p.is_file():
+                s = p.stat()
+                files, allocated, apparent = files + 1, allocated + s.st_blocks * 512, apparent + s.st_size
+    return files, allocated, apparent
+
+
+@pytest.fixture(scope="module")
+def base_rows():
+    lines = run("cat-commitlog", FIXTURES / BASE / "store", "-f", "jsonl").stdout.splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_no_write_outgrows_its_store(tmp_path_factory, base_rows, data):
+    """A commit-log header field, an index header count or a consume-queue unit overwritten with an extreme value
+    (or import rows carrying one), then one write command: it ends within the time bound, without a traceback,
+    and creates no more than a bound of files and bytes beyond the store's own."""
+    tmp = tmp_path_factory.mktemp("bounded")
+    root = tmp / "store"
+    shutil.copytree(FIXTURES / BASE / "store", root)
+    value = data.draw(_EXTREME | st.integers(-(2**63), 2**63 - 1), "value")
+    target = data.draw(st.sampled_from(["record", "index", "cq", "rows"]), "target")
+    rows = [dict(r) for r in base_rows[:3]]
+    if target == "record":
+        rec = data.draw(st.sampled_from([r for r in base_rows if r["type"] == "message"]), "record")
+        at, width = _RECORD_FIELDS[data.draw(st.sampled_from(sorted(_RECORD_FIELDS)), "field")]
+        first = rec["physical_offset"] // 65536 * 65536
+        log = root / "commitlog" / f"{first:020d}"
+        with open(log, "r+b") as fh:
+            fh.seek(rec["physical_offset"] - first + at)
+            fh.write(_pack(value, width))
+    elif target == "index":
+        index = sorted((root / "index").iterdir())[data.draw(st.integers(0, 5), "file") % len(list((root / "index").iterdir()))]
+        with open(index, "r+b") as fh:
+            fh.seek(data.draw(st.sampled_from([32, 36]), "count"))      # hashSlotCount, indexCount
+            fh.write(_pack(value, 4))
+    elif target == "cq":
+        unit = root / "consumequeue" / "TopicA" / "3" / "00000000000000000000"
+        pos, width = data.draw(st.sampled_from([(0, 8), (8, 4), (12, 8)]), "unit field")
+        with open(unit, "r+b") as fh:
+            fh.seek(20 * data.draw(st.integers(0, 7), "unit") + pos)
+            fh.write(_pack(value, width))
+    else:
+        for r in rows:
+            r[data.draw(st.sampled_from(_ROW_FIELDS), "row field")] = value
+    lines = tmp / "rows.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command = data.draw(st.sampled_from(_COMMANDS), "command")
+    out = tmp / "out"
+    args = {"rebuild-cq --out": ["rebuild-cq", root, "--out", out],
+            "rebuild-cq": ["rebuild-cq", root, "--apply"], "rebuild-index": ["rebuild-index", root, "--apply"],
+            "repair": ["repair", root, "--apply", "--accept-loss"],
+            "put": ["put", root, "--topic", "TopicA", "--queue-id", str(value), "--body", "x", "--apply"],
+            "import": ["import", root, lines, "--apply"]}[command]
+    before = _usage([root])
+    result = _cli(*args, "--backup", tmp / "bk") if command != "rebuild-cq --out" else _cli(*args)
+    err = result.stderr.decode(errors="replace")
+    assert "Traceback" not in err and result.returncode in (0, 1, 2, 3, 4), err
+    files, allocated, apparent = _usage([root, out])
+    assert files <= 2 * before[0] + 50, (command, files, before)
+    assert allocated <= 3 * before[1] + 2**24, (command, allocated, before)
+    assert apparent <= 3 * before[2] + 2**28, (command, apparent, before)
+    shutil.rmtree(tmp)

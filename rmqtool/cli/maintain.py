@@ -27,6 +27,7 @@ from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_for
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 from rmqtool.store import layout as L
 
+JAVA_INT_MAX = 2**31 - 1         # the broker's sizes, queue ids and counts are Java ints
 _FORCE = click.option("--force", is_flag=True, help="Write even if the store's lock file is held by another process.")
 _BACKUP = click.option("--backup", "backup", type=click.Path(path_type=Path), default=None,
                        callback=output_path("the backup"),
@@ -343,8 +344,9 @@ def _misplaced_rows(misplaced: list, as_broker: bool) -> list[dict]:
               help="Write an empty queue directory for a --topic with no record in the commit log.")
 @click.option("--out", type=click.Path(path_type=Path), callback=output_path("--out"),
               help="Write the queues here instead of into the store.")
-@click.option("--cq-file-size", type=int, help="Consume-queue file size [default: that of existing queues].")
-@click.option("--bcq-file-size", type=int,
+@click.option("--cq-file-size", type=click.IntRange(20, JAVA_INT_MAX),
+              help="Consume-queue file size [default: that of existing queues].")
+@click.option("--bcq-file-size", type=click.IntRange(46, JAVA_INT_MAX),
               help="Batch consume-queue file size [default: that of existing batch queues, else 13800000].")
 @_AS_BROKER
 @_BROKER_VERSION
@@ -421,8 +423,10 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 
 @cli.command("rebuild-index")
 @click.argument("store", type=click.Path())
-@click.option("--slots", type=int, help="Hash slots per file [default: that of existing index files].")
-@click.option("--max-entries", type=int, help="Entries per file [default: that of existing index files].")
+@click.option("--slots", type=click.IntRange(1, JAVA_INT_MAX),
+              help="Hash slots per file [default: that of existing index files].")
+@click.option("--max-entries", type=click.IntRange(2, JAVA_INT_MAX),
+              help="Entries per file [default: that of existing index files].")
 @_AS_BROKER
 @_BROKER_VERSION
 @_APPLY
@@ -476,17 +480,18 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
 
 @cli.command()
 @click.argument("store", type=click.Path(), callback=output_path("the new store"))
-@click.option("--commitlog-file-size", type=int, default=1024 ** 3, show_default=True, metavar="BYTES",
-              help="Commit-log file size (the broker's mappedFileSizeCommitLog).")
-@click.option("--cq-file-size", type=int, default=6_000_000, show_default=True, metavar="BYTES",
-              help="Consume-queue file size, a multiple of 20 (mappedFileSizeConsumeQueue).")
-@click.option("--slots", type=int, default=5_000_000, show_default=True, help="Index hash slots per file "
-                                                                              "(maxHashSlotNum).")
-@click.option("--max-entries", type=int, default=20_000_000, show_default=True, help="Index entries per file "
-                                                                                     "(maxIndexNum).")
+@click.option("--commitlog-file-size", type=click.IntRange(1024, JAVA_INT_MAX), default=1024 ** 3, show_default=True,
+              metavar="BYTES", help="Commit-log file size (the broker's mappedFileSizeCommitLog).")
+@click.option("--cq-file-size", type=click.IntRange(20, JAVA_INT_MAX), default=6_000_000, show_default=True,
+              metavar="BYTES", help="Consume-queue file size, a multiple of 20 (mappedFileSizeConsumeQueue).")
+@click.option("--slots", type=click.IntRange(1, JAVA_INT_MAX), default=5_000_000, show_default=True,
+              help="Index hash slots per file (maxHashSlotNum).")
+@click.option("--max-entries", type=click.IntRange(2, JAVA_INT_MAX), default=20_000_000, show_default=True,
+              help="Index entries per file (maxIndexNum).")
 def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, max_entries: int) -> None:
     """Create an empty store (first commit-log file, checkpoint, lock) with the given sizes, recorded in
-    config/rmqtool.json for the writes that follow.
+    config/rmqtool.json for the writes that follow. The sizes are the broker's (Java int) settings; the
+    first commit-log file is created sparse at its full size, as the broker pre-allocates it.
 
     \b
     Examples:
@@ -494,6 +499,13 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
     """
     from rmqtool.format.indexfile import Geometry
     from rmqtool.ops.write import init_store
+
+    if cq_file_size % 20:
+        raise click.BadParameter(f"{cq_file_size} is not a multiple of 20", param_hint="--cq-file-size")
+    if Geometry(slots, max_entries).file_size > JAVA_INT_MAX:
+        raise click.BadParameter(f"an index file of {slots} slots and {max_entries} entries is "
+                                 f"{Geometry(slots, max_entries).file_size} bytes, more than the broker's "
+                                 f"int file size {JAVA_INT_MAX}", param_hint="--slots/--max-entries")
 
     init_store(Path(store), commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
                geometry=Geometry(slots, max_entries))
@@ -518,7 +530,8 @@ def _keys(_ctx, _param, values) -> str | None:
 @cli.command()
 @click.argument("store", type=click.Path())
 @click.option("--topic", required=True, help="The topic.")
-@click.option("--queue-id", type=int, default=0, show_default=True, help="The queue id.")
+@click.option("--queue-id", type=click.IntRange(0, JAVA_INT_MAX), default=0, show_default=True,
+              help="The queue id.")
 @option("--tag", "tags", aliases=("--tags",), help="The TAGS property.")
 @option("--key", "keys", aliases=("--keys",), multiple=True, callback=_keys,
         help="A key of the KEYS property (repeatable; a value with spaces holds several).")

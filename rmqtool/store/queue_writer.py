@@ -81,7 +81,10 @@ class CqWriter:
             data = bytes(f.read())
             whole = min(len(data) - len(data) % C.CQ_STORE_UNIT_SIZE, file_size)
             files[f.start] = bytearray(data[:whole] + bytes(file_size - whole))   # whole units, full size
-        w = cls(file_size, files)
+        try:
+            w = cls(file_size, files)
+        except StoreError as exc:
+            raise exc.at(path=str(cq.queue.files[0].path.parent) if cq.queue.files else None) from None
         starts = sorted(files)
         if not starts:
             return w
