@@ -262,3 +262,18 @@ def test_a_write_error_without_a_path_names_the_store_and_its_state(store_copy, 
     assert_error(run("put", store, "--topic", "T", "--body", "b", "--apply"), ExitCode.IO_ERROR,
                  f"rmqtool: error: {store}: No space left on device; the store is unchanged")
     assert snapshot(store) == before
+
+
+def test_one_exit_table():
+    """The README, --help and the man pages show the one exit table (rmqtool.cli.exitcodes.EXIT_STATUS_HELP)."""
+    from rmqtool.cli.exitcodes import EXIT_STATUS_HELP
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "".join(f"| {int(c)} | {t} |\n" for c, t in EXIT_STATUS_HELP.items()) in readme
+    assert readme.count("| 70 |") == 1
+    help_text = " ".join(run("--help").stdout.split())
+    page = " ".join((ROOT / "man" / "rmqtool.1").read_text("utf-8").replace("\\-", "-").split())
+    for code, text in EXIT_STATUS_HELP.items():
+        assert f"{int(code)} {text}" in help_text
+        assert text in page, text
