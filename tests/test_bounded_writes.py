@@ -181,3 +181,26 @@ def test_no_write_outgrows_its_store(tmp_path_factory, base_rows, data):
     assert allocated <= 3 * before[1] + 2**24, (command, allocated, before)
     assert apparent <= 3 * before[2] + 2**28, (command, apparent, before)
     shutil.rmtree(tmp)
+
+
+@pytest.mark.parametrize("args", [("repair", "{s}", "--apply"), ("rebuild-index", "{s}", "--slots", "32",
+                                                                   "--max-entries", "128", "--apply"),
+                                  ("rebuild-cq", "{s}", "--cq-file-size", "400", "--apply"), ("init", "{new}")])
+def test_a_write_without_room_is_refused_before_it_writes(store_copy, tmp_path, monkeypatch, args):
+    """A plan needing more bytes or inodes than the file system has free is refused (exit 4), nothing written."""
+    import os
+
+    root = store_copy("dev-sample-crash")
+    before = snapshot(root)
+    real = os.statvfs
+
+    def full(path):
+        fs = real(path)
+        return os.statvfs_result((fs.f_bsize, fs.f_frsize, fs.f_blocks, 0, 0, fs.f_files, 0, 0, fs.f_flag,
+                                  fs.f_namemax))
+
+    monkeypatch.setattr(os, "statvfs", full)
+    result = run(*[str(a).format(s=root, new=tmp_path / "new") for a in args])
+    assert result.exit_code == 4 and "free: nothing written" in result.stderr, result.stderr
+    assert snapshot(root) == before and not (tmp_path / "new").exists()
+    assert not list(tmp_path.glob("*rmqtool-backup*")) and not list(root.parent.glob("*rmqtool-backup*"))
