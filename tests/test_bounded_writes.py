@@ -150,7 +150,8 @@ def test_no_write_outgrows_its_store(tmp_path_factory, base_rows, data):
             fh.seek(rec["physical_offset"] - first + at)
             fh.write(_pack(value, width))
     elif target == "index":
-        index = sorted((root / "index").iterdir())[data.draw(st.integers(0, 5), "file") % len(list((root / "index").iterdir()))]
+        files = sorted((root / "index").iterdir())
+        index = files[data.draw(st.integers(0, 5), "file") % len(files)]
         with open(index, "r+b") as fh:
             fh.seek(data.draw(st.sampled_from([32, 36]), "count"))      # hashSlotCount, indexCount
             fh.write(_pack(value, 4))

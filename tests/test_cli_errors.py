@@ -132,10 +132,12 @@ def test_no_hidden_option_is_suggested():
     assert "Did you mean '--body'?" in run("put", "x", "--bogus").stderr      # put's own --body is documented
 
 
-@pytest.mark.parametrize("args,hint", [(("put", "{s}", "--topic", "T", "--queue-id", "-1", "--body", "x"), "--queue-id"),
+@pytest.mark.parametrize("args,hint", [(("put", "{s}", "--topic", "T", "--queue-id", "-1", "--body", "x"),
+                                        "--queue-id"),
                                        (("put", "{s}", "--topic", "T", "--queue-id", str(2**63 - 1), "--body", "x"),
                                         "--queue-id"),
-                                       (("init", "{new}", "--commitlog-file-size", str(2**63 - 1)), "--commitlog-file-size"),
+                                       (("init", "{new}", "--commitlog-file-size", str(2**63 - 1)),
+                                        "--commitlog-file-size"),
                                        (("init", "{new}", "--slots", "2000000000", "--max-entries", "2000000000"),
                                         "--slots/--max-entries"),
                                        (("init", "{new}", "--cq-file-size", "223"), "--cq-file-size"),

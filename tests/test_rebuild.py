@@ -144,7 +144,8 @@ def test_rebuild_cq_refuses_a_topic_without_records(store_copy, tmp_path):
     result = run("rebuild-cq", root, "--topic", "TopicZ", "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 1 and "TopicA" in result.stderr and "TopicZ" in result.stderr
     assert snapshot(root) == before and not (tmp_path / "bk").exists()
-    assert run("rebuild-cq", root, "--topic", "TopicZ", "--allow-no-records", "--backup", tmp_path / "bk", "--apply").exit_code == 0
+    assert run("rebuild-cq", root, "--topic", "TopicZ", "--allow-no-records", "--backup", tmp_path / "bk",
+               "--apply").exit_code == 0
     assert (root / "consumequeue" / "TopicZ").is_dir()
 
 

@@ -93,7 +93,8 @@ def test_one_backup_per_put_and_per_import(tmp_path):
 @pytest.mark.parametrize("args", [
     ["repair", "{crash}"], ["repair", "{crash}", "--dry-run"], ["rebuild-cq", "{torn}", "--dry-run"],
     ["rebuild-cq", "{torn}"], ["rebuild-index", "{clean}", "--slots", "32", "--max-entries", "128"],
-    ["rebuild-index", "{clean}", "--slots", "32", "--max-entries", "128", "--dry-run"], ["put", "{clean}", "--topic", "T", "--body", "x"],
+    ["rebuild-index", "{clean}", "--slots", "32", "--max-entries", "128", "--dry-run"],
+    ["put", "{clean}", "--topic", "T", "--body", "x"],
     ["put", "{clean}", "--topic", "T", "--body", "x", "--dry-run"],
 ])
 def test_dry_runs_print_one_plan_format_and_exit_1_with_something_to_do(args, store_copy):

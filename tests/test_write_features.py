@@ -59,7 +59,8 @@ def test_put_appends_to_a_dledger_store(store_copy):
     root = store_copy("dev-dledger")
     before = readback("dev-dledger")["dledgerStore"]
     for i in range(40):                                 # enough to fill the second data file's tail
-        result = run("put", root, "--topic", "TopicA", "--queue-id", "1", "--key", f"k{i}", "--body", "x" * 900, "--apply")
+        result = run("put", root, "--topic", "TopicA", "--queue-id", "1", "--key", f"k{i}", "--body", "x" * 900,
+                     "--apply")
         assert result.exit_code == 0, result.stderr
     store = Store.open(root)
     assert check_dledger(store, deep=True) == []

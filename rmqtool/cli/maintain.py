@@ -327,7 +327,8 @@ def _misplaced_rows(misplaced: list, as_broker: bool) -> list[dict]:
         if at is None:
             said += "below its queue's end, skipped as the broker skips it ('Build consume queue repeatedly')"
         elif as_broker:
-            said += f"appended at the queue's end, offset {at}, as the broker does ('[BUG]logic queue order maybe wrong')"
+            said += f"appended at the queue's end, offset {at}, as the broker does ('[BUG]logic queue order maybe " \
+                    "wrong')"
         elif first:
             said += (f"placed at {at}, before the queue's next unit; a broker's dispatch starts this queue at {stored} "
                      "and skips every later unit of it as repeated (--as-broker builds that)")
@@ -436,7 +437,8 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 @jobs_option
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
-                  broker_version: str | None, apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+                  broker_version: str | None, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
+                  jobs: int | None,
                   fmt: str | None, tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
 

@@ -69,8 +69,8 @@ class CqWriter:
         self.first_created: int | None = None
         self.held: tuple[int, int, int, int] | None = None   # fill_gaps: a unit placed when the next one shows
         self.tentative: int | None = None     # the queue offset the next unit must have (CqFileWriter.placed)
-        self.misplaced: list[tuple[int, int, int | None, bool]] = []   # (phy, stored queue offset, placed at
-        #                                                     (None: skipped), first of its queue) of rule reput_misplaced
+        # rule reput_misplaced: (phy, stored queue offset, placed at (None: skipped), first of its queue)
+        self.misplaced: list[tuple[int, int, int | None, bool]] = []
 
     @classmethod
     def load(cls, cq: ConsumeQueue, file_size: int) -> "CqWriter":
