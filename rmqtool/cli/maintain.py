@@ -413,13 +413,16 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
         rows = [{"action": a, "path": p, "detail": d} for a, p, d in res.changes]
     else:
         rows = [{"action": "write_cq", "path": res.target,
-                 "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
+                 "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] \
+            if res.queues and (res.backup or out is not None) else []
     rows += _skipped_rows(res.damaged, res.cut) + _misplaced_rows(res.misplaced, as_broker)
     show_plan(rows, fmt, tablefmt, "consume queues")
     if dry_run:
         end_dry_run(rows, idle="nothing to change")
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
+    elif out is None:
+        click.echo("nothing to change: the queues are as rebuilt", err=True)
 
 
 @cli.command("rebuild-index")

@@ -134,6 +134,10 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
             shutil.rmtree(scratch, ignore_errors=True)
     if dry_run or out is not None:
         return result
+    if all(_same_tree(path, store.root / rels[key]) for key, path in built.items()):
+        for path in built.values():       # a rebuild of healthy queues changes nothing
+            shutil.rmtree(path)
+        return result
     txn = Transaction(store.root, backup, label="rebuild-cq")
     for key, path in built.items():
         txn.replace_dir(rels[key], path)
@@ -180,6 +184,13 @@ def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str
             elif files_a != files_b or not all(same_content(a / n, b / n) for n in files_a):
                 out.append(("write_cq", f"{rel}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
     return out
+
+
+def _same_tree(mine: Path, theirs: Path) -> bool:
+    """Whether ``theirs`` is a directory holding the files under ``mine``, byte for byte."""
+    names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
+    return theirs.is_dir() and names == {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} \
+        and all(same_content(mine / n, theirs / n) for n in names)
 
 
 def _queue_dirs(root: Path) -> set[Path]:
