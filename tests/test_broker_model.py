@@ -157,7 +157,7 @@ def test_rebuild_index_as_broker_gives_the_brokers_index(name, tmp_path):
     shutil.copytree(FIXTURES / name / "store", root)
     g = _geometry(name)
     result = run("rebuild-index", root, "--as-broker", "--slots", str(g["maxHashSlotNum"]),
-                 "--max-entries", str(g["maxIndexNum"]), "--backup", tmp_path / "bk")
+                 "--max-entries", str(g["maxIndexNum"]), "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 0, result.output
     refs = Store.open(root).index_files()
     for q in index_queries(json.loads((FIXTURES / name / "readback.json").read_text("utf-8"))):
@@ -537,7 +537,7 @@ def test_short_checkpoint_is_read_as_the_broker_maps_it(base, length, store_copy
     assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == latest or length >= 16
     assert not list(verify_store(root, deep=True)) and run("repair", root, "-f", "jsonl").exit_code == 0
     os.truncate(root / "checkpoint", length)
-    assert run("rebuild-index", root, "--backup", tmp_path / "bk2").exit_code == 0
+    assert run("rebuild-index", root, "--backup", tmp_path / "bk2", "--apply").exit_code == 0
 
 
 @pytest.mark.parametrize("command", ["rebuild-cq", "rebuild-index"])
@@ -554,7 +554,7 @@ def test_stray_commitlog_file_refused_as_the_broker_does(base, command, store_co
     found = [(f.severity, f.kind, f.path) for f in verify_store(root, deep=True) if f.severity == "error"]
     assert found == [("error", "wrong_file_size", str(stray))]
     before = snapshot(root)
-    out = ("--out", tmp_path / "out") if command == "rebuild-cq" else ("--backup", tmp_path / "bk")
+    out = ("--out", tmp_path / "out") if command == "rebuild-cq" else ("--backup", tmp_path / "bk", "--apply")
     for version in (V4, V5):
         done = run(command, root, *out, "--as-broker", "--broker-version", version)
         assert (done.exit_code, done.stdout) == (4, ""), done.output
@@ -588,7 +588,7 @@ def test_put_and_import_refuse_a_store_with_a_stray_commitlog_file(base, store_c
     lines = tmp_path / "in.jsonl"
     lines.write_text(json.dumps({"topic": "T", "body": "b"}) + "\n", "utf-8")
     before = snapshot(root)
-    for args in (("put", root, "--topic", "T", "--body", "b"), ("import", root, lines)):
+    for args in (("put", root, "--topic", "T", "--body", "b", "--apply"), ("import", root, lines, "--apply")):
         done = run(*args, "--backup", tmp_path / f"bk-{args[0]}")
         assert (done.exit_code, done.stdout) == (4, ""), done.output
         assert done.stderr == (f"rmqtool: error: {stray}: file is 4096 bytes, expected 65536: a broker refuses to "
@@ -596,7 +596,7 @@ def test_put_and_import_refuse_a_store_with_a_stray_commitlog_file(base, store_c
                                "out of the commit-log directory (or restore a truncated one with repair) first\n")
         assert snapshot(root) == before
     stray.unlink()
-    assert run("put", root, "--topic", "T", "--body", "b", "--backup", tmp_path / "bk").exit_code == 0
+    assert run("put", root, "--topic", "T", "--body", "b", "--backup", tmp_path / "bk", "--apply").exit_code == 0
 
 
 # -- batch queues (5.x): recovered and cut by BatchConsumeQueue's own rules --------------------------
@@ -1016,7 +1016,8 @@ def _census_rebuild_index(base, name, damage_fn, at, says, tmp_path):
         shutil.copytree(FIXTURES / base / "store", root)
         damage_fn(root, random.Random(f"{base}/{name}"))
         before = snapshot(root)
-        done = run("rebuild-index", root, "--backup", tmp_path / f"bk-{i}", *(("--as-broker",) + args if args else ()))
+        done = run("rebuild-index", root, "--apply", "--backup", tmp_path / f"bk-{i}",
+                   *(("--as-broker",) + args if args else ()))
         if result == "refused":                # commitlog_file_size: the broker does not start
             assert done.exit_code == 4 and done.stderr.count("\n") == 1 and "commitlog_file_size" in done.stderr
             assert snapshot(root) == before

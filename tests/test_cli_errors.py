@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+import click
 import pytest
+from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
 from tests.conftest import FIXTURES, run
 
@@ -97,11 +101,46 @@ def test_index_file_of_impossible_size(store_copy, tmp_path):
 
 
 @pytest.mark.parametrize("bad,what", [("C0A8000A00002A9F000000000000000G", "not hexadecimal"),
-                                      ("C0A8000A00002A9F00000000000000", "must have 32 or 56 hex characters")])
-def test_bad_ids(bad, what):
+                                      ("C0A8000A00002A9F00000000000000", "must have 32 or 56 hex characters"),
+                                      ("ZZZ", "must have 32 or 56 hex characters")])
+def test_bad_ids_are_usage_errors(bad, what):
+    """A malformed ID is a bad argument (exit 2), as every bad argument is."""
     store = FIXTURES / "dev-sample" / "store"
-    assert_error(run("query-id", store, bad), ExitCode.BAD_INPUT, what)
-    assert_error(run("decode-id", bad), ExitCode.BAD_INPUT, what)
+    for args in (("query-id", store, bad), ("query-id", store, "-i", f"C0A8000A00002A9F0000000000000E33,{bad}"),
+                 ("decode-id", bad)):
+        result = run(*args)
+        assert result.exit_code == ExitCode.USAGE and what in result.stderr and "Invalid value for ID" in result.stderr
+
+
+def test_no_hidden_option_is_suggested():
+    """An unknown option is answered with the documented options near it, never a hidden old spelling."""
+    for command in ("cat-commitlog", "query-id", "put", "export"):
+        result = run(command, "x", "--bogus")
+        assert result.exit_code == ExitCode.USAGE and "No such option '--bogus'" in result.stderr
+        named = re.findall(r"'(--[\w-]+)'", result.stderr.split("No such option '--bogus'.")[1])
+        shown = {o for p in cli.commands[command].params if isinstance(p, click.Option) and not p.hidden
+                 for o in p.opts}
+        assert set(named) <= shown, (command, named)
+    assert "Did you mean '--body'?" in run("put", "x", "--bogus").stderr      # put's own --body is documented
+
+
+@pytest.mark.parametrize("args,hint", [(("put", "{s}", "--topic", "T", "--queue-id", "-1", "--body", "x"),
+                                        "--queue-id"),
+                                       (("put", "{s}", "--topic", "T", "--queue-id", str(2**63 - 1), "--body", "x"),
+                                        "--queue-id"),
+                                       (("init", "{new}", "--commitlog-file-size", str(2**63 - 1)),
+                                        "--commitlog-file-size"),
+                                       (("init", "{new}", "--slots", "2000000000", "--max-entries", "2000000000"),
+                                        "--slots/--max-entries"),
+                                       (("init", "{new}", "--cq-file-size", "223"), "--cq-file-size"),
+                                       (("rebuild-cq", "{s}", "--cq-file-size", "-20"), "--cq-file-size")])
+def test_sizes_and_ids_beyond_the_brokers_ints_are_usage_errors(tmp_path, args, hint):
+    """The broker's file sizes, queue ids and counts are Java ints: a value beyond one is refused before anything
+    is written (exit 2, the option named)."""
+    store = FIXTURES / "dev-sample" / "store"
+    result = run(*[str(a).format(s=store, new=tmp_path / "new") for a in args])
+    assert result.exit_code == ExitCode.USAGE and hint in result.stderr, result.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_unknown_topic_and_queue():
@@ -214,6 +253,21 @@ def test_a_write_error_without_a_path_names_the_store_and_its_state(store_copy, 
     monkeypatch.setattr(StoreWriter, "append", failing)
     store = store_copy("dev-sample")
     before = snapshot(store)
-    assert_error(run("put", store, "--topic", "T", "--body", "b"), ExitCode.IO_ERROR,
+    assert_error(run("put", store, "--topic", "T", "--body", "b", "--apply"), ExitCode.IO_ERROR,
                  f"rmqtool: error: {store}: No space left on device; the store is unchanged")
     assert snapshot(store) == before
+
+
+def test_one_exit_table():
+    """The README, --help and the man pages show the one exit table (rmqtool.cli.exitcodes.EXIT_STATUS_HELP)."""
+    from rmqtool.cli.exitcodes import EXIT_STATUS_HELP
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text("utf-8")
+    assert "".join(f"| {int(c)} | {t} |\n" for c, t in EXIT_STATUS_HELP.items()) in readme
+    assert readme.count("| 70 |") == 1
+    help_text = " ".join(run("--help").stdout.split())
+    page = " ".join((ROOT / "man" / "rmqtool.1").read_text("utf-8").replace("\\-", "-").split())
+    for code, text in EXIT_STATUS_HELP.items():
+        assert f"{int(code)} {text}" in help_text
+        assert text in page, text

@@ -101,7 +101,7 @@ def nasty_store(tmp_path):
     assert run("init", root, "--commitlog-file-size", "65536", "--cq-file-size", "200", "--slots", "16",
                "--max-entries", "64").exit_code == 0
     result = run("put", root, "--topic", "T", "--tag", "t\x1b[1m", "--key", "k\x07x", "--property", "P=\x1b]0;t\x07",
-                 "--body", NASTY)
+                 "--body", NASTY, "--apply")
     assert result.exit_code == 0, result.output
     return root
 
@@ -177,7 +177,7 @@ def test_charset_decodes_gbk_bodies(tmp_path):
         "--max-entries", "64")
     body = tmp_path / "b"
     body.write_bytes("订单".encode("gbk"))
-    assert run("put", root, "--topic", "T", "--body-file", body).exit_code == 0
+    assert run("put", root, "--topic", "T", "--body-file", body, "--apply").exit_code == 0
     assert "订单" in run("cat-commitlog", root, "-f", "plain", "--charset", "gbk").stdout
     assert "not UTF-8" in run("cat-commitlog", root, "-f", "plain").stdout
 

@@ -166,7 +166,7 @@ def test_put_stamps_records_with_now(tmp_path):
     root = tmp_path / "s"
     assert run("init", root).exit_code == 0
     now = _ms(2027, 2, 28, 23, 59) + 59_999
-    assert run("put", root, "--topic", "T", "--key", "k", "--body", "x", "--now", now).exit_code == 0
+    assert run("put", root, "--topic", "T", "--key", "k", "--body", "x", "--now", now, "--apply").exit_code == 0
     (row,) = _rows(run("cat-commitlog", root, "-f", "jsonl"))
     assert (row["born_timestamp"], row["store_timestamp"]) == (now, now)
     assert _rows(run("checkpoint", root, "-f", "jsonl"))[0]["physic_msg_timestamp"] == now

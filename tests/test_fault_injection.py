@@ -50,7 +50,7 @@ def _args(command: str, root: Path, rows: Path, backup: str = "bk") -> list:
             "rebuild-cq": ["rebuild-cq", root],
             "rebuild-index": ["rebuild-index", root],
             "put": ["put", root, "--topic", "FaultTopic", "--body", "fault"],
-            "import": ["import", root, rows]}[command] + ["--backup", bk]
+            "import": ["import", root, rows]}[command] + ["--backup", bk] + (["--apply"] if command != "repair" else [])
 
 
 def _copy(src: Path, case: Path) -> Path:

@@ -73,7 +73,7 @@ def test_rebuild_cq_is_all_or_nothing(tmp_path):
     def check(root, result, completed):
         assert snapshot(root) in (old, new)
 
-    assert _kill_at_every_point(make, lambda r: ["rebuild-cq", r, "--backup", f"{r}.bk"], check) >= 3
+    assert _kill_at_every_point(make, lambda r: ["rebuild-cq", r, "--backup", f"{r}.bk", "--apply"], check) >= 3
 
 
 def test_import_is_one_transaction(tmp_path):
@@ -99,5 +99,5 @@ def test_import_is_one_transaction(tmp_path):
         if completed:
             assert len(stored) == len(messages)
 
-    assert _kill_at_every_point(make, lambda r: ["import", r, src, "--backup", f"{r}.bk"],
+    assert _kill_at_every_point(make, lambda r: ["import", r, src, "--backup", f"{r}.bk", "--apply"],
                                 check, step=2) >= 10

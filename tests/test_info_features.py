@@ -96,7 +96,7 @@ def test_multi_path_commit_log(multi_path, monkeypatch):
     alone = json.loads(run("info", root, "-f", "json", "--read-anyway").stdout)
     assert alone["commitlog_file_size"] == 65536 and alone["messages"] < messages
     assert run("verify", f"{root};{disk2}").exit_code == 0
-    refused = run("put", f"{root};{disk2}", "--topic", "TopicA", "--body", "x")
+    refused = run("put", f"{root};{disk2}", "--topic", "TopicA", "--body", "x", "--apply")
     assert refused.exit_code != 0 and "several directories is read-only" in refused.stderr
 
 

@@ -106,7 +106,7 @@ def test_transactions_in_doubt_and_rolled_back(store_copy):
     for args in (["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicA", "--body", "open"],
                  ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicB", "--body", "undone"],
                  ["--topic", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "--tag", "d", "--body", "5"]):
-        assert run("put", store, *args, "--backup", store.parent / f"bk{len(args)}{args[-1]}").exit_code == 0
+        assert run("put", store, *args, "--backup", store.parent / f"bk{len(args)}{args[-1]}", "--apply").exit_code == 0
     rows = jsonl(run("transactions", store, "--all", "-f", "jsonl"))
     assert [(r["state"], r["queue_offset"], r["real_topic"]) for r in rows[4:]] == [
         ("in_doubt", 4, "TopicA"), ("rolled_back", 5, "TopicB")]
@@ -133,7 +133,7 @@ def test_transactions_closed_by_a_batched_5x_op_body(store_copy):
                               ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicB", "--body", "b"],
                               ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicA", "--body", "c"],
                               ["--topic", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "--tag", "d", "--body", "4,6,"])):
-        assert run("put", store, *args, "--backup", store.parent / f"bk{i}").exit_code == 0
+        assert run("put", store, *args, "--backup", store.parent / f"bk{i}", "--apply").exit_code == 0
     rows = jsonl(run("transactions", store, "--all", "-f", "jsonl"))
     assert [(r["state"], r["queue_offset"]) for r in rows[4:]] == [("rolled_back", 4), ("in_doubt", 5),
                                                                     ("rolled_back", 6)]
@@ -165,10 +165,10 @@ def test_a_re_put_half_is_closed_by_the_op_naming_the_original(store_copy, tmp_p
                               ["--topic", "RMQ_SYS_TRANS_HALF_TOPIC", "--property", "REAL_TOPIC=TopicC",
                                "--property", "CHECK_IMMUNITY_TIME_IN_SECONDS=60", "--body", "undone"],
                               ["--topic", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "--tag", "d", "--body", "5"])):
-        assert run("put", store, *args, "--backup", tmp_path / f"bk{i}").exit_code == 0      # halves 4, 5
+        assert run("put", store, *args, "--backup", tmp_path / f"bk{i}", "--apply").exit_code == 0      # halves 4, 5
     lines = tmp_path / "re-put.jsonl"
     lines.write_text("".join(json.dumps(r) + "\n" for r in (re_put(0), re_put(4), re_put(5), re_put(0, False))))
-    assert run("import", store, lines, "--backup", tmp_path / "bk").exit_code == 0            # halves 6-9
+    assert run("import", store, lines, "--backup", tmp_path / "bk", "--apply").exit_code == 0            # halves 6-9
     rows = jsonl(run("transactions", store, "--all", "-f", "jsonl"))
     assert [{**r, "age_ms": 0} for r in rows[:4]] == [{**r, "age_ms": 0} for r in before]     # all committed
     assert [(r["state"], r["queue_offset"]) for r in rows[4:]] == [

@@ -18,7 +18,7 @@ from rmqtool.store.store import Store, query_index
 def test_rebuild_cq_after_deleting_consumequeue_is_byte_identical(name, store_copy, tmp_path):
     root = store_copy(name)
     shutil.rmtree(root / "consumequeue")
-    result = run("rebuild-cq", root, "--cq-file-size", "160", "--backup", tmp_path / "bk", "-f", "jsonl")
+    result = run("rebuild-cq", root, "--cq-file-size", "160", "--backup", tmp_path / "bk", "-f", "jsonl", "--apply")
     assert result.exit_code == 0, result.output
     assert snapshot(root / "consumequeue") == snapshot(store_path(name) / "consumequeue")
     assert run("verify", root).exit_code == 0
@@ -35,7 +35,7 @@ def test_rebuild_cq_of_batch_lmq_and_dledger_stores_is_byte_identical(name, stor
     for qdir in (root / "batchconsumequeue").glob("*/*"):
         shutil.rmtree(qdir)
     result = run("rebuild-cq", root, "--cq-file-size", "160", "--bcq-file-size", bcq_size, "--backup", tmp_path / "bk",
-                 "-f", "jsonl")
+                 "-f", "jsonl", "--apply")
     assert result.exit_code == 0, result.output
     for kind in ("consumequeue", "batchconsumequeue"):
         theirs = store_path(name) / kind
@@ -47,7 +47,7 @@ def test_rebuild_cq_of_batch_lmq_and_dledger_stores_is_byte_identical(name, stor
 def test_rebuild_index_of_feature_stores_answers_every_readback_query(name, store_copy, tmp_path):
     root = store_copy(name)
     shutil.rmtree(root / "index")
-    result = run("rebuild-index", root, "--slots", "16", "--max-entries", "64", "--backup", tmp_path / "bk")
+    result = run("rebuild-index", root, "--slots", "16", "--max-entries", "64", "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 0, result.output
     refs = Store.open(root).index_files()
     for q in index_queries(readback(name)):
@@ -61,7 +61,7 @@ def test_rebuild_cq_in_place_keeps_old_queues_as_backup(name, store_copy, tmp_pa
     root = store_copy(name)
     cq = root / "consumequeue" / "TopicA" / "0" / "00000000000000000000"
     cq.write_bytes(bytes(160))                         # damage one queue; file sizes still tell 160
-    result = run("rebuild-cq", root, "--backup", tmp_path / "bk")
+    result = run("rebuild-cq", root, "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 0, result.output
     assert snapshot(root / "consumequeue") == snapshot(store_path(name) / "consumequeue")
     assert (tmp_path / "bk" / "consumequeue" / "TopicA" / "0" / "00000000000000000000").read_bytes() == bytes(160)
@@ -75,7 +75,7 @@ def test_rebuild_cq_one_topic_and_out_dir(store_copy, tmp_path):
     assert run("rebuild-cq", root, "--topic", "TopicB", "--out", tmp_path / "out").exit_code == 0
     expected = snapshot(store_path("dev-sample") / "consumequeue" / "TopicB")
     assert snapshot(tmp_path / "out") == {f"TopicB/{k}": v for k, v in expected.items()}
-    assert run("rebuild-cq", root, "--topic", "TopicB").exit_code == 0
+    assert run("rebuild-cq", root, "--topic", "TopicB", "--apply").exit_code == 0
     assert snapshot(root / "consumequeue") == snapshot(store_path("dev-sample") / "consumequeue")
 
 
@@ -83,7 +83,7 @@ def test_rebuild_cq_one_topic_and_out_dir(store_copy, tmp_path):
 def test_rebuild_index_answers_every_readback_query(name, store_copy, tmp_path):
     root = store_copy(name)
     shutil.rmtree(root / "index")
-    result = run("rebuild-index", root, "--slots", "16", "--max-entries", "64", "--backup", tmp_path / "bk")
+    result = run("rebuild-index", root, "--slots", "16", "--max-entries", "64", "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 0, result.output
     refs = Store.open(root).index_files()
     rb = readback(name)
@@ -119,7 +119,7 @@ def test_hostile_topic_never_escapes_the_store(topic, store_copy, tmp_path):
     root = store_copy("dev-sample")
     _plant_record(root, topic)
     before = {p for p in tmp_path.rglob("*")}
-    result = run("rebuild-cq", root)
+    result = run("rebuild-cq", root, "--apply")
     assert result.exit_code == 3
     assert "cannot be a consume-queue directory name" in result.stderr
     assert {p for p in tmp_path.rglob("*")} - before == set()
@@ -131,7 +131,7 @@ def test_index_keys_put_in_small_column_sets_give_the_same_files(store_copy, mon
 
     monkeypatch.setattr(IndexBuilder, "KEYS_PER_PUT", 3)
     root = store_copy("dev-sample")
-    assert run("rebuild-index", root).exit_code == 0
+    assert run("rebuild-index", root, "--apply").exit_code == 0
     ours = sorted((root / "index").iterdir())
     theirs = sorted((store_path("dev-sample") / "index").iterdir())
     assert len(ours) > 1
@@ -141,10 +141,11 @@ def test_index_keys_put_in_small_column_sets_give_the_same_files(store_copy, mon
 def test_rebuild_cq_refuses_a_topic_without_records(store_copy, tmp_path):
     root = store_copy("dev-sample")
     before = snapshot(root)
-    result = run("rebuild-cq", root, "--topic", "TopicZ", "--backup", tmp_path / "bk")
+    result = run("rebuild-cq", root, "--topic", "TopicZ", "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 1 and "TopicA" in result.stderr and "TopicZ" in result.stderr
     assert snapshot(root) == before and not (tmp_path / "bk").exists()
-    assert run("rebuild-cq", root, "--topic", "TopicZ", "--allow-no-records", "--backup", tmp_path / "bk").exit_code == 0
+    assert run("rebuild-cq", root, "--topic", "TopicZ", "--allow-no-records", "--backup", tmp_path / "bk",
+               "--apply").exit_code == 0
     assert (root / "consumequeue" / "TopicZ").is_dir()
 
 

@@ -134,8 +134,8 @@ def test_refuses_a_store_locked_by_another_process(holder, store_copy, tmp_path)
     proc = _hold_lock(cmd)
     try:
         before = snapshot(root)
-        for args in (["repair", root, "--apply"], ["rebuild-cq", root], ["rebuild-index", root],
-                     ["put", root, "--topic", "T", "--body", "x"]):
+        for args in (["repair", root, "--apply"], ["rebuild-cq", root, "--apply"], ["rebuild-index", root, "--apply"],
+                     ["put", root, "--topic", "T", "--body", "x", "--apply"]):
             result = run_process(*args)
             assert result.returncode == 4, result.stderr
             assert b"locked by another process" in result.stderr and b"Traceback" not in result.stderr

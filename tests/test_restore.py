@@ -76,12 +76,12 @@ def test_one_backup_per_put_and_per_import(tmp_path):
     root = tmp_path / "store"
     _init(root)
     before = tree(root)
-    result = run("put", root, "--topic", "T", "--key", "a", "--key", "b c", "--tag", "x", "--body", "one")
+    result = run("put", root, "--topic", "T", "--key", "a", "--key", "b c", "--tag", "x", "--body", "one", "--apply")
     assert result.exit_code == 0
     assert len(list(tmp_path.glob("store.rmqtool-backup-*"))) == 1
     rows = [{"type": "message", "topic": "T", "body": "aGk=", "body_encoding": "base64"}] * 120
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = run("import", root, tmp_path / "in.jsonl")
+    result = run("import", root, tmp_path / "in.jsonl", "--apply")
     assert result.exit_code == 0 and json.loads(result.stdout) == {"imported": 120}
     assert len(list(tmp_path.glob("store.rmqtool-backup-*"))) == 2
     stored = [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl").stdout.splitlines()]
@@ -92,7 +92,10 @@ def test_one_backup_per_put_and_per_import(tmp_path):
 
 @pytest.mark.parametrize("args", [
     ["repair", "{crash}"], ["repair", "{crash}", "--dry-run"], ["rebuild-cq", "{torn}", "--dry-run"],
-    ["rebuild-index", "{clean}", "--dry-run"], ["put", "{clean}", "--topic", "T", "--body", "x", "--dry-run"],
+    ["rebuild-cq", "{torn}"], ["rebuild-index", "{clean}", "--slots", "32", "--max-entries", "128"],
+    ["rebuild-index", "{clean}", "--slots", "32", "--max-entries", "128", "--dry-run"],
+    ["put", "{clean}", "--topic", "T", "--body", "x"],
+    ["put", "{clean}", "--topic", "T", "--body", "x", "--dry-run"],
 ])
 def test_dry_runs_print_one_plan_format_and_exit_1_with_something_to_do(args, store_copy):
     crash, clean, torn = store_copy("dev-sample-crash"), store_copy("dev-sample"), store_copy("dev-sample-crash-torn")
@@ -120,25 +123,41 @@ def test_write_commands_document_the_convention():
 
 
 @pytest.mark.parametrize("args", [
-    ["rebuild-cq", "--cq-file-size", "400"], ["rebuild-cq", "--topic", "TopicB"],
+    ["rebuild-cq", "--cq-file-size", "400"], ["rebuild-cq", "--topic", "TopicB", "--cq-file-size", "400"],
     ["rebuild-index", "--slots", "32", "--max-entries", "128"],
     ["put", "--topic", "TopicA", "--tag", "T", "--key", "k", "--body", "hello"],
 ])
 def test_every_write_says_how_to_undo_it(args, store_copy, tmp_path):
     root = store_copy("dev-sample")
     before = tree(root)
-    result = run(args[0], root, *args[1:])
+    result = run(args[0], root, *args[1:], "--apply")
     assert result.exit_code == 0, result.stderr
-    assert tree(root) != before or args[1] == "--topic"       # a rebuild may write what was there
+    assert tree(root) != before
     undo = run(*undo_command(result.stderr))
     assert undo.exit_code == 0, undo.stderr
     assert tree(root) == before
 
 
-def test_a_rebuilt_index_needs_no_second_rebuild(store_copy):
-    root = store_copy("dev-sample")
-    assert run("rebuild-index", root, "--dry-run").exit_code == 1     # rebuilt files are named differently
-    assert run("rebuild-index", root).exit_code == 0
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x", "dev-lmq-5x", "dev-dledger"])
+def test_a_rebuild_of_a_healthy_index_changes_nothing(store_copy, name):
+    """The broker names an index file by the time it created it: a rebuilt file equal to it keeps that name,
+    so a broker-written index needs no rebuild, with or without --apply."""
+    root = store_copy(name)
     before = tree(root)
-    result = run("rebuild-index", root, "--dry-run", "-f", "jsonl")
-    assert (result.exit_code, result.stdout) == (0, "") and tree(root) == before
+    for args in ((), ("--apply",)):
+        result = run("rebuild-index", root, *args, "-f", "jsonl")
+        assert (result.exit_code, result.stdout) == (0, ""), result.stderr
+        assert "nothing to change" in result.stderr and tree(root) == before
+    slots = run("rebuild-index", root, "--slots", "32", "--max-entries", "128", "--apply")    # every file differs
+    assert slots.exit_code == 0 and tree(root) != before
+    again = run("rebuild-index", root, "-f", "jsonl")
+    assert (again.exit_code, again.stdout) == (0, "") and "nothing to change" in again.stderr
+
+
+def test_a_rebuild_of_healthy_queues_changes_nothing(store_copy):
+    """rebuild-cq --apply on broker-written queues builds the same files: nothing is swapped in, no backup."""
+    root = store_copy("dev-sample-5x")
+    before = tree(root)
+    result = run("rebuild-cq", root, "--apply", "-f", "jsonl")
+    assert (result.exit_code, result.stdout) == (0, "") and "nothing to change" in result.stderr
+    assert tree(root) == before and not list(root.parent.glob("*rmqtool-backup*"))

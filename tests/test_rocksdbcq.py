@@ -164,8 +164,9 @@ def test_deleted_topic_is_not_a_queue():
     assert res.exit_code == 4 and "unknown topic 'TopicTmp'" in res.stderr
 
 
-@pytest.mark.parametrize("args", [("rebuild-cq",), ("rebuild-cq", "--dry-run"), ("rebuild-cq", "--topic", "TopicA"),
-                                  ("put", "--topic", "TopicA", "--body", "x"),
+@pytest.mark.parametrize("args", [("rebuild-cq", "--apply"), ("rebuild-cq",),
+                                  ("rebuild-cq", "--topic", "TopicA", "--apply"),
+                                  ("put", "--topic", "TopicA", "--body", "x", "--apply"),
                                   ("put", "--topic", "TopicA", "--body", "x", "--dry-run")])
 def test_writes_into_the_database_are_refused(store_copy, args):
     root = store_copy(SET)

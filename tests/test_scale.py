@@ -47,7 +47,8 @@ def test_the_store_has_full_size_queues(wide_store):
     assert all(p.stat().st_size == 6_000_000 for p in (wide_store / "consumequeue").rglob("0000*"))
 
 
-@pytest.mark.parametrize("command", [["verify", "--check-crc"], ["info"], ["rebuild-cq"], ["rebuild-index"]])
+@pytest.mark.parametrize("command", [["verify", "--check-crc"], ["info"], ["rebuild-cq", "--apply"],
+                                     ["rebuild-index", "--apply"]])
 def test_whole_store_commands_stay_under_400_mb(wide_store, command):
     rss, result = peak_rss(command[0], str(wide_store), *command[1:], "-f", "jsonl")
     assert result.returncode == 0, result.stderr
@@ -55,7 +56,7 @@ def test_whole_store_commands_stay_under_400_mb(wide_store, command):
 
 
 def test_rebuilt_queues_are_sparse(wide_store):
-    rss, result = peak_rss("rebuild-cq", str(wide_store))
+    rss, result = peak_rss("rebuild-cq", str(wide_store), "--apply")
     assert result.returncode == 0, result.stderr
     used, apparent = allocated(wide_store / "consumequeue")
     files = len(list((wide_store / "consumequeue").rglob("0000*")))

@@ -76,7 +76,8 @@ def with_late_topic(generated, where) -> str:
     store = where / "late" / "store"
     shutil.copytree(generated, store)
     for i in range(3):
-        assert run("put", store, "--topic", "Late", "--body", f"late-{i}", "--backup", where / f"bk{i}").exit_code == 0
+        assert run("put", store, "--topic", "Late", "--body", f"late-{i}", "--backup", where / f"bk{i}",
+                   "--apply").exit_code == 0
     return str(store)
 
 

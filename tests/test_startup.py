@@ -47,7 +47,7 @@ def test_put_imports_no_bulk_modules(store_copy, tmp_path):
     """A one-message write starts like a one-record read: its commit-log end, queue tail and index slots
     are found without numpy."""
     root = store_copy("dev-sample")
-    argv = ["put", str(root), "--topic", "TopicA", "--body", "hi", "--backup", str(tmp_path / "bk")]
+    argv = ["put", str(root), "--topic", "TopicA", "--body", "hi", "--backup", str(tmp_path / "bk"), "--apply"]
     proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     probe = json.loads(proc.stderr.strip().splitlines()[-1])

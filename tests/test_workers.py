@@ -185,7 +185,7 @@ def test_rebuilds_in_workers_write_the_same_bytes(name, as_broker, request, tmp_
         cq = run("rebuild-cq", src, "--out", out, "-f", "jsonl", "--jobs", jobs, *extra)
         store = tmp_path / f"store-{jobs}"
         shutil.copytree(src, store)
-        index = run("rebuild-index", store, "-f", "jsonl", "--jobs", jobs, "--force", *extra)
+        index = run("rebuild-index", store, "-f", "jsonl", "--jobs", jobs, "--force", "--apply", *extra)
         outputs.append((cq.exit_code, cq.stdout.replace(str(out), "OUT"), _tree(out) if out.exists() else {},
                         index.exit_code, index.stdout.replace(str(store), "STORE"), _tree(store / "index")))
     assert outputs[0] == outputs[1]
@@ -270,7 +270,7 @@ def _killed_rebuild(root: Path, delay: float) -> bool:
         try:
             signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))
             signal.setitimer(signal.ITIMER_REAL, delay)
-            code = run("rebuild-cq", root, "--jobs", "2", "--backup", root.parent / "bk").exit_code
+            code = run("rebuild-cq", root, "--jobs", "2", "--backup", root.parent / "bk", "--apply").exit_code
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
@@ -297,7 +297,7 @@ def test_rebuild_cq_killed_while_workers_write_leaves_the_store_or_the_rebuild(g
 
     ref = base(tmp_path / "ref")
     before = snapshot(ref / "consumequeue")
-    run("rebuild-cq", base(tmp_path / "warm"), "--jobs", "2")          # imports done before forking
+    run("rebuild-cq", base(tmp_path / "warm"), "--jobs", "2", "--apply")          # imports done before forking
     start = time.monotonic()
     assert not _killed_rebuild(ref, 60)
     duration, after = time.monotonic() - start, snapshot(ref / "consumequeue")

@@ -28,7 +28,7 @@ def test_init_put_decodes_back_and_verifies(tmp_path):
     assert run("init", root, *SMALL).exit_code == 0
     for i in range(40):      # enough for BLANKs and new commit-log, consume-queue and index files
         result = run("put", root, "--topic", "T", "--queue-id", str(i % 2), "--tag", f"t{i % 3}",
-                     "--key", f"k{i} shared", "--property", f"n={i}", "--body", f"body {i} " * 5)
+                     "--key", f"k{i} shared", "--property", f"n={i}", "--body", f"body {i} " * 5, "--apply")
         assert result.exit_code == 0, result.stderr
     rows = _export(root)
     assert [r["body"] for r in rows] == [__import__("base64").b64encode((f"body {i} " * 5).encode()).decode()
@@ -52,7 +52,7 @@ def test_import_round_trip(name, tmp_path):
     a = tmp_path / "a"
     assert run("init", a, "--commitlog-file-size", "65536", "--cq-file-size", "160", "--slots", "16",
                "--max-entries", "64").exit_code == 0
-    result = run("import", a, tmp_path / "a.jsonl")
+    result = run("import", a, tmp_path / "a.jsonl", "--apply")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == {"imported": sum(r['type'] == 'message' for r in source)}
     imported = _export(a)
@@ -64,7 +64,7 @@ def test_import_round_trip(name, tmp_path):
     (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in imported))
     b = tmp_path / "b"
     init_store(b, commitlog_file_size=65536, cq_file_size=160, geometry=Geometry(16, 64))
-    assert run("import", b, tmp_path / "b.jsonl").exit_code == 0
+    assert run("import", b, tmp_path / "b.jsonl", "--apply").exit_code == 0
     assert _export(b) == imported
     assert {k: v for k, v in snapshot(b).items() if not k.startswith("config")} == \
         {k: v for k, v in snapshot(a).items() if not k.startswith("config")}
@@ -75,11 +75,11 @@ def test_put_refuses_hostile_topics_and_damaged_stores(tmp_path, store_copy):
     init_store(root, commitlog_file_size=4096, cq_file_size=160, geometry=Geometry(16, 64))
     before = {p for p in tmp_path.rglob("*")}
     for topic in ("../../x", "a/b", ".."):
-        result = run("put", root, "--topic", topic, "--body", "x")
+        result = run("put", root, "--topic", topic, "--body", "x", "--apply")
         assert result.exit_code == 3 and "cannot be a consume-queue directory name" in result.stderr
     assert {p for p in tmp_path.rglob("*")} == before
     crashed = store_copy("dev-sample-crash-torn")
-    result = run("put", crashed, "--topic", "T", "--body", "x")
+    result = run("put", crashed, "--topic", "T", "--body", "x", "--apply")
     assert result.exit_code == 4 and "run repair first" in result.stderr
 
 

@@ -59,7 +59,8 @@ def test_put_appends_to_a_dledger_store(store_copy):
     root = store_copy("dev-dledger")
     before = readback("dev-dledger")["dledgerStore"]
     for i in range(40):                                 # enough to fill the second data file's tail
-        result = run("put", root, "--topic", "TopicA", "--queue-id", "1", "--key", f"k{i}", "--body", "x" * 900)
+        result = run("put", root, "--topic", "TopicA", "--queue-id", "1", "--key", f"k{i}", "--body", "x" * 900,
+                     "--apply")
         assert result.exit_code == 0, result.stderr
     store = Store.open(root)
     assert check_dledger(store, deep=True) == []
@@ -179,7 +180,7 @@ def test_put_to_a_batch_topic(store_copy):
     root = store_copy("dev-batchcq-5x")
     bcq = Store.open(root).batch_consume_queue("BatchTopic", 1)
     end = bcq.offsets()[1]
-    result = run("put", root, "--topic", "BatchTopic", "--queue-id", "1", "--tag", "TagZ", "--body", "one")
+    result = run("put", root, "--topic", "BatchTopic", "--queue-id", "1", "--tag", "TagZ", "--body", "one", "--apply")
     assert result.exit_code == 0, result.stderr
     store = Store.open(root)
     units = store.batch_consume_queue("BatchTopic", 1).units()
@@ -220,7 +221,7 @@ def test_whole_record_crc_written_and_checked(tmp_path, dledger):
     w.prop_crc = True             # as a broker with enabledAppendPropCRC writes: the store then uses it
     w.append(build_message("TopicA", b"first", tags="t", keys="k1", store_timestamp=1_795_000_000_000))
     w.commit()
-    assert run("put", root, "--topic", "TopicB", "--body", "second", "--key", "k2").exit_code == 0
+    assert run("put", root, "--topic", "TopicB", "--body", "second", "--key", "k2", "--apply").exit_code == 0
     src = Store.open(store_path("dev-sample-5x"))
     w = StoreWriter(Store.open(root))
     assert w.prop_crc
@@ -249,7 +250,7 @@ def test_whole_record_crc_written_and_checked(tmp_path, dledger):
 
 def test_put_leaves_out_the_crc_property_in_a_store_without_it(store_copy):
     root = store_copy("dev-sample-5x")
-    result = run("put", root, "--topic", "TopicA", "--body", "x", "--property", "__CRC32#=0000000000")
+    result = run("put", root, "--topic", "TopicA", "--body", "x", "--property", "__CRC32#=0000000000", "--apply")
     assert result.exit_code == 0, result.output
     last = list(Store.open(root).commitlog.iter_messages())[-1]
     assert b"__CRC32#" not in last.properties_raw

@@ -36,9 +36,9 @@ def test_put_into_big_files_backs_up_only_the_bytes_it_changes(tmp_path):
                "--max-entries", "4000").exit_code == 0
     first = next((root / "commitlog").iterdir())
     assert first.stat().st_size == 256 << 20 and first.stat().st_blocks * 512 < 1 << 20     # sparse
-    assert run("put", root, "--topic", "T", "--key", "k0", "--body", "first").exit_code == 0
+    assert run("put", root, "--topic", "T", "--key", "k0", "--body", "first", "--apply").exit_code == 0
     before = _digest(root)
-    result = run("put", root, "--topic", "T", "--key", "k1", "--body", "hello", "--backup", tmp_path / "bk")
+    result = run("put", root, "--topic", "T", "--key", "k1", "--body", "hello", "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 0, result.stderr
     backup = sum(p.stat().st_size for p in (tmp_path / "bk").rglob("*") if p.is_file())
     assert backup < 64 << 10                         # the ranges touched, not the 256 MiB file
@@ -54,18 +54,18 @@ def test_a_sigkill_anywhere_in_put_leaves_the_old_or_the_new_store(tmp_path):
     base = tmp_path / "base"
     assert run("init", base, *SMALL).exit_code == 0
     for i in range(6):                               # an index file, queues and a BLANK roll to continue
-        assert run("put", base, "--topic", f"T{i % 2}", "--key", f"k{i}", "--body", "x" * 900).exit_code == 0
+        assert run("put", base, "--topic", f"T{i % 2}", "--key", f"k{i}", "--body", "x" * 900, "--apply").exit_code == 0
     old = snapshot(base)
     new_root = tmp_path / "ref"
     shutil.copytree(base, new_root)
     assert run("put", new_root, "--topic", "T0", "--key", "kk", "--body", "y" * 900,
-               "--backup", tmp_path / "ref.bk").exit_code == 0
+               "--backup", tmp_path / "ref.bk", "--apply").exit_code == 0
     kills = 0
     for k in itertools.count(1):
         root = tmp_path / f"run{k}"
         shutil.copytree(base, root)
         result = run_process("put", root, "--topic", "T0", "--key", "kk", "--body", "y" * 900,
-                             "--backup", tmp_path / f"run{k}.bk", env={FAULT_ENV: str(k)})
+                             "--backup", tmp_path / f"run{k}.bk", "--apply", env={FAULT_ENV: str(k)})
         if result.returncode != -signal.SIGKILL:
             assert result.returncode == 0, result.stderr
             break
@@ -86,13 +86,13 @@ def test_a_bad_row_after_flushed_rows_leaves_the_store_as_it_was(tmp_path, monke
     monkeypatch.setattr(PatchTransaction, "FLUSH_BYTES", 512)    # rows written in place before the bad one
     root = tmp_path / "s"
     assert run("init", root, "--commitlog-file-size", "65536", *SMALL[2:]).exit_code == 0
-    assert run("put", root, "--topic", "T", "--body", "before").exit_code == 0
+    assert run("put", root, "--topic", "T", "--body", "before", "--apply").exit_code == 0
     before = snapshot(root)
     rows = [json.loads(line) for line in run("cat-commitlog", store_path("dev-sample"), "-f", "jsonl", "--body-encoding",
                                              "base64", "-n", "30").stdout.splitlines()]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows) + json.dumps({"body": "eA=="}) + "\n")
-    result = run("import", root, src, "--backup", tmp_path / "bk")
+    result = run("import", root, src, "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 3 and f"line {len(rows) + 1}" in result.stderr
     assert snapshot(root) == before
     assert not (root / JOURNAL).exists() and not (tmp_path / "bk").exists()
@@ -101,9 +101,9 @@ def test_a_bad_row_after_flushed_rows_leaves_the_store_as_it_was(tmp_path, monke
 def test_an_interrupted_change_is_announced_and_repair_finishes_it(tmp_path):
     root = tmp_path / "s"
     assert run("init", root, *SMALL).exit_code == 0
-    assert run("put", root, "--topic", "T", "--body", "one").exit_code == 0
+    assert run("put", root, "--topic", "T", "--body", "one", "--apply").exit_code == 0
     before = snapshot(root)
-    result = run_process("put", root, "--topic", "T", "--body", "two", env={FAULT_ENV: "3"})
+    result = run_process("put", root, "--topic", "T", "--body", "two", "--apply", env={FAULT_ENV: "3"})
     assert result.returncode == -signal.SIGKILL and (root / JOURNAL).exists()
     for args in (["info", root], ["verify", root], ["repair", root]):
         assert "an earlier change was interrupted" in run(*args).stderr

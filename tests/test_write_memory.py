@@ -40,8 +40,8 @@ def test_write_commands_stream_at_the_default_index_geometry(tmp_path):
     assert index.stat().st_size == 40 + 5_000_000 * 4 + 20_000_000 * 20          # the default geometry
     peaks = {}
     for name, args in (("rebuild-index --dry-run", ("rebuild-index", root, "--dry-run")),
-                       ("rebuild-index", ("rebuild-index", root, "--backup", tmp_path / "b1")),
-                       ("rebuild-cq", ("rebuild-cq", root, "--backup", tmp_path / "b2"))):
+                       ("rebuild-index", ("rebuild-index", root, "--backup", tmp_path / "b1", "--apply")),
+                       ("rebuild-cq", ("rebuild-cq", root, "--backup", tmp_path / "b2", "--apply"))):
         status, peaks[name] = _peak(*args)
         assert status == 0, name
     last = sorted((root / "commitlog").iterdir())[-1]          # a torn tail: the last file's first record

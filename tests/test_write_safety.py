@@ -64,9 +64,9 @@ def _not_stores(root):
             root / "commitlog", root / "consumequeue", queue]
 
 
-@pytest.mark.parametrize("command", [["repair", "--apply"], ["repair"], ["rebuild-cq"], ["rebuild-cq", "--dry-run"],
-                                     ["rebuild-index"], ["rebuild-index", "--dry-run"],
-                                     ["put", "--topic", "T", "--body", "x"], ["import", "{rows}"],
+@pytest.mark.parametrize("command", [["repair", "--apply"], ["repair"], ["rebuild-cq", "--apply"], ["rebuild-cq"],
+                                     ["rebuild-index", "--apply"], ["rebuild-index"],
+                                     ["put", "--topic", "T", "--body", "x", "--apply"], ["import", "{rows}", "--apply"],
                                      ["restore", "{backup}", "--apply"]])
 def test_write_commands_refuse_anything_but_a_store_root(store_copy, tmp_path, command):
     root = store_copy("dev-sample-crash-torn")
@@ -155,10 +155,10 @@ def test_rebuild_cq_topics_are_any_of(store_copy, tmp_path):
 def test_force_does_not_allow_a_topic_without_records(store_copy):
     root = store_copy("dev-sample")
     before = snapshot(root)
-    result = run("rebuild-cq", root, "--topic", "NoSuchTopic", "--force")
+    result = run("rebuild-cq", root, "--topic", "NoSuchTopic", "--force", "--apply")
     assert result.exit_code == 1 and "NoSuchTopic" in result.stderr
     assert snapshot(root) == before
-    result = run("rebuild-cq", root, "--topic", "NoSuchTopic", "--topic", "TopicA", "--allow-no-records")
+    result = run("rebuild-cq", root, "--topic", "NoSuchTopic", "--topic", "TopicA", "--allow-no-records", "--apply")
     assert result.exit_code == 0, result.output
     assert (root / "consumequeue" / "NoSuchTopic").is_dir()
 
@@ -199,7 +199,7 @@ def test_import_refuses_a_bad_row_and_writes_nothing(store_copy, tmp_path, bad):
     src = tmp_path / "rows.jsonl"
     src.write_text("\n".join(lines) + "\n")
     before = snapshot(root)
-    result = run("import", root, src, "--backup", tmp_path / "bk")
+    result = run("import", root, src, "--backup", tmp_path / "bk", "--apply")
     assert result.exit_code == 3, result.output
     assert "line 3" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert snapshot(root) == before and not (tmp_path / "bk").exists()
@@ -207,7 +207,7 @@ def test_import_refuses_a_bad_row_and_writes_nothing(store_copy, tmp_path, bad):
 
 def test_put_and_import_honour_format(store_copy, tmp_path):
     root = store_copy("dev-sample")
-    result = run("put", root, "--topic", "T", "--body", "x", "-f", "jsonl", "--backup", tmp_path / "b1")
+    result = run("put", root, "--topic", "T", "--body", "x", "-f", "jsonl", "--backup", tmp_path / "b1", "--apply")
     assert result.exit_code == 0, result.output
     row = json.loads(result.stdout)
     assert row["topic"] == "T" and row["queue_id"] == 0 and row["msg_id"]
@@ -215,7 +215,7 @@ def test_put_and_import_honour_format(store_copy, tmp_path):
     assert stored[-1]["msg_id"] == row["msg_id"] and stored[-1]["physical_offset"] == row["physical_offset"]
     src = tmp_path / "rows.jsonl"
     src.write_text(run("cat-commitlog", root, "-n", "2", "-f", "jsonl").stdout)
-    result = run("import", root, src, "-f", "csv", "--backup", tmp_path / "b2")
+    result = run("import", root, src, "-f", "csv", "--backup", tmp_path / "b2", "--apply")
     assert result.exit_code == 0 and result.stdout.splitlines() == ["imported", "2"], result.output
 
 
@@ -260,7 +260,7 @@ def test_restore_confines_manifest_paths(store_copy, tmp_path, path):
 def test_restore_refuses_a_symlink_inside_a_backed_up_directory(store_copy, tmp_path):
     root = store_copy("dev-sample-crash-torn")
     bk = tmp_path / "bk"
-    assert run("rebuild-index", root, "--backup", bk).exit_code == 0
+    assert run("rebuild-index", root, "--backup", bk, "--apply").exit_code == 0
     secret = tmp_path / "secret"
     secret.write_bytes(b"not yours")
     (bk / "index" / "leak").symlink_to(secret)
@@ -271,10 +271,11 @@ def test_restore_refuses_a_symlink_inside_a_backed_up_directory(store_copy, tmp_
 
 
 @pytest.mark.parametrize("args", [["repair", "{s}", "--apply", "--backup", "{s}/commitlog/bk"],
-                                  ["rebuild-index", "{s}", "--backup", "{s}/index/bk"],
+                                  ["rebuild-index", "{s}", "--backup", "{s}/index/bk", "--apply"],
                                   ["rebuild-cq", "{s}", "--out", "{s}/commitlog/cq"],
                                   ["rebuild-cq", "{s}", "--out", "{s}/consumequeue"],
-                                  ["put", "{s}", "--topic", "T", "--body", "x", "--backup", "{s}/consumequeue/T/bk"],
+                                  ["put", "{s}", "--topic", "T", "--body", "x", "--backup", "{s}/consumequeue/T/bk",
+                                   "--apply"],
                                   ["export", "{s}", "--to", "{s}/commitlog/x.parquet"],
                                   ["cat-commitlog", "{s}", "--body-file", "{s}/index/bodies"],
                                   ["generate", "{s}/commitlog/gen", "--size", "64K"]])
@@ -312,7 +313,7 @@ def test_a_failed_backup_write_leaves_no_backup_directory(store_copy, tmp_path, 
         def failing(self):
             raise OSError(errno.ENOSPC, "No space left on device", str(self.backup / "manifest.json"))
         monkeypatch.setattr(atomic.PatchTransaction, "_stage_manifest", failing)
-        args = ["put", root, "--topic", "T", "--body", "b"]
+        args = ["put", root, "--topic", "T", "--body", "b", "--apply"]
     result = run(*args, "--backup", backup)
     assert result.exit_code == 4 and f"{backup}/" in result.stderr, result.stderr
     assert "No space left on device; the store is unchanged" in result.stderr

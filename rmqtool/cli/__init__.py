@@ -74,7 +74,8 @@ NOW_OPTION = {"type": CALENDAR_TIME, "metavar": "TIME", "is_eager": True, "expos
 
 class RmqCommand(click.Command):
     """A command whose options given twice are refused (click keeps the last value silently); options
-    that take several values say so (``multiple=True``) and match any of them. An OSError that names no
+    that take several values say so (``multiple=True``) and match any of them; an unknown option is
+    answered with the documented options it is close to. An OSError that names no
     file names the command's path argument: every error line names its path. Every command takes the
     global --now too, after its name."""
 
@@ -95,7 +96,12 @@ class RmqCommand(click.Command):
                         raise click.UsageError(f"option {param.opts[0]} given more than once (it takes one "
                                                "value)", ctx=ctx)
                     seen.add(param.name)
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:       # suggest documented options only, never a hidden old spelling
+            shown = [name for p in self.get_params(ctx) if isinstance(p, click.Option) and not p.hidden
+                     for name in (*p.opts, *p.secondary_opts)]
+            raise click.NoSuchOption(exc.option_name, possibilities=shown, ctx=ctx) from None
 
     def invoke(self, ctx: click.Context):
         try:

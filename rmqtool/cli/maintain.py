@@ -5,8 +5,10 @@ Every write: refuse while another process holds the broker's lock (unless --forc
 interrupted earlier change, back up what is touched (one backup per invocation), stage new files and
 swap them in atomically, and end by saying how to undo it (``rmqtool restore BACKUP STORE --apply``).
 
-Dry runs (``--dry-run``; repair and restore without ``--apply``) print one plan format, the rows
-``action, path, detail``, and exit 0 when there is nothing to do, 1 when there is.
+The write rule: a command that changes an existing store (repair, restore, rebuild-cq, rebuild-index, put,
+import) only prints its plan unless ``--apply`` (``--dry-run`` says so explicitly), in one format, the rows
+``action, path, detail``, and exits 0 when there is nothing to do, 1 when there is. Writing a new directory
+(``rebuild-cq --out``, ``init``) needs no ``--apply``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_for
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 from rmqtool.store import layout as L
 
+JAVA_INT_MAX = 2**31 - 1         # the broker's sizes, queue ids and counts are Java ints
 _FORCE = click.option("--force", is_flag=True, help="Write even if the store's lock file is held by another process.")
 _BACKUP = click.option("--backup", "backup", type=click.Path(path_type=Path), default=None,
                        callback=output_path("the backup"),
@@ -38,8 +41,16 @@ def _progress(store, label: str):
 
 
 PLAN_COLUMNS = ["action", "path", "detail"]
-_DRY_RUN = click.option("--dry-run", is_flag=True,
-                        help="Print the plan only (exit 0 when there is nothing to do, 1 when there is).")
+_APPLY = click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
+_DRY_RUN = click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
+                                                        "nothing to do, 1 when there is).")
+
+
+def plan_only(apply_: bool, dry_run: bool) -> bool:
+    """The write rule: a command that changes an existing store plans unless --apply (--dry-run says so)."""
+    if apply_ and dry_run:
+        raise click.UsageError("use --apply or --dry-run, not both")
+    return not apply_
 
 
 def show_plan(rows: list[dict], fmt: str | None, tablefmt: str, title: str = "plan") -> None:
@@ -56,8 +67,8 @@ def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt
         click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
 
 
-def end_dry_run(rows: list[dict], how: str = "run without --dry-run") -> None:
-    click.echo(f"{len(rows)} action(s); {how} to carry them out" if rows else "nothing to do", err=True)
+def end_dry_run(rows: list[dict], how: str = "run with --apply", idle: str = "nothing to do") -> None:
+    click.echo(f"{len(rows)} action(s); {how} to carry them out" if rows else idle, err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if rows else ExitCode.OK)
 
 
@@ -193,9 +204,8 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
 
 @cli.command()
 @click.argument("store", type=click.Path())
-@click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
-@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
-                                              "nothing to do, 1 when there is).")
+@_APPLY
+@_DRY_RUN
 @click.option("--accept-loss", is_flag=True, help="Carry out a plan that deletes valid messages after a bad "
               "record (beyond the torn tail), as the broker's recovery would.")
 @click.option("--salvage/--no-salvage", default=True, show_default=True,
@@ -246,8 +256,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
       rmqtool repair fixtures/dev-sample-crash-torn/store -f plain   # exit 1
       cp -r fixtures/dev-sample-crash-torn/store /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
-    if apply_ and dry_run:
-        raise click.UsageError("use --apply or --dry-run, not both")
+    plan_only(apply_, dry_run)
     from rmqtool.ops.repair import LEFT_TO, apply_plan, left_unrepaired, plan_repair
     from rmqtool.ops.verify import verify_store
 
@@ -270,7 +279,9 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                 left = [] if rows else left_unrepaired(st)
                 if not rows:               # what verify finds and only another command fixes (as --apply says)
                     named = [path for path, _, _ in left]
-                    for f in verify_store(st.root, deep=True):
+                    findings = list(verify_store(st.root, deep=True))
+                    left += _left_to_dispatch(st, findings)
+                    for f in findings:
                         if f.kind in LEFT_TO and f.path and \
                                 Path(f.path).is_relative_to(st.root):
                             rel = st.rel(f.path)
@@ -302,8 +313,35 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     for f in left:
         why = LEFT_TO.get(f.kind)
         click.echo(f"rmqtool: still: {f}" + (f" [{why}]" if why else ""), err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if any(f.severity == "error" or f.kind in LEFT_TO for f in left)
-                                else ExitCode.OK)
+    lost = _left_to_dispatch(st, left)
+    for path, problem, why in lost:
+        click.echo(f"rmqtool: not repaired: {path}: {problem} [{why}]", err=True)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if lost or any(f.severity == "error" or f.kind in LEFT_TO
+                                                                 for f in left) else ExitCode.OK)
+
+
+def _left_to_dispatch(st, findings) -> list[tuple[str, str, str]]:
+    """Queues without files are the broker's dispatch's to build on start (rule reput_from): said, with
+    (path, problem, what fixes it) of each unit that dispatch drops (rule reput_misplaced)."""
+    if not any(f.kind == "cq_missing_queue" for f in findings):
+        return []
+    from rmqtool.ops.dispatch_plan import broker_version
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    version = broker_version(st)
+    res = rebuild_consume_queues(st, dry_run=True, as_broker=version)
+    skipped: dict[tuple[str, int], list[int]] = {}
+    for t, qid, phy, _, at, _ in res.misplaced:
+        if at is None:
+            skipped.setdefault((t, qid), []).append(phy)
+    lost = [(L.queue_dir(t, qid), f"a {version} broker's dispatch skips {len(phys)} unit(s) as repeated (the records "
+             f"at {', '.join(map(str, phys[:3]))}{', ...' if len(phys) > 3 else ''})",
+             "rebuild-cq --apply builds the queue with them") for (t, qid), phys in skipped.items()]
+    if not lost:
+        click.echo(f"rmqtool: queues without files are left to the broker's dispatch on start, which builds them as "
+                   f"rebuild-cq does ({len(res.misplaced)} unit(s) with a damaged queue offset at their queue's end)",
+                   err=True)
+    return lost
 
 
 _AS_BROKER = click.option("--as-broker", is_flag=True,
@@ -323,6 +361,25 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
     return rows
 
 
+def _misplaced_rows(misplaced: list, as_broker: bool) -> list[dict]:
+    """Plan rows naming each unit whose stored queue offset is not its place (rule reput_misplaced)."""
+    rows = []
+    for topic, qid, phy, stored, at, first in misplaced:
+        said = f"the record at {phy} stores queue offset {stored}: "
+        if at is None:
+            said += "below its queue's end, skipped as the broker skips it ('Build consume queue repeatedly')"
+        elif as_broker:
+            said += f"appended at the queue's end, offset {at}, as the broker does ('[BUG]logic queue order maybe " \
+                    "wrong')"
+        elif first:
+            said += (f"placed at {at}, before the queue's next unit; a broker's dispatch starts this queue at {stored} "
+                     "and skips every later unit of it as repeated (--as-broker builds that)")
+        else:
+            said += f"placed at the queue's end, offset {at}, where a broker's dispatch appends it too"
+        rows.append({"action": "misplaced_unit", "path": L.queue_dir(topic, qid), "detail": said})
+    return rows
+
+
 @cli.command("rebuild-cq")
 @click.argument("store", type=click.Path())
 @click.option("--topic", "topics", multiple=True, help="Rebuild only this topic's queues (repeatable: any of them).")
@@ -330,11 +387,13 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
               help="Write an empty queue directory for a --topic with no record in the commit log.")
 @click.option("--out", type=click.Path(path_type=Path), callback=output_path("--out"),
               help="Write the queues here instead of into the store.")
-@click.option("--cq-file-size", type=int, help="Consume-queue file size [default: that of existing queues].")
-@click.option("--bcq-file-size", type=int,
+@click.option("--cq-file-size", type=click.IntRange(20, JAVA_INT_MAX),
+              help="Consume-queue file size [default: that of existing queues].")
+@click.option("--bcq-file-size", type=click.IntRange(46, JAVA_INT_MAX),
               help="Batch consume-queue file size [default: that of existing batch queues, else 13800000].")
 @_AS_BROKER
 @_BROKER_VERSION
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
@@ -342,7 +401,7 @@ def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
 @output_options
 def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out: Path | None,
                cq_file_size: int | None, bcq_file_size: int | None, as_broker: bool, broker_version: str | None,
-               dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+               apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
                fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
 
@@ -359,16 +418,27 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     the commit log is refused (exit 1, the topics listed) unless --allow-no-records. A RocksDB consume queue
     (storeType=defaultRocksDB) is never written into: only --out DIR, which writes classic file queues.
 
+    A record whose stored queue offset is not its place in its queue (damage) is placed at its queue's end
+    and listed as a misplaced_unit row, saying what the broker's dispatch does with it (rule reput_misplaced):
+    a rebuild writes for one record at most one file, as the broker.
+
+    In place: without --apply only prints the queues that would change (exit 0 when none, 1 when some);
+    --apply rebuilds them with a backup and ends with the undo line. --out writes a new directory (no --apply).
+
     \b
     Examples:
-      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 0: the queues are as the broker wrote them
+      rmqtool rebuild-cq fixtures/dev-sample/store   # exit 0: the queues are as the broker wrote them
       rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$
       rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
+      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
       rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$
     """
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    dry_run = plan_only(apply_, dry_run) and out is None
+    if apply_ and out is not None:
+        raise click.UsageError("--out writes a new directory: it needs no --apply")
 
     with _store(store, write=not (dry_run or out), force=force) as st:
         with _progress(st, "rebuilding consume queues") as progress:
@@ -385,42 +455,55 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
         rows = [{"action": a, "path": p, "detail": d} for a, p, d in res.changes]
     else:
         rows = [{"action": "write_cq", "path": res.target,
-                 "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] if res.queues else []
-    rows += _skipped_rows(res.damaged, res.cut)
+                 "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] \
+            if res.queues and (res.backup or out is not None) else []
+    rows += _skipped_rows(res.damaged, res.cut) + _misplaced_rows(res.misplaced, as_broker)
     show_plan(rows, fmt, tablefmt, "consume queues")
     if dry_run:
-        end_dry_run(rows)
+        end_dry_run(rows, idle="nothing to change")
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
+    elif out is None:
+        click.echo("nothing to change: the queues are as rebuilt", err=True)
 
 
 @cli.command("rebuild-index")
 @click.argument("store", type=click.Path())
-@click.option("--slots", type=int, help="Hash slots per file [default: that of existing index files].")
-@click.option("--max-entries", type=int, help="Entries per file [default: that of existing index files].")
+@click.option("--slots", type=click.IntRange(1, JAVA_INT_MAX),
+              help="Hash slots per file [default: that of existing index files].")
+@click.option("--max-entries", type=click.IntRange(2, JAVA_INT_MAX),
+              help="Entries per file [default: that of existing index files].")
 @_AS_BROKER
 @_BROKER_VERSION
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @jobs_option
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
-                  broker_version: str | None, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+                  broker_version: str | None, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
+                  jobs: int | None,
                   fmt: str | None, tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
 
     By default every readable record is indexed (damaged records stepped over and listed as skip_record
-    rows); --as-broker indexes what the broker's dispatch reaches (see rebuild-cq).
+    rows); --as-broker indexes what the broker's dispatch reaches (see rebuild-cq). A rebuilt file whose
+    entries are those of an existing file keeps that file's name.
+
+    Without --apply only prints the files that would change (exit 0 when none, 1 when some); --apply
+    writes them with a backup and ends with the undo line.
 
     \b
     Examples:
-      rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain   # exit 1
-      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run   # exit 1
+      rmqtool rebuild-index fixtures/dev-sample/store -f plain   # exit 0: nothing to change
+      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128   # exit 1
     """
     from rmqtool.ops.dispatch_plan import DispatchPlan
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_index as run
+
+    dry_run = plan_only(apply_, dry_run)
 
     with _store(store, write=not dry_run, force=force) as st:
         before = {ref.name for ref in st.index_files()}
@@ -435,24 +518,27 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     rows += _skipped_rows(plan.damaged, plan.cut)
     show_plan(rows, fmt, tablefmt, "index files")
     if dry_run:
-        end_dry_run(rows)
+        end_dry_run(rows, idle="nothing to change")
     if saved:
         say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
+    else:
+        click.echo("nothing to change", err=True)
 
 
 @cli.command()
 @click.argument("store", type=click.Path(), callback=output_path("the new store"))
-@click.option("--commitlog-file-size", type=int, default=1024 ** 3, show_default=True, metavar="BYTES",
-              help="Commit-log file size (the broker's mappedFileSizeCommitLog).")
-@click.option("--cq-file-size", type=int, default=6_000_000, show_default=True, metavar="BYTES",
-              help="Consume-queue file size, a multiple of 20 (mappedFileSizeConsumeQueue).")
-@click.option("--slots", type=int, default=5_000_000, show_default=True, help="Index hash slots per file "
-                                                                              "(maxHashSlotNum).")
-@click.option("--max-entries", type=int, default=20_000_000, show_default=True, help="Index entries per file "
-                                                                                     "(maxIndexNum).")
+@click.option("--commitlog-file-size", type=click.IntRange(1024, JAVA_INT_MAX), default=1024 ** 3, show_default=True,
+              metavar="BYTES", help="Commit-log file size (the broker's mappedFileSizeCommitLog).")
+@click.option("--cq-file-size", type=click.IntRange(20, JAVA_INT_MAX), default=6_000_000, show_default=True,
+              metavar="BYTES", help="Consume-queue file size, a multiple of 20 (mappedFileSizeConsumeQueue).")
+@click.option("--slots", type=click.IntRange(1, JAVA_INT_MAX), default=5_000_000, show_default=True,
+              help="Index hash slots per file (maxHashSlotNum).")
+@click.option("--max-entries", type=click.IntRange(2, JAVA_INT_MAX), default=20_000_000, show_default=True,
+              help="Index entries per file (maxIndexNum).")
 def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, max_entries: int) -> None:
     """Create an empty store (first commit-log file, checkpoint, lock) with the given sizes, recorded in
-    config/rmqtool.json for the writes that follow.
+    config/rmqtool.json for the writes that follow. The sizes are the broker's (Java int) settings; the
+    first commit-log file is created sparse at its full size, as the broker pre-allocates it.
 
     \b
     Examples:
@@ -460,6 +546,13 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
     """
     from rmqtool.format.indexfile import Geometry
     from rmqtool.ops.write import init_store
+
+    if cq_file_size % 20:
+        raise click.BadParameter(f"{cq_file_size} is not a multiple of 20", param_hint="--cq-file-size")
+    if Geometry(slots, max_entries).file_size > JAVA_INT_MAX:
+        raise click.BadParameter(f"an index file of {slots} slots and {max_entries} entries is "
+                                 f"{Geometry(slots, max_entries).file_size} bytes, more than the broker's "
+                                 f"int file size {JAVA_INT_MAX}", param_hint="--slots/--max-entries")
 
     init_store(Path(store), commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
                geometry=Geometry(slots, max_entries))
@@ -484,7 +577,8 @@ def _keys(_ctx, _param, values) -> str | None:
 @cli.command()
 @click.argument("store", type=click.Path())
 @click.option("--topic", required=True, help="The topic.")
-@click.option("--queue-id", type=int, default=0, show_default=True, help="The queue id.")
+@click.option("--queue-id", type=click.IntRange(0, JAVA_INT_MAX), default=0, show_default=True,
+              help="The queue id.")
 @option("--tag", "tags", aliases=("--tags",), help="The TAGS property.")
 @option("--key", "keys", aliases=("--keys",), multiple=True, callback=_keys,
         help="A key of the KEYS property (repeatable; a value with spaces holds several).")
@@ -493,22 +587,28 @@ def _keys(_ctx, _param, values) -> str | None:
 @click.option("--body", help="Body text (UTF-8).")
 @click.option("--body-file", type=click.File("rb"), help="Read the body from this file.")
 @click.option("--body-stdin", is_flag=True, help="Read the body from stdin.")
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
 def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | None, properties: dict,
-        body: str | None, body_file, body_stdin: bool, dry_run: bool, backup: Path | None, force: bool,
+        body: str | None, body_file, body_stdin: bool, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
         fmt: str | None, tablefmt: str) -> None:
     """Append one message as the broker would (commit log, consume queue, index, checkpoint), in one
     transaction with one backup.
 
+    Without --apply only prints the plan (exit 1: there is something to do); --apply appends with a
+    backup and ends with the undo line.
+
     \b
     Examples:
-      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello --dry-run   # exit 1
-      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi
+      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello   # exit 1
+      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi --apply
     """
     from rmqtool.ops.write import StoreWriter, build_message
+
+    dry_run = plan_only(apply_, dry_run)
 
     if sum(x is not None and x is not False for x in (body, body_file, body_stdin or None)) != 1:
         raise click.UsageError("give exactly one of --body, --body-file, --body-stdin")
@@ -543,21 +643,27 @@ def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
 @cli.command("import")
 @click.argument("store", type=click.Path())
 @click.argument("file", type=click.File("r", encoding="utf-8"))
+@_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
-def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
+def import_(store: str, file, apply_: bool, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
             tablefmt: str) -> None:
     """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl) in one
     transaction with one backup: a failure or a kill leaves none of them.
 
+    Without --apply only prints the plan (exit 0 when there is nothing to import, 1 when there is);
+    --apply appends with a backup and ends with the undo line.
+
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl --dry-run   # exit 1
+      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl   # exit 1
     """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
+
+    dry_run = plan_only(apply_, dry_run)
 
     with _store(store, write=not dry_run, force=force) as st:
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
@@ -587,9 +693,8 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 @cli.command()
 @click.argument("backup", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("store", required=False, type=click.Path(path_type=Path))
-@click.option("--apply", "apply_", is_flag=True, help="Carry the plan out (default: print it only).")
-@click.option("--dry-run", is_flag=True, help="Print the plan only (the default; exit 0 when there is "
-                                              "nothing to do, 1 when there is).")
+@_APPLY
+@_DRY_RUN
 @_FORCE
 @output_options
 def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, fmt: str | None,
@@ -610,8 +715,7 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
     """
     from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
 
-    if apply_ and dry_run:
-        raise click.UsageError("use --apply or --dry-run, not both")
+    plan_only(apply_, dry_run)
     manifest = read_backup(backup)
     title = f"{manifest.get('label', 'change')} of {manifest.get('created', '?')}"
     with _store(str(store or manifest["store"]), write=apply_, force=force) as st:

@@ -763,6 +763,8 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
     ids = [i.strip() for text in msg_ids + more_ids for i in text.split(",") if i.strip()]
     if not ids:
         raise click.UsageError("give at least one ID (as an argument or with -i)")
+    for msg_id in ids:
+        _check_id(msg_id)
     out = resolve_format(fmt)
     st, skipped = open_readable(store, read_anyway)
     records, missing = [], []
@@ -815,7 +817,19 @@ def decode_id(msg_id: str, born: int | None, fmt: str | None, tablefmt: str) -> 
     """
     from rmqtool.ops.query import describe_id
 
-    write_record(describe_id(msg_id, born), resolve_format(fmt), tablefmt=tablefmt)
+    write_record(describe_id(_check_id(msg_id), born), resolve_format(fmt), tablefmt=tablefmt)
+
+
+def _check_id(msg_id: str) -> str:
+    """A message ID argument: 32 or 56 hex characters, else a usage error (exit 2)."""
+    from rmqtool.errors import FormatError
+    from rmqtool.format.msgid import decode_message_id
+
+    try:
+        decode_message_id(msg_id.strip().upper())
+    except FormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="ID") from None
+    return msg_id
 
 
 # -- checkpoint -------------------------------------------------------------------------------------

@@ -27,10 +27,11 @@ from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, keeps_walk
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, present
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
+from rmqtool.store.broker_model import possible_queue_offset
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
-from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, safe_topic_dir, write_run
+from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, safe_topic_dir, write_run
 from rmqtool.store.store import Store
 
 
@@ -46,6 +47,9 @@ class RebuildResult:
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # records skipped: (offset, bytes, kind)
     cut: int | None = None                                              # as_broker: the broker's truncation
     missing: list[str] = field(default_factory=list)    # topics asked for without a record
+    misplaced: list[tuple[str, int, int, int, int | None, bool]] = field(default_factory=list)
+    # units whose stored queue offset is not their place (rule reput_misplaced): (topic, queue id, record offset,
+    # stored queue offset, placed at (None: skipped as repeated), first of its queue)
 
 
 def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Path | None = None,
@@ -66,6 +70,11 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
     sizes = (store.cq_file_size(cq_file_size), store.bcq_file_size(bcq_file_size))
+    for size, unit, rel, given in ((sizes[0], C.CQ_STORE_UNIT_SIZE, L.CONSUMEQUEUE, cq_file_size),
+                                   (sizes[1], C.BCQ_STORE_UNIT_SIZE, L.BATCHCONSUMEQUEUE, bcq_file_size)):
+        if size <= 0 or size % unit:
+            raise StoreError(f"file size {size} ({'given' if given else 'what most files here share'}) is not a "
+                             f"positive multiple of {unit}", path=str(store.root / rel))
     batch = batch_cq_topics(store)
     topics = list(dict.fromkeys(topics))
     for t in topics:
@@ -114,14 +123,20 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         if isinstance(exc, _NoRecords):
             return result
         raise
+    result.misplaced = sorted((t, qid, *m) for (t, qid), w in writers.items() for m in getattr(w, "misplaced", ()))
     result.queues, result.files = len(writers), sum(w.created for w in writers.values())
-    result.units = sum(w.write_pos // C.CQ_STORE_UNIT_SIZE for w in writers.values())
+    result.units = sum((w.write_pos - (getattr(w, "first_created", 0) or 0)) // C.CQ_STORE_UNIT_SIZE
+                       for w in writers.values())
     if scratch is not None:
         try:
             result.changes = _queue_changes(store, scratch, list(rels.values()))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     if dry_run or out is not None:
+        return result
+    if all(_same_tree(path, store.root / rels[key]) for key, path in built.items()):
+        for path in built.values():       # a rebuild of healthy queues changes nothing
+            shutil.rmtree(path)
         return result
     txn = Transaction(store.root, backup, label="rebuild-cq")
     for key, path in built.items():
@@ -169,6 +184,13 @@ def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str
             elif files_a != files_b or not all(same_content(a / n, b / n) for n in files_a):
                 out.append(("write_cq", f"{rel}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
     return out
+
+
+def _same_tree(mine: Path, theirs: Path) -> bool:
+    """Whether ``theirs`` is a directory holding the files under ``mine``, byte for byte."""
+    names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
+    return theirs.is_dir() and names == {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} \
+        and all(same_content(mine / n, theirs / n) for n in names)
 
 
 def _queue_dirs(root: Path) -> set[Path]:
@@ -241,10 +263,6 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
     return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})
 
 
-class Misplaced(Exception):
-    """A queue run a worker wrote is not where one process would have put it (dispatch_files' ``place``)."""
-
-
 def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topics: set[str] | None,
                skip: np.ndarray | None = None):
     """A file's units grouped by queue code in record order, per kind: (is_batch, first, phy, size, tags,
@@ -312,7 +330,8 @@ def place_runs(facts: FileFacts, names: QueueNames, *, directory, file_size: int
         for code in codes:
             lo, hi = int(first[code]), int(first[code + 1])
             t, qid = names.names[code]
-            if not whole[code] or is_lmq(t):    # an LMQ unit goes where its queue stands, gap or not
+            if not whole[code] or is_lmq(t) or not possible_queue_offset(int(phy[lo]), int(offset[lo])):
+                # an LMQ unit goes where its queue stands, gap or not; an impossible offset where the caller says
                 keep[rec[lo:hi]] = True
                 continue
             write_run(directory(t, qid, False), file_size, int(offset[lo]), units[lo:hi])
@@ -390,6 +409,9 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     except BaseException:                 # leave nothing half-built behind
         shutil.rmtree(built, ignore_errors=True)
         raise
+    if all(same for _, _, same in files) and len(files) == len(store.index_files()):
+        shutil.rmtree(built)              # a rebuild of a healthy index changes nothing
+        return files, None
     txn = Transaction(store.root, backup, label="rebuild-index")
     txn.replace_dir(L.INDEX, built)
     cp = store.checkpoint()
@@ -407,6 +429,21 @@ def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPl
         builder.add_facts(facts)
     builder.close()
     old = store.index_dir
+    names = _kept_names(store, built, [name for name, _ in builder.files])
     return [(name, w.index_count - 1, (old / name).is_file() and same_content(old / name, built / name))
-            for name, w in builder.files], builder
+            for name, (_, w) in zip(names, builder.files)], builder
+
+
+def _kept_names(store: Store, built: Path, names: list[str]) -> list[str]:
+    """The rebuilt files' names, each renamed (in ``built``) to the existing file it equals byte for byte
+    (the broker names a file by the time it created it, which no rebuild knows), where the order stays."""
+    old = sorted(ref.name for ref in store.index_files())
+    out = list(names)
+    for i, (name, have) in enumerate(zip(names, old)):
+        later = out[i + 1] if i + 1 < len(out) else None
+        if have != name and (i == 0 or out[i - 1] < have) and (later is None or have < later) \
+                and not (built / have).exists() and same_content(store.index_dir / have, built / name):
+            (built / name).rename(built / have)
+            out[i] = have
+    return out
 

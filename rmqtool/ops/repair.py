@@ -52,6 +52,8 @@ LEFT_TO = {
     "cq_missing_unit": "rebuild-cq rebuilds the queue from the commit log",
     "cq_missing_queue": "rebuild-cq rebuilds the queue from the commit log",
     "cq_unit_mismatch": "rebuild-cq rebuilds the queue from the commit log",
+    "cq_queue_offset_mismatch": "the record's stored queue offset is damage (rule reput_misplaced): its unit is "
+                                "where the broker's dispatch and rebuild-cq put it; repair does not rewrite records",
     "index_bad_slot": "rebuild-index rebuilds the index",
     "index_missing_entry": "rebuild-index rebuilds the index",
     "timer_bad_chain": "repair does not rewrite the timer store",

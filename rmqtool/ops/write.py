@@ -29,7 +29,7 @@ from rmqtool.format.properties import encode_properties
 from rmqtool.format.rows import decode_body
 from rmqtool.store import layout as L
 from rmqtool.store.appender import CommitLogAppender
-from rmqtool.store.atomic import PatchTransaction, atomic_write, preallocate
+from rmqtool.store.atomic import PatchTransaction, atomic_write, check_room, preallocate
 from rmqtool.store.broker_model import refusal, refused_files
 from rmqtool.ops.findings import ERROR
 from rmqtool.store.metadata import batch_cq_topics
@@ -70,6 +70,7 @@ def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FIL
     if dledger_self_id is not None and (dledger_index_file_size <= 0 or dledger_index_file_size % 32
                                         or not dledger_self_id.isidentifier()):
         raise StoreError("the DLedger index file size must be a multiple of 32 and the node id a plain name")
+    check_room(root, 2 * C.CHECKPOINT_FILE_SIZE, 12, "init")        # the files but the sparse commit log
     for sub in (L.CONSUMEQUEUE, L.INDEX, L.CONFIG):
         (root / sub).mkdir(parents=True, exist_ok=True)
     sizes = {"mappedFileSizeCommitLog": commitlog_file_size, "mappedFileSizeConsumeQueue": cq_file_size,

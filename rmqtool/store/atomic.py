@@ -148,6 +148,26 @@ def preallocate(path: Path, size: int) -> None:
     fsync_dir(Path(path).parent)
 
 
+def check_room(where: Path, nbytes: int, nfiles: int, what: str) -> None:
+    """Refuse (UnsafeWrite: exit 4, nothing written) a plan needing more bytes or inodes than the file
+    system holding ``where`` has free (statvfs: f_bavail, f_favail)."""
+    probe = Path(where)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    fs = os.statvfs(probe)
+    free, inodes = fs.f_bavail * fs.f_frsize, fs.f_favail
+    if nbytes > free or (fs.f_files and nfiles > inodes):
+        raise UnsafeWrite(f"{what} needs {nbytes} bytes in {nfiles} file(s); the file system has {free} bytes "
+                          f"and {inodes} inodes free: nothing written", path=str(where))
+
+
+def _device(path: Path) -> int:
+    """The device of ``path``, or of its nearest existing parent."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path.stat().st_dev
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -203,6 +223,7 @@ class Transaction:
         made = [backup] if not backup.exists() else [backup / rel for rel in self.touched()] + [
             backup / "manifest.json"]              # a backup directory given: only what goes into it
         try:
+            self._check_room(backup)
             self._backup(backup)
             self._stage(ops)
             ops += [["delete", rel] for rel in self.deletes]
@@ -228,6 +249,15 @@ class Transaction:
                 _unflushed(f"the change is applied (backup in {backup})")
             raise failed(exc, state) from None
         return backup
+
+    def _check_room(self, backup: Path) -> None:
+        """The staged files and the backup against the free bytes and inodes (check_room)."""
+        new = [len(data) if not isinstance(data, Path) else data.stat().st_blocks * 512
+               for data in self.writes.values()]
+        saved = [p.stat().st_blocks * 512 for p in (self.root / rel for rel in self.touched()) if p.is_file()]
+        linked = _device(backup) == _device(self.root)          # a backup of hard links takes inodes only
+        check_room(self.root, sum(new) + (0 if linked else sum(saved)), len(new) + len(saved) + 2,
+                   f"the {self.label}")
 
     def _stage(self, ops: list[list[str]]) -> None:
         """Each new file and directory beside its target (``ops`` gets what is staged, as it goes)."""

@@ -86,9 +86,15 @@ RULES = [
          "ReputMessageService.doReput"),
     Rule("reput_no_crc", "both", "dispatch does not check body CRCs: a body-damaged record is dispatched like "
          "any other", "ReputMessageService.doReput (checkMessageAndReturnSize with checkCRC false)"),
-    Rule("reput_misplaced", "both", "a unit whose queue offset is not the queue's write position is appended at "
-         "the current position ('logic queue order maybe wrong'); a new queue is first filled with blank units",
-         "ConsumeQueue.putMessagePositionInfo, fillPreBlank"),
+    Rule("reput_misplaced", "both", "a unit is placed by expectLogicOffset = queueOffset x 20 (a Java long): a "
+         "queue with no file gets one file, at that offset rounded down to the file size, blank units before the "
+         "unit inside it (fillPreBlank); otherwise it goes into the last file (the next one when that is full): a "
+         "unit beyond the queue's end is appended at the end ('[BUG]logic queue order maybe wrong'), one below it "
+         "(queue offset not 0) skipped ('Build consume queue repeatedly'). So one record whose stored queue offset "
+         "is wrong lands at its queue's end, and at most one file is created for it; first in an empty queue, it "
+         "starts the queue at the far offset and every later unit of that queue is skipped. rebuild-cq places "
+         "such a unit at its queue's order instead (--as-broker: as the broker) and names it",
+         "ConsumeQueue.putMessagePositionInfo, fillPreBlank, MappedFileQueue.getLastMappedFile"),
     Rule("dledger_body", V4, "DLedger store: DLedger's recovery keeps every entry; no body CRC check",
          "DLedgerMmapFileStore.recover, DLedgerCommitLog.recover"),
     Rule("dledger_body", V5, "DLedger store: the body CRC check cuts the consume queues back to the damaged "
@@ -204,6 +210,28 @@ def normal_recovery_start(file_starts: list[int], version: str, cq_max_phy: int)
         if file_starts[i] <= cq_max_phy:
             return i
     return 0
+
+
+MIN_RECORD_SIZE = C.record_length(0, C.MESSAGE_MAGIC_CODE, 0, 1, 0)     # no body, no property, a 1-byte topic
+
+
+def expect_logic_offset(queue_offset: int) -> int:
+    """Rule reput_misplaced: ``cqOffset * CQ_STORE_UNIT_SIZE`` as the broker's Java long computes it (it wraps)."""
+    v = (queue_offset * C.CQ_STORE_UNIT_SIZE) & 0xFFFF_FFFF_FFFF_FFFF
+    return v - (1 << 64) if v >> 63 else v
+
+
+def first_file_start(expect: int, file_size: int) -> int:
+    """MappedFileQueue.getLastMappedFile of an empty queue: ``startOffset - startOffset % mappedFileSize``
+    (Java's remainder keeps the dividend's sign)."""
+    return expect - (abs(expect) % file_size) * (1 if expect >= 0 else -1)
+
+
+def possible_queue_offset(phy: int, queue_offset: int) -> bool:
+    """Whether a record at commit-log offset ``phy`` can hold ``queue_offset``: every earlier message of its
+    queue is a record of at least MIN_RECORD_SIZE bytes before it. A stored queue offset beyond that is
+    damage (rule reput_misplaced); it bounds what a rebuild writes for one unit."""
+    return 0 <= queue_offset <= phy // MIN_RECORD_SIZE + 1
 
 
 def reput_reads_size(kind: str) -> bool:

@@ -17,6 +17,7 @@ from rmqtool import constants as C
 from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
 from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
+from rmqtool.store.broker_model import MIN_RECORD_SIZE, expect_logic_offset, first_file_start, possible_queue_offset
 from rmqtool.store.filequeue import first_nonzero
 from rmqtool.store.store import BatchConsumeQueue, ConsumeQueue
 
@@ -46,11 +47,17 @@ def safe_topic_dir(topic: str, offset: int | None = None) -> str:
 
 
 
+class Misplaced(Exception):
+    """A queue run a worker process wrote is not where one process puts it (rebuild's dispatch_files: the
+    files are then not the rebuild's; it starts again in one process)."""
+
+
 class CqWriter:
     """One consume queue in memory: full-size files keyed by start offset, a write position and
     maxPhysicOffset, changed as ConsumeQueue.putMessagePositionInfo / recover / truncate would."""
 
-    fill_gaps = False        # True: a unit goes at its queue offset, blank units before it (beyond the broker)
+    fill_gaps = False        # True: a unit goes at its queue offset, blank units before it, unless that offset
+    #                          is damage (``_settle``; beyond the broker)
 
     def __init__(self, file_size: int, files: dict[int, bytearray] | None = None):
         if file_size <= 0 or file_size % C.CQ_STORE_UNIT_SIZE:
@@ -60,6 +67,10 @@ class CqWriter:
         self.write_pos = min(self.files) if self.files else 0
         self.max_phy = -1
         self.first_created: int | None = None
+        self.held: tuple[int, int, int, int] | None = None   # fill_gaps: a unit placed when the next one shows
+        self.tentative: int | None = None     # the queue offset the next unit must have (CqFileWriter.placed)
+        # rule reput_misplaced: (phy, stored queue offset, placed at (None: skipped), first of its queue)
+        self.misplaced: list[tuple[int, int, int | None, bool]] = []
 
     @classmethod
     def load(cls, cq: ConsumeQueue, file_size: int) -> "CqWriter":
@@ -70,7 +81,10 @@ class CqWriter:
             data = bytes(f.read())
             whole = min(len(data) - len(data) % C.CQ_STORE_UNIT_SIZE, file_size)
             files[f.start] = bytearray(data[:whole] + bytes(file_size - whole))   # whole units, full size
-        w = cls(file_size, files)
+        try:
+            w = cls(file_size, files)
+        except StoreError as exc:
+            raise exc.at(path=str(cq.queue.files[0].path.parent) if cq.queue.files else None) from None
         starts = sorted(files)
         if not starts:
             return w
@@ -109,15 +123,18 @@ class CqWriter:
         and the ends (phy + size) rise (``unbroken``)."""
         import numpy as np
 
-        if len(phy) and not self.files:                 # the first unit opens the queue (fillPreBlank)
-            self.put(int(phy[0]), int(size[0]), int(tags[0]), int(queue_offset[0]))
-            phy, size, tags, queue_offset = phy[1:], size[1:], tags[1:], queue_offset[1:]
-            units = units[1:] if units is not None else None
+        i = 0
+        while i < len(phy) and (not self.files or self.held is not None or self.tentative is not None):
+            self.put(int(phy[i]), int(size[i]), int(tags[i]), int(queue_offset[i]))
+            i += 1
+        if i:
+            phy, size, tags, queue_offset = phy[i:], size[i:], tags[i:], queue_offset[i:]
+            units = units[i:] if units is not None else None
         n = len(phy)
         if unbroken is None:
             unbroken = bool((np.diff(queue_offset) == 1).all() and (np.diff(phy + size) > 0).all())
-        if n and phy[0] + size[0] > self.max_phy and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos \
-                and unbroken:
+        if n and self.files and phy[0] + size[0] > self.max_phy \
+                and queue_offset[0] * C.CQ_STORE_UNIT_SIZE == self.write_pos and unbroken:
             if units is None:
                 units = np.empty(n, UNIT_DTYPE)
                 units["phy"], units["size"], units["tags"] = phy, size, tags
@@ -142,13 +159,50 @@ class CqWriter:
     def put(self, phy: int, size: int, tags_code: int, queue_offset: int) -> None:
         if phy + size <= self.max_phy:
             return                                     # "build consume queue repeatedly"
-        expect = queue_offset * C.CQ_STORE_UNIT_SIZE
+        if self.tentative is not None:
+            if queue_offset != self.tentative:
+                raise Misplaced                        # a worker placed the unit before this one by its offset
+            self.tentative = None
+        if not self.fill_gaps:
+            self._put(phy, size, tags_code, queue_offset)
+            return
+        held, self.held = self.held, None
+        if held is not None:
+            self._settle(held, queue_offset)
+        if self.files and queue_offset * C.CQ_STORE_UNIT_SIZE == self.write_pos:
+            self._put(phy, size, tags_code, queue_offset)
+        else:               # a queue's first unit, or one off its queue's end: placed once the next one shows
+            self.held = (phy, size, tags_code, queue_offset)
+
+    def _settle(self, held: tuple[int, int, int, int], next_offset: int | None) -> None:
+        """Place a held unit (``fill_gaps``; rule reput_misplaced): at its queue offset when the queue's next unit
+        follows it (``next_offset``) or, for the last unit, when the offset is possible for its record
+        (broker_model.possible_queue_offset) -- blank units fill a gap before it (skipped damaged records);
+        otherwise it is misplaced: it goes at its queue's end (where the broker appends it), or in an empty
+        queue just before the next unit (at 0 without one), and is named in ``misplaced``."""
+        phy, size, tags, q = held
+        end = self.write_pos // C.CQ_STORE_UNIT_SIZE if self.files else None
+        trusted = (q + 1 == next_offset if next_offset is not None else True) and possible_queue_offset(phy, q)
+        if trusted and end is not None and q < end:
+            self.misplaced.append((phy, q, None, False))      # below the end: skipped, as the broker does
+            return
+        if not trusted:
+            at = end if end is not None else max(0, min(next_offset or 0, phy // MIN_RECORD_SIZE + 1) - 1)
+            self.misplaced.append((phy, q, at, end is None))
+            q = at
+        if end is not None:
+            self._fill_to(q * C.CQ_STORE_UNIT_SIZE)
+        self._put(phy, size, tags, q)
+
+    def _put(self, phy: int, size: int, tags_code: int, queue_offset: int) -> None:
+        """ConsumeQueue.putMessagePositionInfo after its repeat check (rule reput_misplaced)."""
+        expect = expect_logic_offset(queue_offset)
         last = max(self.files) if self.files else None
-        if last is not None and self.fill_gaps and expect > self.write_pos:
-            self._fill_to(expect)          # a skipped (damaged) record's place: a blank unit consumers step over
-            last = max(self.files)
         if last is None:
-            last = expect - expect % self.file_size
+            last = first_file_start(expect, self.file_size)
+            if last < 0:
+                raise UnsafeWrite(f"queue offset {queue_offset} of the record at {phy} makes the broker create a "
+                                  f"consume-queue file at {last}, which no file name holds: not reproduced")
             self._new_file(last)
             self.first_created = last
         elif self.write_pos >= last + self.file_size:
@@ -156,10 +210,15 @@ class CqWriter:
             self._new_file(last)
         if last == self.first_created and queue_offset != 0 and self.write_pos == last:
             filler = UNIT.pack(*FILLER_UNIT)
-            while self.write_pos < last + expect % self.file_size:   # fillPreBlank
+            while self.write_pos < last + expect - first_file_start(expect, self.file_size):   # fillPreBlank
                 self._append(last, filler)
-        if queue_offset != 0 and expect < self.write_pos:
-            return                                     # repeated
+        if queue_offset != 0 and expect != self.write_pos:
+            if expect < self.write_pos:
+                if not self.fill_gaps:
+                    self.misplaced.append((phy, queue_offset, None, False))
+                return                                 # repeated
+            if not self.fill_gaps:
+                self.misplaced.append((phy, queue_offset, self.write_pos // C.CQ_STORE_UNIT_SIZE, False))
         self.max_phy = phy + size
         self._append(last, UNIT.pack(phy, size, tags_code))
 
@@ -342,14 +401,21 @@ class CqFileWriter(CqWriter):
         before them), or a run going on at the write position (with ``fill_gaps``: or after it, blank
         units between). Otherwise (``put_many`` would drop or move units) False, nothing changed."""
         at = queue_offset * C.CQ_STORE_UNIT_SIZE
-        if first_end <= self.max_phy:
+        if first_end <= self.max_phy or self.tentative not in (None, queue_offset):
             return False
+        self.tentative = None
+        if self.held is not None:
+            held, self.held = self.held, None
+            self._settle(held, queue_offset)
+        unconfirmed = count == 1 and self.fill_gaps and at != self.write_pos
         if not self.files:                                  # put: the first file, fillPreBlank
             self.first_created = at - at % self.file_size
             self._new_file(self.first_created, made=True)
         elif at < self.write_pos or (at > self.write_pos and not self.fill_gaps):
             return False
         self._fill_to(at)
+        if unconfirmed:            # a first unit or one after a gap, alone: right if the queue's next unit follows
+            self.tentative = queue_offset + 1
         end = at + count * C.CQ_STORE_UNIT_SIZE
         last = (end - 1) // self.file_size * self.file_size
         self.stream.skip_to(end, (last - max(self.files)) // self.file_size)
@@ -367,6 +433,10 @@ class CqFileWriter(CqWriter):
         self.write_pos += len(units)
 
     def flush(self) -> None:
+        """The queue's last bytes to its files (the end of a rebuild: a held unit is placed)."""
+        if self.held is not None:
+            held, self.held = self.held, None
+            self._settle(held, None)
         self.stream.flush()
 
 

@@ -120,11 +120,11 @@ def main() -> None:
     table.append(("start-up (--version)", seconds, rss, 0))
     seconds, rss, _, _ = rmqtool("init", store)
     table.append(("init (1 GiB files)", seconds, rss, 0))
-    seconds, rss, _, _ = rmqtool("import", store, src, "--backup", work / "import.bk")
+    seconds, rss, _, _ = rmqtool("import", store, src, "--backup", work / "import.bk", "--apply")
     table.append((f"import {args.messages:,} messages", seconds, rss, backup_bytes(work / "import.bk")))
     for i in range(3):
         seconds, rss, _, _ = rmqtool("put", store, "--topic", "Topic-00", "--key", f"k{i}", "--body", "hello",
-                                  "--backup", work / f"put{i}.bk")
+                                  "--backup", work / f"put{i}.bk", "--apply")
         table.append((f"put 1 message (#{i + 1})", seconds, rss, backup_bytes(work / f"put{i}.bk")))
     crashed = work / "crashed"
     shutil.rmtree(crashed, ignore_errors=True)
