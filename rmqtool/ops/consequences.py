@@ -202,6 +202,7 @@ def _dispatched(recs: _Records, names: dict, out: Outcome, skipped: np.ndarray, 
         if len(before):               # already in the queue, at their offsets
             w.fill_gaps = True
             w.put_many(recs.offset[before], recs.size[before], recs.tags[before], recs.queue_offset[before])
+            w.finish()
             w.fill_gaps = False
         for r in rows[recs.offset[rows] >= reput_from].tolist():
             w.put(int(recs.offset[r]), int(recs.size[r]), int(recs.tags[r]), int(recs.queue_offset[r]))

@@ -287,6 +287,8 @@ def plan_repair(store: Store, *, salvage: bool = True, as_broker: bool = False, 
         for w in writers.values():
             w.fill_gaps = True
         _dispatch(older + scanned, names, writers, cq_size, skip=untouched | batch_queues, fill_gaps=True)
+        for w in writers.values():
+            w.finish()
         if set(writers) - set(originals) and not (cq_file_size or store.cq_file_size_known):
             raise StoreError("repair writes the consume queues of the records after a salvaged one (so that no "
                              "start appends them at another queue offset), but no consume-queue file tells their "

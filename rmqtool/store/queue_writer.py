@@ -174,6 +174,12 @@ class CqWriter:
         else:               # a queue's first unit, or one off its queue's end: placed once the next one shows
             self.held = (phy, size, tags_code, queue_offset)
 
+    def finish(self) -> None:
+        """The end of a dispatch (``fill_gaps``): a held unit is placed."""
+        if self.held is not None:
+            held, self.held = self.held, None
+            self._settle(held, None)
+
     def _settle(self, held: tuple[int, int, int, int], next_offset: int | None) -> None:
         """Place a held unit (``fill_gaps``; rule reput_misplaced): at its queue offset when the queue's next unit
         follows it (``next_offset``) or, for the last unit, when the offset is possible for its record
