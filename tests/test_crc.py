@@ -183,3 +183,38 @@ def test_every_x86_tier_compiles_whatever_the_cpu(tier):
     asm = _assembly(crc.module_with(triple, tier), triple)
     register = {crc.PCLMULQDQ: "%xmm", crc.VPCLMULQDQ_256: "%ymm", crc.VPCLMULQDQ_512: "%zmm"}[tier]
     assert any("pclmulqdq" in line and register in line for line in asm.splitlines()), tier
+
+
+def _lane_by_lane(b, x, k, imm, width):
+    """A ``width``-bit VPCLMULQDQ as one 128-bit PCLMULQDQ per lane."""
+    i32 = ir.IntType(32)
+    parts = [crc._clmul(b, *(b.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, 2), [2 * i, 2 * i + 1]))
+                             for v in (x, k)), imm, 128) for i in range(width // 128)]
+    while len(parts) > 1:
+        parts = [b.shuffle_vector(parts[i], parts[i + 1], ir.Constant(ir.VectorType(i32, 2 * parts[i].type.count),
+                                                                     list(range(2 * parts[i].type.count))))
+                 for i in range(0, len(parts), 2)]
+    return parts[0]
+
+
+@pytest.mark.parametrize("tier", crc.X86, ids=lambda t: crc.NAMES[t])
+def test_every_x86_tier_with_its_wide_multiplication_emulated_is_zlib(tier):
+    """Each x86 tier's folding (its accumulators, constants, lanes and tail), its wide multiplication done
+    128 bits at a time and its code built for PCLMULQDQ only: zlib.crc32 at every length and alignment,
+    here on any CPU with PCLMULQDQ (the 512-bit tier included, where the CPU has no AVX-512)."""
+    import llvmlite.binding as llvm
+    if crc.TIER not in crc.X86:
+        pytest.skip("no PCLMULQDQ on this CPU")
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = crc.module_with(llvm.get_process_triple(), tier, wide_clmul=_lane_by_lane,
+                             features=crc.FEATURES[crc.PCLMULQDQ])
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)),
+                                        llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    name = f"rmqtool_crc32_{crc.NAMES[tier].replace('-', '_')}"
+    fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)(engine.get_function_address(name))
+    data = np.random.default_rng(9).integers(0, 256, 4096, dtype=np.uint8)
+    for at in ALIGNMENTS:
+        got = [fn(data.ctypes.data + at, n) for n in LENGTHS]
+        assert got == [zlib.crc32(data[at:at + n]) for n in LENGTHS], at

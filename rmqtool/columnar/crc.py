@@ -164,11 +164,11 @@ def _clmul(b: ir.IRBuilder, x, k, imm: int, width: int):
     return b.call(_declare(b.module, name, ir.FunctionType(vt, [vt, vt, _I8])), [x, k, _I8(imm)])
 
 
-def _fold(b: ir.IRBuilder, x, distance: int, width: int):
+def _fold(b: ir.IRBuilder, x, distance: int, width: int, clmul=_clmul):
     """Every 128-bit lane of ``x`` carried ``distance`` bits on: its low half times x^(d+32), its high half
     times x^(d-32)."""
     k = ir.Constant(ir.VectorType(_I64, width // 64), [_k(distance + 32), _k(distance - 32)] * (width // 128))
-    return b.xor(_clmul(b, x, k, 0x00, width), _clmul(b, x, k, 0x11, width))
+    return b.xor(clmul(b, x, k, 0x00, width), clmul(b, x, k, 0x11, width))
 
 
 def _mul64(b: ir.IRBuilder, a, k: int):
@@ -224,9 +224,11 @@ def _empty_blocks(module: ir.Module) -> ir.GlobalVariable:
     return table
 
 
-def _define_fold(module: ir.Module, tier: int) -> ir.Function:
-    """``rmqtool_crc32_<tier>(p, n)``: zlib.crc32 of p[0:n] by carry-less folding (an x86 tier)."""
-    fn, new = _function(module, f"rmqtool_crc32_{NAMES[tier].replace('-', '_')}", FEATURES[tier])
+def _define_fold(module: ir.Module, tier: int, wide_clmul=_clmul, features: str | None = None) -> ir.Function:
+    """``rmqtool_crc32_<tier>(p, n)``: zlib.crc32 of p[0:n] by carry-less folding (an x86 tier). ``wide_clmul``
+    emits the tier's own carry-less multiplication, ``features`` replaces its target features (tests: the
+    512-bit tier run where the CPU lacks it)."""
+    fn, new = _function(module, f"rmqtool_crc32_{NAMES[tier].replace('-', '_')}", features or FEATURES[tier])
     if not new:
         return fn
     width = _WIDTH[tier]
@@ -254,19 +256,19 @@ def _define_fold(module: ir.Module, tier: int) -> ir.Function:
         def four() -> None:
             at = b.load(pos)
             for i, a in enumerate(acc):
-                b.store(b.xor(_fold(b, b.load(a), 4 * w, w), _load(b, p, b.add(at, _I64(i * step)), vt)), a)
+                b.store(b.xor(_fold(b, b.load(a), 4 * w, w, wide_clmul), _load(b, p, b.add(at, _I64(i * step)), vt)), a)
             b.store(b.add(at, _I64(4 * step)), pos)
         _while(b, lambda: b.icmp_unsigned(">=", b.sub(n, b.load(pos)), _I64(4 * step)), four)
         v = b.load(acc[0])
         for a in acc[1:]:
-            v = b.xor(_fold(b, v, w, w), b.load(a))
+            v = b.xor(_fold(b, v, w, w, wide_clmul), b.load(a))
         if w > 128:
             one = _var(b, vt)
             b.store(v, one)
 
             def single() -> None:
                 at = b.load(pos)
-                b.store(b.xor(_fold(b, b.load(one), w, w), _load(b, p, at, vt)), one)
+                b.store(b.xor(_fold(b, b.load(one), w, w, wide_clmul), _load(b, p, at, vt)), one)
                 b.store(b.add(at, _I64(step)), pos)
             _while(b, lambda: b.icmp_unsigned(">=", b.sub(n, b.load(pos)), _I64(step)), single)
             v = b.load(one)
@@ -370,12 +372,14 @@ def _define_dispatch(module: ir.Module) -> ir.Function:
     return fn
 
 
-def module_with(triple: str, *tiers: int, instruction=_arm_instruction) -> ir.Module:
-    """A module for ``triple`` holding the functions of ``tiers`` (tests: compile for another target)."""
+def module_with(triple: str, *tiers: int, instruction=_arm_instruction, wide_clmul=_clmul,
+                features: str | None = None) -> ir.Module:
+    """A module for ``triple`` holding the functions of ``tiers`` (tests: compile for another target, run
+    with an instruction emulated; see ``_define_arm``, ``_define_fold``)."""
     module = ir.Module(name="rmqtool_crc32")
     module.triple = triple
     for tier in tiers:
-        fn = _define_arm(module, instruction) if tier == ARMV8_CRC else _define_fold(module, tier)
+        fn = _define_arm(module, instruction) if tier == ARMV8_CRC else _define_fold(module, tier, wide_clmul, features)
         fn.linkage = ""             # external: kept when nothing in the module calls it
     return module
 
