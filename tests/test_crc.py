@@ -218,3 +218,25 @@ def test_every_x86_tier_with_its_wide_multiplication_emulated_is_zlib(tier):
     for at in ALIGNMENTS:
         got = [fn(data.ctypes.data + at, n) for n in LENGTHS]
         assert got == [zlib.crc32(data[at:at + n]) for n in LENGTHS], at
+
+
+def test_the_tiers_compile_and_run_for_a_generic_cpu(tmp_path):
+    """With NUMBA_CPU_NAME=generic (machine code for any CPU of the architecture, numba's way to share a
+    cache between machines) every tier this CPU runs compiles and gives zlib.crc32: the tier is an argument,
+    each tier's function carries its own target features."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    probe = ("import zlib\nimport numba\nimport numpy as np\nfrom rmqtool.columnar import crc\n"
+             "from rmqtool.columnar.kernel import words\n"
+             "f = numba.njit(lambda d, d64, shift, p, n, t: crc.crc32(d, d64, shift, p, n, t))\n"
+             "data = np.random.default_rng(3).integers(0, 256, 2048, dtype=np.uint8)\n"
+             "for tier in crc.runnable():\n"
+             "    for n in (0, 1, 15, 16, 17, 63, 64, 100, 255, 256, 257, 1000, 2047):\n"
+             "        assert f(data, *words(data), 1, n, crc.argument(tier)) == zlib.crc32(data[1:1 + n]), (tier, n)\n"
+             "print(len(crc.runnable()))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.split() == [str(len(crc.runnable()))], proc.stderr[-2000:]
