@@ -318,3 +318,60 @@ def test_rebuild_cq_killed_while_workers_write_leaves_the_store_or_the_rebuild(g
         time.sleep(0.3)
         assert snapshot(root.parent) == left, n
     assert kills == 10
+
+
+@pytest.mark.parametrize("name", ["generated", "damaged"])
+def test_stats_and_grep_in_workers_print_what_one_process_prints(name, request):
+    """stats and grep spread the files over worker processes (``--jobs``) and print the same rows, the same
+    damage warnings and the same exit status as one process; grep's ``-n`` stops the workers early."""
+    src = request.getfixturevalue(name)
+    commands = [("stats", src, "--by", "topic", "-f", "jsonl"), ("stats", src, "--by", "queue", "-f", "csv"),
+                ("grep", src, "--tag", "TagA", "-f", "jsonl"), ("grep", src, "-f", "csv"),
+                ("grep", src, "-f", "plain", "-n", "7")]
+    for command in commands:
+        one, three = (run(*command, "--jobs", jobs) for jobs in "13")
+        assert (three.exit_code, three.stdout, three.stderr) == (one.exit_code, one.stdout, one.stderr), command
+        assert one.exit_code == (3 if name == "damaged" and "-n" not in command else 0), (command, one.stderr)
+        assert len(one.stdout.splitlines()) > 2, command
+
+
+def test_stats_and_grep_spread_a_large_store_by_default(generated, monkeypatch):
+    """Above workers.PARALLEL_MIN_BYTES of commit log stats and grep use workers without --jobs (here the
+    threshold lowered under the generated store: the files' scans run in other processes)."""
+    from rmqtool.ops import workers
+
+    pids = []
+    real = workers.process_map
+
+    def spy(fn, items, jobs, progress=None):
+        pids.append(jobs)
+        return real(fn, items, jobs, progress)
+    monkeypatch.setattr(workers, "process_map", spy)
+    monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1 << 16)
+    cores = len(os.sched_getaffinity(0))
+    one = run("stats", generated, "--by", "topic", "-f", "jsonl", "--jobs", "1")
+    default = run("stats", generated, "--by", "topic", "-f", "jsonl")
+    assert default.stdout == one.stdout and pids == [1, workers.default_jobs(6 * 65536, 6)]
+    assert pids[1] == min(cores, 6, available_memory() >> 30) and (cores < 2 or pids[1] > 1)
+
+
+@pytest.mark.parametrize("name", ["generated", "damaged"])
+def test_dataset_export_in_workers_writes_the_same_parts(name, request, tmp_path):
+    """export to a dataset directory writes its parts (one per commit-log file) in worker processes
+    (``--jobs``): the same files, bytes, counts and exit status as one process, a damaged file's error
+    (or with --stop-at-damage its warning) included."""
+    src = request.getfixturevalue(name)
+    for extra in (["-f", "parquet"], ["-f", "jsonl", "--stop-at-damage"], ["--partition-by", "topic"]):
+        outputs = []
+        for jobs in "13":
+            out = tmp_path / f"{name}-{extra[1]}-{jobs}"
+            r = run("export", src, "--to", out, *extra, "--jobs", jobs)
+            outputs.append((r.exit_code, r.stderr.replace(str(out), "OUT").split(" in ")[0],
+                            [line for line in r.stderr.splitlines() if "warning" in line or "error" in line],
+                            _tree(out) if out.exists() else {}))
+        assert outputs[0] == outputs[1], extra
+        if name == "generated":
+            assert outputs[0][0] == 0 and len(outputs[0][3]) >= 6, extra
+        else:           # the third file's bad magic code: a refused export, or the parts before it
+            assert outputs[0][0] == 3 and "bad magic code" in outputs[0][2][-1], (extra, outputs[0])
+            assert bool(outputs[0][3]) == ("--stop-at-damage" in extra), extra

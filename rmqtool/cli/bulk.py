@@ -52,8 +52,12 @@ class Size(click.ParamType):
               help="A compaction topic named by --topic: export its commit-log records (every version of every "
                    "key) instead of what its consumers receive.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+              help="Worker processes for a dataset directory, one part (commit-log file) each [default: from "
+                   "256 MiB of commit log one per core, 1 GB of available memory each; else 1]. One output "
+                   "file is written by one process.")
 def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_regex, since, until, include_blank,
-           engine, master, check_crc, body, read_anyway, commitlog_records, force):
+           engine, master, check_crc, body, read_anyway, commitlog_records, force, jobs):
     """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one
     file, or to a dataset directory with one part per commit-log file.
 
@@ -127,7 +131,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
                    where=where, include_blank=include_blank)
     if is_dataset_target(to, partition_by):
         result = export_to_dataset(stores, to, fmt or "parquet", partition_by, engine, master,
-                                   commitlog_records=commitlog_records, **options)
+                                   commitlog_records=commitlog_records, jobs=jobs, **options)
     elif engine == "spark":
         raise click.BadParameter("the spark engine writes a dataset directory: give --to a name without "
                                  "extension", param_hint="--to")

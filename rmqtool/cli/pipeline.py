@@ -16,8 +16,8 @@ import click
 
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (Damage, count_option, end_partial, filter_options, read_anyway_option, recognized,
-                                 record_filter, record_options)
+from rmqtool.cli.options import (Damage, count_option, end_partial, filter_options, jobs_option, read_anyway_option,
+                                 recognized, record_filter, record_options)
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, skip_pandas_probe, write_rows
 from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
 
@@ -60,7 +60,7 @@ def is_dataset_target(to: str, partition_by: str | None) -> bool:
 
 
 def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engine: str, master: str | None,
-                      commitlog_records: bool = False, **options):
+                      commitlog_records: bool = False, jobs: int | None = None, **options):
     from rmqtool.ops.compaction import consumer_view_split
     from rmqtool.ops.dataset import export_dataset, parse_partition_by
     from rmqtool.ops.scan import list_files, readable_files
@@ -79,7 +79,7 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
         result = export_spark(spark_session(master), stores, to, fmt, keys, files=files, **options)
     else:
         with progress_bar(sum(f.size for f in files), "export") as progress:
-            result = export_dataset(stores, to, fmt, keys, files=files, progress=progress, **options)
+            result = export_dataset(stores, to, fmt, keys, files=files, progress=progress, jobs=jobs, **options)
     result.skipped = skipped
     return result
 
@@ -91,11 +91,13 @@ def export_to_dataset(stores, to: str, fmt: str, partition_by: str | None, engin
                    "(topic + queue id), consumer group (of %RETRY%/%DLQ% records), hour of store time, store "
                    "host, tag or store [default: one row for everything].")
 @filter_options
+@jobs_option
 @engine_options
 @read_anyway_option()
 @output_options
 def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys, body_regex, since, until,
-          engine: str, master: str | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
+          jobs: int | None, engine: str, master: str | None, read_anyway: bool, fmt: str | None,
+          tablefmt: str) -> None:
     """Message counts, bytes, store-time range, retry and DLQ shares, transaction and delay counts
     of the commit-log records of STORES (store roots, commitlog dirs or files, globs, URIs).
 
@@ -132,7 +134,7 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
         rows = stats_spark(spark_session(master), files, by, on_damage=damage, where=where)
     else:
         with progress_bar(sum(f.size for f in files), "stats") as progress:
-            rows = stats_local(files, by, on_damage=damage, progress=progress, where=where)
+            rows = stats_local(files, by, on_damage=damage, progress=progress, where=where, jobs=jobs)
     keys = {"queue": ["topic", "queue_id"], "tag": ["tags"]}.get(by, [by] if by else [])
     extra = []
     if by == "topic":                     # the topic table, where a store has one
@@ -150,13 +152,14 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
 @click.argument("stores", nargs=-1, required=True, callback=recognized)
 @filter_options
 @count_option()
+@jobs_option
 @engine_options
 @read_anyway_option()
 @record_options
 @output_options
 @click.pass_context
 def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, keys, body_regex: str | None,
-         since: int | None, until: int | None, count: int | None, engine: str, master: str | None,
+         since: int | None, until: int | None, count: int | None, jobs: int | None, engine: str, master: str | None,
          read_anyway: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None, fmt: str | None,
          tablefmt: str) -> None:
     """Print the records of STORES that match every given filter, store by store in commit-log order,
@@ -189,7 +192,7 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
         from rmqtool.cli import batch_output
 
         with progress_bar(sum(f.size for f in files), "grep", streaming=True) as progress:
-            tables = grep_local(files, where, decompress=decompress, on_damage=damage, progress=progress)
+            tables = grep_local(files, where, decompress=decompress, on_damage=damage, progress=progress, jobs=jobs)
             if batch_output.table_supported(out, tablefmt, body, charset, body_dir):   # a batch at a time
                 n = batch_output.write_table_batches(batch_output.first_rows(tables, count), out,
                                                      ["store"] + SCAN_COLUMNS, tablefmt, sys.stdout, body=body,

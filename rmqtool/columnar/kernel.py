@@ -4,7 +4,7 @@
 magic code and that the lengths add up to TOTALSIZE inside the file (what ``decode_entry`` demands; the
 first record that fails stops the window and ``decode_entry`` names the reason), gathers the fixed fields
 into columns (an IPv4 host also as one int64: address and port), takes the body CRC (UtilAll.crc32: zlib's
-CRC-32, top bit cleared; by carry-less multiplication where the CPU has it, else slice-by-8) when asked, and
+CRC-32, top bit cleared; the best tier of ``crc`` this CPU has) when asked, and
 parses PROPERTIES as the 4.9.1+ broker does (items split at \\x02, key and value at the first \\x01, both
 non-empty; eight bytes a step): the value spans of the properties the tools read and, when asked, the span
 of every item (for the ``properties`` map), the copies of body, topic and properties (properties parsed in
@@ -42,6 +42,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rmqtool import constants as C
+from rmqtool.columnar import crc
 
 # Rows of the per-record column block returned by the kernel (all int64).
 FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset", "stored_physical_offset",
@@ -61,18 +62,6 @@ PROPERTIES = (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_I
 _NAME_BYTES = np.frombuffer(b"".join(n.encode() for n in PROPERTIES), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in PROPERTIES]).astype(np.int64)
 _ID_ROOM = 2 * (C.IPV6_HOST_LEN + 8)    # msgId hex digits of a record at most (IPv6 store host and offset)
-
-
-def _crc_tables() -> np.ndarray:
-    t = np.zeros((8, 256), np.uint64)
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
-        t[0, i] = c
-    for k in range(1, 8):
-        t[k] = (t[k - 1] >> np.uint64(8)) ^ t[0][(t[k - 1] & np.uint64(0xFF)).astype(np.int64)]
-    return t
 
 
 def _jit(fn):
@@ -118,10 +107,7 @@ def _helper(fn):
     return njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
 
 
-_CRC_T = _crc_tables()
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
-_M8 = np.uint64(0xFF)
-_ONES = np.uint64(0xFFFFFFFF)
 
 
 def _load(bits: int, swap: bool):
@@ -181,34 +167,6 @@ def _memcpy(typingctx, src, a, n, dst, o):
 
 
 @intrinsic
-def _clmul(typingctx, a, b):
-    """The carry-less product of two uint64 as (low, high) uint64 (x86 PCLMULQDQ)."""
-    def codegen(context, builder, signature, args):
-        v2, i32 = ir.VectorType(ir.IntType(64), 2), ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v2, [v2, v2, ir.IntType(8)]),
-                                            "llvm.x86.pclmulqdq")
-        va = builder.insert_element(ir.Constant(v2, ir.Undefined), args[0], i32(0))
-        vb = builder.insert_element(ir.Constant(v2, ir.Undefined), args[1], i32(0))
-        r = builder.call(fn, [va, vb, ir.IntType(8)(0)])
-        return context.make_tuple(builder, signature.return_type,
-                                  [builder.extract_element(r, i32(0)), builder.extract_element(r, i32(1))])
-    return types.UniTuple(types.uint64, 2)(a, b), codegen
-
-
-def _has_clmul() -> bool:
-    """Whether the CPU multiplies carry-less (x86 PCLMULQDQ, since 2010)."""
-    import platform
-
-    import llvmlite.binding as llvm
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        return bool(llvm.get_host_cpu_features().get("pclmul", False))
-    except RuntimeError:            # features not known on this host
-        return False
-
-
-@intrinsic
 def _ctz(typingctx, x):
     """Trailing zero bits of a non-zero uint64."""
     def codegen(context, builder, signature, args):
@@ -228,74 +186,11 @@ def _i64(d, p):
     return np.int64(_be64(d, p))
 
 
-@_helper
-def _crc32_tables(d, d64, shift, p, n, t):
-    """zlib.crc32 of d[p:p+n], slice-by-8; ``d64`` is d[shift:] viewed as little-endian uint64 words
-    (aligned reads)."""
-    crc = _ONES
-    e = p + n
-    while p < e and ((p - shift) & 7) != 0:
-        crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
-        p += 1
-    while p + 8 <= e:
-        w = d64[(p - shift) >> 3] ^ crc
-        crc = (t[7, w & _M8] ^ t[6, (w >> np.uint64(8)) & _M8] ^ t[5, (w >> np.uint64(16)) & _M8]
-               ^ t[4, (w >> np.uint64(24)) & _M8] ^ t[3, (w >> np.uint64(32)) & _M8]
-               ^ t[2, (w >> np.uint64(40)) & _M8] ^ t[1, (w >> np.uint64(48)) & _M8] ^ t[0, w >> np.uint64(56)])
-        p += 8
-    while p < e:
-        crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
-        p += 1
-    return np.int64(crc ^ _ONES)
-
-
-# The CRC-32 polynomial's folding constants (x^(128+32) mod P, x^(128-32) mod P, x^64 mod P, reflected)
-# and its Barrett reduction's P' and mu: Intel's "Fast CRC Computation Using PCLMULQDQ" (as Linux's
-# crc32-pclmul_asm.S and zlib-ng use them for this polynomial).
-_K3, _K4, _K5 = np.uint64(0x1751997D0), np.uint64(0xCCAA009E), np.uint64(0x163CD6124)
-_P, _MU = np.uint64(0x1DB710641), np.uint64(0x1F7011641)
-_S32 = np.uint64(32)
-
-
-@_helper
-def _crc32_clmul(d, d64, shift, p, n, t):
-    """zlib.crc32 of d[p:p+n], 16 bytes a step by carry-less multiplication (four times the tables' rate);
-    the last bytes by table."""
-    crc = _ONES
-    e = p + n
-    if n >= 32:
-        lo = np.uint64(_le64(d, p)) ^ crc
-        hi = np.uint64(_le64(d, p + 8))
-        p += 16
-        while p + 16 <= e:                     # fold 128 bits over the next 16 bytes
-            a_lo, a_hi = _clmul(lo, _K3)
-            b_lo, b_hi = _clmul(hi, _K4)
-            lo = a_lo ^ b_lo ^ np.uint64(_le64(d, p))
-            hi = a_hi ^ b_hi ^ np.uint64(_le64(d, p + 8))
-            p += 16
-        a_lo, a_hi = _clmul(lo, _K4)           # 128 -> 64 bits (and 32 zero bits appended)
-        lo, hi = hi ^ a_lo, a_hi
-        u = lo & _ONES                         # 64 -> 32 bits
-        lo = (lo >> _S32) | (hi << _S32)
-        a_lo, a_hi = _clmul(u, _K5)
-        lo ^= a_lo
-        a_lo, a_hi = _clmul(lo & _ONES, _MU)   # Barrett reduction
-        a_lo, a_hi = _clmul(a_lo & _ONES, _P)
-        crc = ((lo ^ a_lo) >> _S32) & _ONES
-    while p < e:
-        crc = t[0, (crc ^ np.uint64(d[p])) & _M8] ^ (crc >> np.uint64(8))
-        p += 1
-    return np.int64(crc ^ _ONES)
-
-
-_crc32 = _crc32_clmul if _has_clmul() else _crc32_tables
-
-
 @_jit
 def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items, bodies, topics, properties, parsed,
           ids):
     """(n, next, bad, full, body_used, topic_used, props_used, ids_used): see ``scan_window``, into the
-    caller's buffers (``full``: the window stopped where they are full); ``t``: the CRC tables, None for no
+    caller's buffers (``full``: the window stopped where they are full); ``t``: ``crc.ARGUMENT``, None for no
     CRC; with ``items`` (else None, and the buffers after it too) bodies, topics and properties are copied
     while the record is in cache, each kind one after another into its buffer (at body_off, topic_off,
     props_off), and the msgId texts into ``ids`` (at id_off). No array is made or grown in the loop (that
@@ -387,7 +282,7 @@ def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items
         cols[19, n] = props_pos
         cols[20, n] = props_len
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
-        cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
+        cols[21, n] = body_len == 0 or (crc.crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
             if t is not None else 1
         cols[26, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
         cols[27, n] = _i64(d, store_host)
@@ -779,7 +674,7 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
             bodies, topics, properties = (_pooled((heap,), np.uint8) for _ in range(3))
             parsed = read_only(properties)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = loaded(
-            _scan, data, d64, shift, pos, limit, gap, _CRC_T if check_crc else None, _NAME_BYTES, _NAME_OFF, cols,
+            _scan, data, d64, shift, pos, limit, gap, crc.ARGUMENT if check_crc else None, _NAME_BYTES, _NAME_OFF, cols,
             props, its, bodies, topics, properties, parsed, ids)
         if n or not full:
             break

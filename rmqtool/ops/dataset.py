@@ -19,6 +19,7 @@ import os
 import posixpath
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterable, Sequence
 
 from rmqtool.errors import StoreError, first_line
@@ -169,22 +170,37 @@ def _move_dir(fsys, src: str, dst: str) -> None:
 Runner = Callable[[Callable, list], list]
 
 
-def run_local(fn: Callable, items: list) -> list:
-    return [fn(item) for item in items]
+def _warm_text(batch, *, fmt: str, check_crc: bool, body_encoding: str) -> None:
+    """A row of ``batch`` through the ``fmt`` (jsonl, csv) writer into memory: its compiled line writer
+    loaded (see ``scan.warm``)."""
+    import pyarrow as pa
+
+    from rmqtool.columnar import record_schema
+    from rmqtool.ops.export import writer
+
+    out = writer(fmt, pa.BufferOutputStream(), record_schema(check_crc), body_encoding)
+    out(batch.slice(0, 1))
+    out(None)
+
+
+def _write_item(item: tuple[int, scan.StoreFile], progress: Callable[[int], None] | None, **options) -> PartResult:
+    """``write_part`` of (index, file), in a worker process or a Spark task."""
+    return write_part(item[1], item[0], progress=progress, **options)
 
 
 def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str = "parquet",
                    partition_by: tuple[str, ...] = (), *, check_crc: bool = False, body_encoding: str = "base64",
-                   read_anyway: bool = False, overwrite: bool = False, runner: Runner = run_local,
+                   read_anyway: bool = False, overwrite: bool = False, runner: Runner | None = None,
                    files: Iterable[scan.StoreFile] | None = None, where=None, include_blank: bool = False,
-                   progress: Callable[[int], None] | None = None) -> DatasetResult:
+                   progress: Callable[[int], None] | None = None, jobs: int | None = None) -> DatasetResult:
     """Write every commit-log file of the stores as parts of the dataset directory ``to``.
 
-    ``runner(fn, items)`` applies ``fn`` to each item (in this process, or as Spark tasks) and returns
-    the results in order; ``progress(n)`` (in this process only) is told the bytes scanned. A store the
-    broker refuses to load (rmqtool.store.readable) is refused and a damaged record fails the export (no
-    output left) unless ``read_anyway``: then what is readable is written, and ``result.skipped`` and
-    ``result.damaged`` say what was not. ``files``: the commit-log files, as ``scan.readable_files`` gives them.
+    ``runner(fn, items)`` applies ``fn`` to each item (as Spark tasks) and returns the results in order;
+    without one the parts are written here, in ``jobs`` processes (default: ``workers.default_jobs``).
+    ``progress(n)`` is told the bytes scanned. A store the broker refuses to load (rmqtool.store.readable)
+    is refused and a damaged record fails the export (no output left) unless ``read_anyway``: then what is
+    readable is written, and ``result.skipped`` and ``result.damaged`` say what was not. ``files``: the
+    commit-log files, as ``scan.readable_files`` gives them.
     """
     if fmt not in DATASET_FORMATS:
         raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
@@ -209,10 +225,18 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
     try:
         _remove(fsys, staged)
         fsys.create_dir(staged, recursive=True)
-        parts = runner(lambda item: write_part(item[1], item[0], out_dir, fmt, partition_by, check_crc=check_crc,
-                                               body_encoding=body_encoding, read_anyway=read_anyway,
-                                               where=where, include_blank=include_blank, progress=progress),
-                       list(enumerate(files)))
+        task = partial(_write_item, out_dir=out_dir, fmt=fmt, partition_by=partition_by, check_crc=check_crc,
+                       body_encoding=body_encoding, read_anyway=read_anyway, where=where,
+                       include_blank=include_blank)
+        if runner is None:
+            from rmqtool.ops.workers import default_jobs, process_map
+            jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
+            if jobs > 1 and len(files) > 1:
+                text = partial(_warm_text, fmt=fmt, check_crc=check_crc, body_encoding=body_encoding)
+                scan.warm(files[0], None if fmt == "parquet" else text, check_crc=check_crc)
+            parts = process_map(task, list(enumerate(files)), jobs, progress)
+        else:
+            parts = runner(lambda item: task(item, None), list(enumerate(files)))
         for part in parts:
             result.records += part.records
             result.messages += part.messages

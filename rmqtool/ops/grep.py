@@ -10,6 +10,7 @@ documented record rows. Both engines run these same functions, file by file, in 
 from __future__ import annotations
 
 import base64
+from functools import partial
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
@@ -76,8 +77,33 @@ def row_fields(schema: pa.Schema) -> list[str]:
 
 def grep_local(files: list[scan.StoreFile], where: RecordFilter, *, decompress: bool = False,
                on_damage: Callable[[Exception], None] | None = None,
-               progress: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
-    """The single-process engine: hits batch by batch, as they are decoded."""
+               progress: Callable[[int], None] | None = None, jobs: int | None = None) -> Iterator[pa.RecordBatch]:
+    """The local engine: hits batch by batch in file order. In one process (``jobs`` 1; default
+    ``workers.default_jobs``) as they are decoded; else each file's hits from a worker process, the next
+    files decoded while the caller writes these (``workers.process_imap``: at most ``jobs`` files' hits
+    wait), ``on_damage`` told of a file's damage before its hits."""
+    from rmqtool.ops.workers import default_jobs, process_imap
+
     where.compiled()
-    for f in files:
-        yield from file_hit_batches(f, where, decompress=decompress, on_damage=on_damage, progress=progress)
+    jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
+    if jobs <= 1 or len(files) <= 1:
+        for f in files:
+            yield from file_hit_batches(f, where, decompress=decompress, on_damage=on_damage, progress=progress)
+        return
+    scan.warm(files[0], lambda b: filter_batch(b.slice(0, 1), where, where.compiled(), decompress),
+              decompress=decompress)
+    for hits, damage in process_imap(partial(_file_hits_apart, where=where, decompress=decompress), files, jobs,
+                                     progress):
+        for warning in damage:
+            if on_damage:
+                on_damage(warning)
+        if hits is not None:
+            yield from hits.to_batches()
+
+
+def _file_hits_apart(f: scan.StoreFile, progress: Callable[[int], None] | None, *, where: RecordFilter,
+                     decompress: bool) -> tuple[pa.Table | None, list[str]]:
+    """``file_hits`` in a worker: (its hits, the damage it skipped, as text)."""
+    damage: list[str] = []
+    return file_hits(f, where, decompress=decompress, on_damage=lambda exc: damage.append(str(exc)),
+                     progress=progress), damage

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from rmqtool import constants as C
-from rmqtool.errors import FormatError, StoreError, first_line
+from rmqtool.errors import FormatError, RmqError, StoreError, first_line
 from rmqtool.store import layout as L
 
 KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "compactionlog", "compactioncq")
@@ -283,6 +283,24 @@ def local_path(f: StoreFile) -> Iterator[str]:
     fsys, path = filesystem(f.uri)
     with _copies(f, fsys, lambda: [(path, f.name)]) as tmp:
         yield os.path.join(tmp, f.name)
+
+
+def warm(f: StoreFile, step: Callable | None = None, **options) -> None:
+    """Decode the first batch of the local file ``f`` (``record_batches``' options) and hand it to ``step``,
+    in this process, before worker processes are forked from it: the compiled decode (and what ``step``
+    compiles) is loaded once here, not again from the cache in every worker (~0.25 CPU-s apiece). Damage
+    and unreadable files are left to the real pass."""
+    if "://" in f.uri:
+        return
+    batches = record_batches(f, **options)
+    try:
+        batch = next(batches, None)
+        if batch is not None and step is not None:
+            step(batch)
+    except (RmqError, OSError):
+        pass
+    finally:
+        batches.close()
 
 
 def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,

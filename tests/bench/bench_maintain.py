@@ -28,8 +28,12 @@ minute apart carry that cost into the next run's first rebuild-cq measure.
   writes in the default worker processes; ``rebuild-cq-1``: in one process
 - ``rebuild-index``: every index file rebuilt (``--dry-run``: built beside ``index/``, then removed), the
   walk in the default worker processes; ``rebuild-index-1``: in one process
-- ``stats``: ``stats STORE --by topic`` (the whole command, start-up included, in one process)
-- ``grep-key``: ``grep STORE --key KEY`` for a key no record has (the whole command, one process)
+- ``stats``: ``stats STORE --by topic`` (the whole command, start-up included) in its default worker
+  processes; ``stats-1``: in one process
+- ``grep-key``: ``grep STORE --key KEY`` for a key no record has (the whole command), default workers;
+  ``grep-key-1``: one process
+- ``export``: ``export STORE --to DIR -f parquet``, a dataset directory (one part per file), default workers;
+  ``export-1``: one process
 - ``info``: the store summary (default worker processes)
 - ``repair``: the plan for the store (its files linked into a scratch directory beside an ``abort`` file) and its checkpoint in the last file;
   "read" is the commit-log bytes the recovery walk scanned
@@ -54,9 +58,9 @@ sys.path.insert(0, str(ROOT))
 
 GIB = 1 << 30
 MEASURES = ["decode_crc", "verify-1", "verify", "rebuild-cq-1", "rebuild-cq", "rebuild-index-1", "rebuild-index",
-            "stats", "grep-key", "info", "repair"]
+            "stats-1", "stats", "grep-key-1", "grep-key", "export-1", "export", "info", "repair"]
 # x the decode-with-CRC rate, in one process
-TARGETS = {"verify-1": 0.8, "rebuild-cq-1": 0.8, "stats": 0.8, "grep-key": 0.8, "rebuild-index-1": 0.5}
+TARGETS = {"verify-1": 0.8, "rebuild-cq-1": 0.8, "stats-1": 0.8, "grep-key-1": 0.8, "rebuild-index-1": 0.5}
 PARALLEL_TARGET = 1.5                # worker processes (--jobs 2 on two cores) x one process
 INFO_TARGET_MBPS = 2000
 TARGET_GIB = 4                       # the rate targets hold for stores of this size and up; RSS at every size
@@ -87,11 +91,13 @@ def measure(name: str, store: Path, scratch: Path) -> dict:
         from rmqtool.ops.dispatch_plan import DispatchPlan
         from rmqtool.ops.rebuild import rebuild_index
         rebuild_index(st, dry_run=True, plan=DispatchPlan(jobs=1 if name.endswith("-1") else None))
-    elif name in ("stats", "grep-key"):
-        args = ["stats", str(store), "--by", "topic"] if name == "stats" else \
-            ["grep", str(store), "--key", "no-such-key", "-f", "jsonl"]
-        status = subprocess.run([sys.executable, "-m", "rmqtool", *args], stdout=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
+    elif name.startswith(("stats", "grep-key", "export")):
+        args = {"stats": ["stats", str(store), "--by", "topic"],
+                "grep-key": ["grep", str(store), "--key", "no-such-key", "-f", "jsonl"],
+                "export": ["export", str(store), "--to", str(scratch / "dataset"), "-f", "parquet"],
+                }[name.removesuffix("-1")]
+        status = subprocess.run([sys.executable, "-m", "rmqtool", *args, *["--jobs", "1"] * name.endswith("-1")],
+                                stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)}).returncode
         if status not in (0, 1):                  # grep: 1 = nothing matched
             raise SystemExit(f"{name} exited with {status}")
     elif name == "info":
