@@ -795,7 +795,7 @@ CENSUS = [
     # the broker starts and never indexes them (its dispatch starts after them): lookups miss for good
     ("zeroed_index", _zeroed_index, "error", "index_missing_entry"),
     ("deleted_index", _deleted_index, "error", "index_missing_entry"),
-    ("slot_past_count", _slot_past_count, "warning", "index_bad_slot"),        # IndexFile.selectPhyOffset
+    ("slot_past_count", _slot_past_count, "error", "index_bad_slot"),          # IndexFile.selectPhyOffset: lookups miss
     ("truncated_last_file", _truncated_last_file, "error", "wrong_file_size"),
     # both versions end the file at such a BLANK (5.3.3's recovery stops at one beyond the rest of the file,
     # outside the files it reads here: test_recovery_rules), CommitLog.checkMessageAndReturnSize

@@ -282,7 +282,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                     findings = list(verify_store(st.root, deep=True))
                     left += _left_to_dispatch(st, findings)
                     for f in findings:
-                        if f.kind in LEFT_TO and f.path and \
+                        if f.severity == "error" and f.kind in LEFT_TO and f.path and \
                                 Path(f.path).is_relative_to(st.root):
                             rel = st.rel(f.path)
                             if not any(n == rel or n.startswith(rel + "/") for n in named):
@@ -308,7 +308,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
         click.echo("nothing to repair", err=True)
     else:
         say_undo("repaired", saved, st.root)
-    # its own result verified: an error, or what another command still has to fix, is left (exit 1)
+    # its own result verified (CRCs too): an error left is named with what fixes it (exit 1)
     left = [f for f in verify_store(st.root, deep=True) if f.kind != "broker_running"]   # forced past the lock
     for f in left:
         why = LEFT_TO.get(f.kind)
@@ -316,8 +316,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     lost = _left_to_dispatch(st, left)
     for path, problem, why in lost:
         click.echo(f"rmqtool: not repaired: {path}: {problem} [{why}]", err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if lost or any(f.severity == "error" or f.kind in LEFT_TO
-                                                                 for f in left) else ExitCode.OK)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if lost or any(f.severity == "error" for f in left) else ExitCode.OK)
 
 
 def _left_to_dispatch(st, findings) -> list[tuple[str, str, str]]:

@@ -437,8 +437,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     "index_past_end_after_crash": (WARNING, "after a crash the broker deletes index files newer than the "
                                             "checkpoint and indexes the recovered records again: IndexService.load"),
     "index_missing_entry": (WARNING, ""),
-    "index_bad_slot": (WARNING, "IndexFile.selectPhyOffset takes the slot for empty: query-key misses its keys "
-                                "(rebuild-index rebuilds them)"),
+    "index_bad_slot": (ERROR, "IndexFile.selectPhyOffset takes the slot for empty: query-key misses its keys "
+                              "(rebuild-index rebuilds them)"),
     "points_at_damage": (WARNING, "it points at a damaged record: see that record's finding and broker_start"),
     "broker_running": (WARNING, ""),
     "salvaged_record": (WARNING, ""),
