@@ -128,6 +128,24 @@ def test_machine_formats_stay_exact(nasty_store, fmt):
     assert row["body"] == NASTY and row["tags"] == "t\x1b[1m"
 
 
+
+def test_tsv_escapes_tab_newline_and_backslash_instead_of_quoting(tmp_path):
+    """TSV cells hold no tab or newline: they and the backslash come as \\t \\n \\r \\\\ (the TSV of PostgreSQL's text
+    COPY), never in CSV quotes; reading them back gives the exact body."""
+    root = tmp_path / "store"
+    body = 'a\tb\nc\r\\d "q",e'
+    assert run("init", root, "--commitlog-file-size", "65536", "--cq-file-size", "200", "--slots", "16",
+               "--max-entries", "64").exit_code == 0
+    assert run("put", root, "--topic", "T", "--tag", "t\tx", "--body", body).exit_code == 0
+    out = run("cat-commitlog", root, "-f", "tsv", "--body-encoding", "text", "--fields", "topic,tags,body").stdout
+    head, row = out.splitlines()
+    assert out.count("\n") == 2 and head == "topic\ttags\tbody"
+    cells = row.split("\t")
+    assert cells == ["T", "t\\tx", 'a\\tb\\nc\\r\\\\d "q",e']
+    unescape = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}
+    assert re.sub(r"\\(.)", lambda m: unescape[m.group(1)], cells[2]) == body
+
+
 # -- 3. readable by default -------------------------------------------------------------------------
 def test_record_view_prints_one_field_per_line():
     r = next(r for r in messages() if r["physicalOffset"] == 3635)

@@ -276,20 +276,33 @@ def _select(rows: Iterable[dict], fields: list[str]):
 
 
 def _write_csv(rows: Iterable[dict], columns: list[str] | None, out, fmt: Format = Format.CSV) -> int:
-    """CSV (RFC 4180 quoting) or TSV (tab-separated, the same quoting of cells holding a tab or newline)."""
+    """CSV (RFC 4180 quoting) or TSV (tab-separated, no quotes: a cell's tab, newline, carriage return and
+    backslash as ``\\t``, ``\\n``, ``\\r``, ``\\\\``, as PostgreSQL's text COPY and MySQL's LOAD DATA read them)."""
     it: Iterator[dict] = iter(rows)
     first = next(it, None)
     if first is None:
         return 0
     cols = columns or list(first)
-    writer = csv.writer(out, lineterminator="\n", delimiter="\t" if fmt is Format.TSV else ",")
+    if fmt is Format.TSV:
+        def writerow(cells: list) -> None:
+            out.write("\t".join(_tsv_escape(str(c)) for c in cells) + "\n")
+    else:
+        writerow = csv.writer(out, lineterminator="\n").writerow
     if _headers():
-        writer.writerow(cols)
+        writerow(cols)
     n = 0
     for row in _chain(first, it):
-        writer.writerow([_csv_cell(row.get(c)) for c in cols])
+        writerow([_csv_cell(row.get(c)) for c in cols])
         n += 1
     return n
+
+
+_TSV_SPECIAL = re.compile(r"[\\\t\n\r]")
+_TSV_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _tsv_escape(text: str) -> str:
+    return _TSV_SPECIAL.sub(lambda m: _TSV_ESCAPES[m.group()], text)
 
 
 def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
