@@ -12,7 +12,9 @@ $(BIN)/rmqtool: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# compat: a path entry, so PySpark's look-up of installed pyspark_* modules finds the rocketmq source
-	$(BIN)/python -m pip install --quiet -e '.[spark,test]' --config-settings editable_mode=compat
+	# (setuptools' boxed notice that the compat mode is transitional is silenced: the mode is chosen)
+	PYTHONWARNINGS='ignore:Compat editable installs' \
+	    $(BIN)/python -m pip install --quiet -e '.[spark,test]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(BIN)/rmqtool
