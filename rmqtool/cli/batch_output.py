@@ -23,7 +23,7 @@ from rich.cells import cell_len
 from rmqtool.cli.output import (FREE_TEXT_WIDTHS, SAMPLE_ROWS, SIZE_FIELDS, TIMESTAMP_FIELDS, Format, TableFrame,
                                 _chosen_fields, _fix, cell, check_fields, escape, open_table)
 from rmqtool.columnar.text import column, encode_bodies
-from rmqtool.ops.grep import BLANK_FIELDS, row_fields
+from rmqtool.ops.grep import BLANK_FIELDS, hit_rows, row_fields
 
 _CONTROL_RX = "[\\x00-\\x1f\\x{7f}-\\x{9f}]"                  # output.escape's characters
 _JSON_RX = '[\\x00-\\x1f"\\\\\\x{7f}-\\x{9f}]'               # what json.dumps escapes, and escape() after it
@@ -72,6 +72,15 @@ def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns:
     truncates = [c in FREE_TEXT_WIDTHS and not (pa.types.is_integer(types[c]) or pa.types.is_floating(types[c]))
                  if c in types else c in FREE_TEXT_WIDTHS for c in columns]
     frame = open_table(columns, widths, truncates, fmt, tablefmt, None, out, optional)
+    if frame is None:                 # wider than the terminal: the record layout, as the row path prints it
+        from rmqtool.cli.output import _write_record_view
+        from rmqtool.cli.read import present_bodies, row_encoding
+
+        rows = hit_rows(itertools.chain(sample, () if failed else it), row_encoding(body, fmt, None))
+        n = _write_record_view(present_bodies(rows, fmt, body), columns, out)
+        if failed:
+            raise failed
+        return n
     cut = dict(zip(columns, truncates))
     n = 0
     rest = () if failed else ((b, None) for b in it)

@@ -160,13 +160,29 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
             with _progress(st, "verifying") as progress:
                 findings += [f.row() for f in verify_store(path, deep=deep, progress=progress, jobs=jobs)]
     out = resolve_format(fmt)
+    title = "findings"
+    root = opened[0][1].root if len(opened) == 1 else None
+    if out in PEOPLE and root and all(_in_store(f["path"], root) is not None for f in findings):
+        title = f"findings in {root}"           # people read paths in the store: relative to it, named once
+        findings = [{**f, "path": _in_store(f["path"], root) or f["path"]} for f in findings]
     with stdout_may_close():            # the status says what was found, whoever stopped reading
-        write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
+        write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title=title)
     errors = sum(1 for f in findings if f["severity"] == "error")
     if out in PEOPLE:
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
                    err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
+
+
+def _in_store(path: str | None, root: Path) -> str | None:
+    """``path`` relative to the store ``root`` ('' when there is no path, '.' for the root itself); None
+    when it lies outside."""
+    if not path:
+        return ""
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return None
 
 
 @cli.command()

@@ -150,7 +150,12 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
         from rmqtool.ops.compaction import with_compaction
         rows, more = with_compaction(rows, sorted({f.store for f in files}))
         extra += more
-    write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats")
+    # on a narrow terminal the shares, transaction counts and topic-table columns go first (-f record has all)
+    narrow_drops = tuple(reversed(extra)) + ("delayed", "transaction_op", "transaction_rollback", "transaction_commit",
+                                             "transaction_half", "dlq_share", "retry_share", "min_store_timestamp",
+                                             "max_store_timestamp")
+    write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats",
+               optional=narrow_drops)
     damage.exit()
 
 
