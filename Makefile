@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STORE ?= fixtures/dev-sample/store
+STORE ?= fixtures/dev-config-5x/store
 
 .PHONY: demo test install man clean
 
@@ -19,13 +19,13 @@ $(BIN)/rmqtool: pyproject.toml
 
 install: $(BIN)/rmqtool
 
-# The main job: a Spark export of the bundled store to Parquet, then per-topic statistics on Spark
-# (both in an embedded local[*] session), then the store summary.
+# The main job: a Spark export of a bundled 5.3.3 broker's store to Parquet, then per-topic statistics on
+# Spark (both in an embedded local[*] session), then the store summary. README.md shows what it prints.
 demo: install
 	rm -rf build/demo
 	$(BIN)/rmqtool export $(STORE) --to build/demo/messages --engine spark
-	$(BIN)/rmqtool stats $(STORE) --by topic --engine spark --format plain
-	$(BIN)/rmqtool info $(STORE) --format plain
+	$(BIN)/rmqtool stats $(STORE) --by topic --engine spark --format plain --fields topic,messages,bytes,queue_type
+	$(BIN)/rmqtool info $(STORE) --format plain --fields store,messages,topics,max_store_timestamp,abort,lock
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -134,13 +134,14 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
 
     \b
     Examples:
-      rmqtool verify fixtures/dev-sample/store
-      rmqtool verify fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z -f plain
-      rmqtool verify fixtures/dev-timer-5x/store --now 2026-12-01T00:00:00Z -f record   # exit 1
-      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 0: warnings (the broker recovers it)
-      rmqtool verify fixtures/dev-sample-crash-torn/store --strict   # exit 1
-      rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl
-      rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
+      rmqtool verify STORE
+      rmqtool verify TIMER_STORE --now 2026-11-23T07:00:00Z -f plain
+      rmqtool verify TIMER_STORE --now 2026-12-01T00:00:00Z -f record   # exit 1
+      rmqtool verify CRASHED_STORE -f plain \\
+        # exit 0: warnings (the broker recovers it)
+      rmqtool verify CRASHED_STORE --strict   # exit 1
+      rmqtool verify STORE STORE_5X --check-crc -f jsonl
+      rmqtool verify COMPACTION_STORE ROCKSDB_STORE
     """
     deep = check_crc
     from rmqtool.ops.findings import FINDING_FIELDS
@@ -220,9 +221,9 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
 
     \b
     Examples:
-      rmqtool repair fixtures/dev-sample/store
-      rmqtool repair fixtures/dev-sample-crash-torn/store -f plain   # exit 1
-      cp -r fixtures/dev-sample-crash-torn/store /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
+      rmqtool repair STORE
+      rmqtool repair CRASHED_STORE -f plain   # exit 1
+      cp -r CRASHED_STORE /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
     if apply_ and dry_run:
         raise click.UsageError("use --apply or --dry-run, not both")
@@ -335,11 +336,12 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 
     \b
     Examples:
-      rmqtool rebuild-cq fixtures/dev-sample/store --dry-run   # exit 0: the queues are as the broker wrote them
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$
-      rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic --dry-run   # exit 1
-      rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$
+      rmqtool rebuild-cq STORE --dry-run \\
+        # exit 0: the queues are as the broker wrote them
+      rmqtool rebuild-cq STORE --topic TopicA --out /tmp/rmqtool-cq-$$
+      rmqtool rebuild-cq BATCHCQ_STORE --out /tmp/rmqtool-bcq-$$
+      rmqtool rebuild-cq STORE --topic NoSuchTopic --dry-run   # exit 1
+      rmqtool rebuild-cq ROCKSDB_STORE --out /tmp/rmqtool-rocksdb-cq-$$
     """
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues
@@ -389,8 +391,9 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
 
     \b
     Examples:
-      rmqtool rebuild-index fixtures/dev-sample/store --dry-run -f plain   # exit 1
-      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128 --dry-run   # exit 1
+      rmqtool rebuild-index STORE --dry-run -f plain   # exit 1
+      rmqtool rebuild-index STORE --slots 32 --max-entries 128 --dry-run \\
+        # exit 1
     """
     from rmqtool.ops.dispatch_plan import DispatchPlan
     from rmqtool.ops.dispatch_plan import broker_version as version_of
@@ -430,7 +433,8 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
 
     \b
     Examples:
-      rmqtool init /tmp/rmqtool-init-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64
+      rmqtool init /tmp/rmqtool-init-$$ --commitlog-file-size 65536 \\
+        --cq-file-size 160 --slots 16 --max-entries 64
     """
     from rmqtool.format.indexfile import Geometry
     from rmqtool.ops.write import init_store
@@ -479,8 +483,11 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
 
     \b
     Examples:
-      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello --dry-run   # exit 1
-      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi
+      rmqtool put STORE --topic TopicA --tag TagA --key order-1 --body hello \\
+        --dry-run   # exit 1
+      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 \\
+        --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put \\
+        /tmp/rmqtool-put-$$ --topic T --body hi
     """
     from rmqtool.ops.write import StoreWriter, build_message
 
@@ -528,7 +535,8 @@ def import_(store: str, file, dry_run: bool, backup: Path | None, force: bool, f
 
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl --dry-run   # exit 1
+      rmqtool cat-commitlog STORE -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && \\
+        rmqtool import STORE_5X /tmp/rmqtool-five.jsonl --dry-run   # exit 1
     """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
@@ -580,7 +588,8 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
 
     \b
     Examples:
-      cp -r fixtures/dev-sample-crash/store /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
+      cp -r CRASHED_STORE /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply \\
+        --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
     """
     from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
 

@@ -339,7 +339,7 @@ def _write_record_view(rows: Iterable[dict], columns: list[str] | None, out) -> 
         lines = []
         for c in cols:
             parts = _wrap(cell(c, row.get(c)), room) if room >= WRAP_MIN_WIDTH else [cell(c, row.get(c))]
-            lines.append(f"{c + ':':<{width}} {parts[0]}".rstrip() + "\n")
+            lines.append(f"{c + ':':<{width}} {parts[0]}".rstrip(" " if not parts[0] else "") + "\n")
             lines += [" " * (width + 1) + part + "\n" for part in parts[1:]]
         out.write(("\n" if n else "") + "".join(lines))
         out.flush()

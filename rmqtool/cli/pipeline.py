@@ -108,7 +108,6 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
     """Message counts, bytes, store-time range, retry and DLQ shares, transaction and delay counts
     of the commit-log records of STORES (store roots, commitlog dirs or files, globs, URIs).
 
-    \b
     Columns: messages (as the broker counts them: an inner-batch record of a BatchCQ topic holds
     INNER_NUM messages; the other counts are per record), bytes (record sizes summed),
     min/max_store_timestamp, retries (%RETRY% topics)
@@ -125,10 +124,11 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
 
     \b
     Examples:
-      rmqtool stats 'fixtures/dev-sample*/store' --by store -f plain   # exit 3: torn stores
-      rmqtool stats fixtures/dev-sample/store --by topic --since '2026-11-20 23:13:09' -f plain
-      rmqtool stats fixtures/dev-sample/store --by hour --topic TopicA --topic TopicB -f jsonl
-      rmqtool stats fixtures/dev-sample/store --by group -f plain
+      rmqtool stats STORE CRASHED_STORE --by store -f plain \\
+        # exit 3: torn stores
+      rmqtool stats STORE --by topic --since '2026-11-20 23:13:09' -f plain
+      rmqtool stats STORE --by hour --topic TopicA --topic TopicB -f jsonl
+      rmqtool stats STORE --by group -f plain
     """
     from rmqtool.ops.scan import list_files
     from rmqtool.ops.stats import STATS_FIELDS, stats_local
@@ -180,9 +180,11 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
 
     \b
     Examples:
-      rmqtool grep 'fixtures/dev-sample*/store' --key key-95 --body-regex rocket -f plain   # exit 3: torn stores
-      rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
-      rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f csv
+      rmqtool grep STORE CRASHED_STORE --key key-95 --body-regex rocket -f plain \\
+        # exit 3: torn stores
+      rmqtool grep STORE --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
+      rmqtool grep STORE --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f \\
+        csv
     """
     from rmqtool.ops.grep import grep_local, hit_rows
     from rmqtool.ops.scan import list_files
