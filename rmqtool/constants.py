@@ -54,6 +54,10 @@ TRANSACTION_MASK = 0xC
 COMPRESSION_TYPE_MASK = 0x700
 
 
+# rmqtool repair's placeholder for a damaged record it salvages: a rollback-type message on this topic
+SALVAGED_TOPIC = "rmqtool-salvaged"
+
+
 class TransactionType(enum.IntEnum):
     NOT_TYPE = 0x0
     PREPARED = 0x4

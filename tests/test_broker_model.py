@@ -23,8 +23,8 @@ from rmqtool.store.broker_model import RULES, V4, V5
 CLASSIC_DAMAGE = ["dev-damage-midfile-magic-497", "dev-damage-midfile-crc-497", "dev-damage-midfile-magic-533",
                   "dev-damage-midfile-crc-533", "dev-damage-oldfile-magic-497", "dev-damage-oldfile-crc-497"]
 DLEDGER_DAMAGE = ["dev-damage-dledger-body-497", "dev-damage-dledger-body-533"]
-RECOVERED = [("dev-sample-crash-torn", "recovered-store"), ("dev-sample-5x-crash-torn", "recovered-store"),
-             ("dev-damage-dledger-body-497", "recovered-store"), ("dev-damage-dledger-body-533", "recovered-store")]
+# (dev-damage-recovered-reopen-*: their store/ is byte for byte these recovered stores, fixtures/README.md)
+RECOVERED = [("dev-sample-crash-torn", "recovered-store"), ("dev-sample-5x-crash-torn", "recovered-store")]
 
 
 @lru_cache(maxsize=None)
@@ -46,45 +46,77 @@ def test_broker_recovered_stores_verify_clean(name, which):
     assert not [r for r in rows if r["kind"] == "broker_start"]      # starting it changes nothing
 
 
+def _readback(name: str, which: str = "readback.json") -> dict:
+    path = FIXTURES / name / which
+    if not path.is_file():
+        path = FIXTURES / name / "recovery-readback.json"
+    return json.loads(path.read_text("utf-8"))
+
+
+def _comparison(name: str) -> dict:
+    """What the real broker's start cost, from the set's readback against its undamaged base's: units
+    missing and at another queue offset (as damage.json's comparisonWithUndamagedSet counts them), the
+    commit-log offsets no unit references any more, and the index look-ups that lose a phyOffset (the
+    comparison's raw count also counts look-ups that only lose a duplicate entry of the crash base)."""
+    d = damage(name)
+    base = _readback(d["comparisonWithUndamagedSet"]["undamagedReadback"].split("/")[0],
+                     d["comparisonWithUndamagedSet"]["undamagedReadback"].split("/")[1])
+    result = _readback(name)
+
+    def units(rb):
+        return {(q["topic"], q["queueId"], u[0]): u[1] for q in rb["consumeQueues"]
+                for u in q[next(k for k in q if k.startswith("units"))]}
+
+    want, have = units(base), units(result)
+    lookups = {q["indexKey"]: set(q["phyOffsets"]) for q in index_queries(base)}
+    after = {q["indexKey"]: set(q["phyOffsets"]) for q in index_queries(result)}
+    return {"units_missing": len(set(want) - set(have)),
+            "units_misplaced": sum(1 for k in want if k in have and have[k] != want[k]),
+            "messages_lost": len(set(want.values()) - set(have.values())),
+            "index_keys_missing": sum(1 for k, v in lookups.items() if v - after.get(k, set()))}
+
+
 @pytest.mark.parametrize("name", CLASSIC_DAMAGE)
-def test_damage_matrix_verify_names_the_offset_and_the_brokers_action(name):
-    """Damage kind x broker version: the level (warning: the broker starts), the damaged offset, and
-    what a broker of the set's version does, as the real broker's run recorded it."""
+def test_verify_counts_what_the_brokers_start_cost(name):
+    """Each damaged set: verify exits 1, the damaged record is an error at its offset, and the set's version's
+    broker_start finding carries what the real broker's start did (units missing and misplaced, index look-ups
+    losing a message, and the messages lost: those no unit references any more, the damaged one included,
+    and the damaged record served as it is where the broker does not check it)."""
     d = damage(name)
     at = d["damagedRecord"]["physicalOffset"]
-    findings = list(verify_store(FIXTURES / name / "store", deep=True))
-    assert not [f for f in findings if f.severity == "error"], [str(f) for f in findings if f.severity == "error"]
-    assert [f.kind for f in findings if f.offset == at and f.kind != "broker_start"] == \
-        ["bad_magic" if "magic" in name else "crc_mismatch"]
-    version = version_of(name)
-    said = [f for f in findings if f.kind == "broker_start" and version in f.expected.split()]
-    after = d["brokerRun"]["afterLoad"]
+    result = run("verify", FIXTURES / name / "store", "--check-crc", "-f", "jsonl")
+    assert result.exit_code == 1, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["kind"], r["severity"]) for r in rows if r["offset"] == at and r["kind"] != "broker_start"] == \
+        [("bad_magic" if "magic" in name else "crc_mismatch", "error")]
+    said = [r for r in rows if r["kind"] == "broker_start" and r["expected"] == version_of(name)]
+    assert len(said) == 1 and said[0]["severity"] == "error" and said[0]["offset"] == at
+    counts, truth = said[0]["counts"], _comparison(name)
+    unnoticed = name == "dev-damage-oldfile-crc-497"           # 4.9.7's dispatch serves the damaged body
+    assert {k: counts[k] for k in truth} == {**truth, "messages_lost": truth["messages_lost"] + unnoticed}
     deleted = [p for p in next(v for k, v in d.items() if k.startswith("fileDiff"))["onlyInInput"]
                if p.startswith("commitlog/")]
-    lost_units = d["comparisonWithUndamagedSet"]["commitLogOffsetsReferencedByCQ(undamaged, result, lost)"][2]
-    if after["maxPhyOffset"] == at:                    # the broker truncated at the damage
-        assert [(f.offset, f"truncate the commit log at {at} and delete {len(deleted)} file(s)" in f.message)
-                for f in said] == [(at, True)]
-        assert int(said[0].message.rsplit(", ", 1)[1].split()[0]) >= lost_units - 1
-    elif "magic" in name:                              # 4.9.7, older file: the dispatch skips the rest of it
-        assert [f.offset for f in said] == [at] and "skips the rest of its file (33 message(s)" in said[0].message
-        assert lost_units - 1 == 33
-    else:                                              # 4.9.7, older file, body CRC: not noticed
-        assert [f.offset for f in said] == [at] and "dispatches it as is" in said[0].message
-        assert lost_units == 0
+    assert counts["files_deleted"] == len(deleted)
+    plain = run("verify", FIXTURES / name / "store", "--check-crc", "-f", "plain")
+    last = plain.stderr.splitlines()[-1]
+    assert f"{version_of(name)}: starting loses {counts['messages_lost']} message(s) / " \
+           f"{counts['units_missing'] + counts['units_misplaced']} unit(s)" in last
+    assert last.endswith(f"run `rmqtool repair {FIXTURES / name / 'store'}`")
 
 
 @pytest.mark.parametrize("name", DLEDGER_DAMAGE)
-def test_dledger_damaged_body_is_a_warning(name):
-    """The broker keeps and dispatches a DLedger entry with a damaged body (both versions)."""
-    findings = list(verify_store(FIXTURES / name / "store", deep=True))
-    assert not [f for f in findings if f.severity == "error"], [str(f) for f in findings if f.severity == "error"]
-    pos = damage(name)["damagedRecord"]
-    assert any(f.kind == "dledger_crc_mismatch" for f in findings), pos
+def test_dledger_damaged_body_is_an_error(name):
+    """The broker keeps and dispatches a DLedger entry with a damaged body (both versions): it serves the
+    damaged body, so that message is lost (an error), in the set's store as in the broker's recovered store;
+    repair names what fixes it."""
+    for which in ("store", "recovered-store"):
+        findings = list(verify_store(FIXTURES / name / which, deep=True))
+        assert [f.kind for f in findings if f.severity == "error" and f.kind != "index_missing_entry"] == \
+            ["dledger_crc_mismatch"], [str(f) for f in findings]
 
 
 def test_strict_makes_warnings_count():
-    store = FIXTURES / "dev-damage-midfile-magic-533" / "store"
+    store = FIXTURES / "dev-sample-crash-torn" / "store"
     assert run("verify", store).exit_code == 0
     assert run("verify", store, "--strict").exit_code == 1
 
@@ -150,6 +182,46 @@ def _units(directory: Path) -> dict[tuple[str, int, int], tuple[int, int, int]]:
 
 
 @pytest.mark.parametrize("name", CLASSIC_DAMAGE)
+def test_repair_makes_each_damaged_set_safe_to_start(name, store_copy, tmp_path):
+    """The incident: verify says what a start loses, repair (salvage, the default) with the flags it names makes
+    the store one a broker of either version starts on without loss: verify --check-crc exits 0 and says so,
+    every undamaged message has its unit at the queue offset it has in the undamaged base (the salvaged one's
+    place a blank unit, or the queue's end), every index look-up of the base finds its messages (but the
+    salvaged one), the salvaged record is named as such, and a second repair has nothing to do."""
+    d = damage(name)
+    at = d["damagedRecord"]["physicalOffset"]
+    g = d["geometry"]
+    root = store_copy(name)
+    named = run("repair", root)                   # no queue or index file tells the broker's sizes: it asks
+    assert named.exit_code == 4 and "--cq-file-size" in named.stderr and named.stderr.count("\n") == 1
+    flags = ["--cq-file-size", str(g["mappedFileSizeConsumeQueue"]), "--slots", str(g["maxHashSlotNum"]),
+             "--max-entries", str(g["maxIndexNum"])]
+    dry = run("repair", root, *flags, "-f", "jsonl")
+    assert dry.exit_code == 1 and json.loads(dry.stdout.splitlines()[0])["action"] == "salvage_record"
+    done = run("repair", root, "--apply", *flags, "--backup", tmp_path / "bk", "-f", "jsonl")
+    assert done.exit_code == 0, done.stderr
+    verified = run("verify", root, "--check-crc", "-f", "plain")
+    assert verified.exit_code == 0, verified.output
+    assert verified.stderr.splitlines()[-1] == "4.9.7: safe to start; 5.3.3: safe to start"
+    rows = [json.loads(line) for line in run("verify", root, "--check-crc", "-f", "jsonl").stdout.splitlines()]
+    assert ("salvaged_record", at) in {(r["kind"], r["offset"]) for r in rows}
+    kinds = [json.loads(line)["type"] for line in run("cat-commitlog", root, "-f", "jsonl").stdout.splitlines()
+             if json.loads(line)["physical_offset"] == at]
+    assert kinds == ["salvaged_record"]
+    base = _readback(*d["comparisonWithUndamagedSet"]["undamagedReadback"].split("/"))
+    want = {(q["topic"], q["queueId"], u[0]): u[1] for q in base["consumeQueues"]
+            for u in q[next(k for k in q if k.startswith("units"))] if u[1] != at}
+    have = {k: u[0] for k, u in _units(root / "consumequeue").items()}
+    assert have == want
+    assert {f.stat().st_size for f in (root / "consumequeue").rglob("*") if f.is_file()} == {g["mappedFileSizeConsumeQueue"]}
+    refs = Store.open(root).index_files()
+    for q in index_queries(base):
+        assert {phy for phy, _ in query_index(refs, q["topic"], q["key"])} == set(q["phyOffsets"]) - {at}, q
+    again = run("repair", root, "-f", "jsonl")
+    assert (again.exit_code, again.stdout) == (0, "")
+
+
+@pytest.mark.parametrize("name", CLASSIC_DAMAGE)
 def test_rebuild_cq_default_puts_every_readable_record_at_its_queue_offset(name, tmp_path):
     """Seen 1: the default rebuild drops nothing but the damaged record, listed with its offset; every
     other record's unit is the undamaged store's unit at the same queue offset."""
@@ -196,14 +268,15 @@ def test_repair_refuses_to_delete_valid_messages_unless_accepted(store_copy, tmp
     root = store_copy("dev-sample")
     at = _damage_mid_log(root)
     before = snapshot(root)
-    dry = run("repair", root, "-f", "jsonl")
+    dry = run("repair", root, "--no-salvage", "-f", "jsonl")
     assert dry.exit_code == 1
     rows = [json.loads(line) for line in dry.stdout.splitlines()]
     assert rows[0]["action"] == "lose_messages" and rows[0]["detail"].startswith(f"133 valid message(s) after offset {at}")
-    refused = run("repair", root, "--apply", "--backup", tmp_path / "bk0")
+    refused = run("repair", root, "--no-salvage", "--apply", "--backup", tmp_path / "bk0")
     assert refused.exit_code == 4 and "refused" in refused.stderr
+    assert f"`rmqtool repair {root} --apply` keeps them" in refused.stderr
     assert snapshot(root) == before
-    done = run("repair", root, "--apply", "--accept-loss", "--backup", tmp_path / "bk", "-f", "jsonl")
+    done = run("repair", root, "--no-salvage", "--apply", "--accept-loss", "--backup", tmp_path / "bk", "-f", "jsonl")
     assert done.exit_code == 0, done.stderr
     assert not [f for f in verify_store(root) if f.severity == "error"]
     assert not [f for f in verify_store(root) if f.kind in ("index_entry_no_record", "checkpoint_ahead")]
@@ -260,8 +333,8 @@ def _deleted_index_file(root: Path) -> None:
 @pytest.mark.parametrize("damage_fn,kinds,level", [
     (_no_first_cq_file, {"cq_missing_unit"}, "error"),                 # records no consumer can reach
     (_dir_for_first_cq_file, {"cq_file_size", "cq_missing_unit"}, "error"),   # MappedFileQueue.load refuses
-    (_zeroed_index_file, {"index_missing_entry"}, "warning"),         # the broker starts; query-key misses them
-    (_deleted_index_file, {"index_missing_entry"}, "warning"),
+    (_zeroed_index_file, {"index_missing_entry"}, "error"),         # the broker starts; query-key misses them
+    (_deleted_index_file, {"index_missing_entry"}, "error"),
 ])
 def test_verify_reports_what_the_broker_refuses_or_cannot_serve(damage_fn, kinds, level, store_copy):
     """Seen 3: each of these passed verify --deep before."""
@@ -281,13 +354,15 @@ def test_repair_salvage_keeps_every_valid_record_after_a_bad_one(store_copy, tmp
     result = run("repair", root, "--salvage", "--apply", "--backup", tmp_path / "bk")
     assert result.exit_code == 0, result.stderr
     assert not [f for f in verify_store(root, deep=True) if f.severity == "error"]
-    assert [f.kind for f in verify_store(root, deep=True)] == ["cq_filler_unit"]     # the salvaged record's place
+    assert [(f.kind, f.offset) for f in verify_store(root, deep=True)][:1] == [("salvaged_record", at)]
+    assert [f.kind for f in verify_store(root, deep=True)][1:] == ["cq_filler_unit"]  # the salvaged record's place
     rows = [json.loads(line) for line in run("cat-commitlog", root, "-f", "jsonl").stdout.splitlines()]
     original = [json.loads(line) for line in
                 run("cat-commitlog", FIXTURES / "dev-sample" / "store", "-f", "jsonl").stdout.splitlines()]
     assert [r["physical_offset"] for r in rows] == [r["physical_offset"] for r in original]
     salvaged = next(r for r in rows if r["physical_offset"] == at)
     assert salvaged["topic"] == "rmqtool-salvaged" and salvaged["total_size"] == 283
+    assert salvaged["type"] == "salvaged_record"
     refs = Store.open(root).index_files()
     lost = next(r for r in original if r["physical_offset"] == at)
     for q in index_queries(json.loads((FIXTURES / "dev-sample" / "readback.json").read_text("utf-8"))):
@@ -297,7 +372,7 @@ def test_repair_salvage_keeps_every_valid_record_after_a_bad_one(store_copy, tmp
 
 
 @pytest.mark.parametrize("name", ["dev-sample-crash-torn", "dev-sample-5x-crash-torn"])
-@pytest.mark.parametrize("mode", ["--accept-loss", "--salvage"])
+@pytest.mark.parametrize("mode", ["--accept-loss", "--salvage"])     # --accept-loss: with --no-salvage
 def test_repair_after_a_crash_leaves_no_stale_index_entry(name, mode, store_copy, tmp_path):
     """Seen 4: a bad record in the middle of a crashed store. Crash recovery keeps the older index files, which
     held entries of the damaged (salvage) or lost (accept-loss) records: they are rebuilt too, the
@@ -307,9 +382,11 @@ def test_repair_after_a_crash_leaves_no_stale_index_entry(name, mode, store_copy
     f, pos, size = _record_at(root, 30)
     _damage(f, pos, size, "bad_magic")
     at = int(f.name) + pos
-    done = run("repair", root, "--apply", mode, "--backup", tmp_path / "bk")
+    done = run("repair", root, "--apply", mode, *(("--no-salvage",) if mode == "--accept-loss" else ()),
+               "--backup", tmp_path / "bk")
     assert done.exit_code == 0, done.stderr
-    left = [(x.kind, x.offset) for x in verify_store(root, deep=True) if x.kind != "cq_filler_unit"]
+    left = [(x.kind, x.offset) for x in verify_store(root, deep=True)
+            if x.kind not in ("cq_filler_unit", "salvaged_record")]
     assert left == []
     again = run("repair", root, "-f", "jsonl")
     assert again.exit_code == 0 and again.stdout == ""
@@ -360,19 +437,19 @@ def test_damage_matrix(base, kind, store_copy, tmp_path):
     _damage(f, pos, size, kind)
     findings = list(verify_store(root, deep=True))
     hits = [x for x in findings if x.offset == pos and x.path == str(f)]
-    assert hits and {x.severity for x in hits} == {"warning"}, [str(x) for x in findings]
+    assert hits and {x.severity for x in hits} == {"error"}, [str(x) for x in findings]   # a start loses it
     said = {v: [x.message for x in findings if x.kind == "broker_start" and v in x.expected.split()]
             for v in (V4, V5)}
     # 4.9.7 reads all three files of dev-sample at load; dev-sample-5x has four, file 0 outside its window.
     # 5.3.3 starts in the newest file the queues reach. The dispatch starts at the queues' end: with the
     # queues in place, damage outside the recovery window goes unnoticed
+    # (the record itself lost to its consumers)
     v4_cuts = base == "dev-sample"
-    assert [m for m in said[V4] if f"truncate the commit log at {pos}" in m] == said[V4]
-    assert bool(said[V4]) == v4_cuts
-    assert said[V5] == []
+    assert len(said[V4]) == 1 and (f"truncate the commit log at {pos}" in said[V4][0]) == v4_cuts
+    assert len(said[V5]) == 1 and "starts without noticing the damaged record" in said[V5][0]
     dry = run("repair", root, "-f", "jsonl")
     rows = [json.loads(line) for line in dry.stdout.splitlines()]
-    assert (rows[0]["action"] == "lose_messages") == v4_cuts if rows else not v4_cuts
+    assert rows[0]["action"] == "salvage_record" and f"damaged record at {pos} " in rows[0]["detail"]
     out = tmp_path / "cq"
     cq_size = "160"
     assert run("rebuild-cq", root, "--out", out, "--cq-file-size", cq_size).exit_code == 0
@@ -715,15 +792,16 @@ CENSUS = [
     ("missing_first_cq", _missing_first_cq, "error", "cq_missing_unit"),       # records no consumer reaches
     ("dir_for_first_cq", _dir_for_first_cq, "error", "cq_file_size"),
     ("truncated_checkpoint", _truncated_checkpoint, "warning", "checkpoint_short"),  # StoreCheckpoint.<init>
-    ("zeroed_index", _zeroed_index, "warning", "index_missing_entry"),          # the broker starts; lookups miss
-    ("deleted_index", _deleted_index, "warning", "index_missing_entry"),
+    # the broker starts and never indexes them (its dispatch starts after them): lookups miss for good
+    ("zeroed_index", _zeroed_index, "error", "index_missing_entry"),
+    ("deleted_index", _deleted_index, "error", "index_missing_entry"),
     ("slot_past_count", _slot_past_count, "warning", "index_bad_slot"),        # IndexFile.selectPhyOffset
     ("truncated_last_file", _truncated_last_file, "error", "wrong_file_size"),
     # both versions end the file at such a BLANK (5.3.3's recovery stops at one beyond the rest of the file,
     # outside the files it reads here: test_recovery_rules), CommitLog.checkMessageAndReturnSize
     ("blank_size_over", _blank_size(True), "warning", "blank_size_mismatch"),
     ("blank_size_under", _blank_size(False), "warning", "blank_size_mismatch"),
-] + [(f"{kind}_file{which}", _record_damage(kind, which), "warning", kind)   # CommitLog.checkMessageAndReturnSize
+] + [(f"{kind}_file{which}", _record_damage(kind, which), "error", kind)   # a start loses the record
      for kind in ("bad_magic", "crc_mismatch", "length_mismatch") for which in (0, 1, -1)]
 
 
@@ -797,10 +875,10 @@ def test_repair_dry_run_names_what_it_leaves(store_copy):
 #   the offset: the recovery truncates there), "misplaced" (the units before the offset; the dispatch skips
 #   the damaged record or the rest of its file and appends later units at each queue's current position),
 #   "refused" (the broker's load fails: --as-broker exits 4 with one line naming the file and the rule)
-_LOSE = ("lose_messages", "truncate_commitlog")
 _QUEUE_FILES = ("left", "all", "all")        # cq_file_size / recognition: the load refuses it; repair leaves the
 #                                              queue to rebuild-cq, which reads the commit log only
-_INDEX = ("nothing", "all", "all")           # the broker starts (warning); rebuild-index fixes it, queues untouched
+_INDEX = ("left", "all", "all")              # the broker starts, lookups miss; repair names rebuild-index, which
+#                                              fixes it (queues untouched)
 CENSUS_RESULTS = {
     "cq_wrong_length": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
     "stray_in_queue_dir": {"dev-sample": _QUEUE_FILES, "dev-sample-5x": _QUEUE_FILES},
@@ -829,18 +907,20 @@ CENSUS_RESULTS = {
     "blank_size_under": {"dev-sample": (("fix_blank_size",), "all", "all"),
                          "dev-sample-5x": (("fix_blank_size",), "all", "all")},
 }
+_SALVAGE = ("salvage_record",)
 for _kind in ("bad_magic", "crc_mismatch", "length_mismatch"):
     # dev-sample: both versions' recovery reads every file (4.9.7: the last three; 5.3.3: from file 0 without
-    # queues) and cuts at the damage (recover_cut, CRC on); repair asks to accept the loss of the records after it
+    # queues) and cuts at the damage (recover_cut, CRC on); repair salvages the record, keeping those after it
     for _which in ("file0", "file1", "file-1"):
-        CENSUS_RESULTS[f"{_kind}_{_which}"] = {"dev-sample": (_LOSE, "cut", "cut")}
-    # dev-sample-5x: 5.3.3 with queues recovers from the last file only, so repair finds damage in files 0 and 1
-    # harmless; without queues it cuts. 4.9.7 reads files 1-3: file 0 is met by the dispatch only
-    # (reput_bad_record: the rest of the file, or the one record whose size disagrees; reput_no_crc)
+        CENSUS_RESULTS[f"{_kind}_{_which}"] = {"dev-sample": (_SALVAGE, "cut", "cut")}
+    # dev-sample-5x: 5.3.3 with queues recovers from the last file only, so it never meets damage in files 0 and
+    # 1 (their units point at the damaged record); without queues it cuts. 4.9.7 reads files 1-3: file 0 is met
+    # by the dispatch only (reput_bad_record: the rest of the file, or the one record whose size disagrees;
+    # reput_no_crc). repair salvages the record wherever it is
     CENSUS_RESULTS[f"{_kind}_file0"]["dev-sample-5x"] = \
-        ("nothing", "all" if _kind == "crc_mismatch" else "misplaced", "cut")
-    CENSUS_RESULTS[f"{_kind}_file1"]["dev-sample-5x"] = ("nothing", "cut", "cut")
-    CENSUS_RESULTS[f"{_kind}_file-1"]["dev-sample-5x"] = (_LOSE, "cut", "cut")
+        (_SALVAGE, "all" if _kind == "crc_mismatch" else "misplaced", "cut")
+    CENSUS_RESULTS[f"{_kind}_file1"]["dev-sample-5x"] = (_SALVAGE, "cut", "cut")
+    CENSUS_RESULTS[f"{_kind}_file-1"]["dev-sample-5x"] = (_SALVAGE, "cut", "cut")
 
 
 def _census_cases():
@@ -910,6 +990,8 @@ def test_census_repair_and_rebuild_per_version(base, name, damage_fn, store_copy
         assert dry.exit_code == 1 and [r["action"] for r in rows][:len(repair_says)] == list(repair_says), dry.output
         if "lose_messages" in repair_says:
             assert f"after offset {at} " in rows[0]["detail"]
+        if "salvage_record" in repair_says:
+            assert f"damaged record at {at} " in rows[0]["detail"]
         if "fix_blank_size" in repair_says:
             assert f"offset {at} " in rows[0]["detail"]
 

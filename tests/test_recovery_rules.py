@@ -52,9 +52,9 @@ def test_an_oversized_end_of_file_blank_costs_no_data(store_copy, name):
 def test_a_mismatched_end_of_file_blank_is_judged_per_broker_version(store_copy, name, over):
     """broker_model "blank_size" (CommitLog.checkMessageAndReturnSize): 4.9.7 ends the file at a BLANK whatever
     its TOTALSIZE; 5.3.3 rejects a TOTALSIZE beyond the rest of the file before it reads the magic, a smaller one
-    passes and the BLANK ends the file. Both start, so verify warns (exit 0) on a store of either version and
-    says, for 5.3.3 only and only for an oversized BLANK, what its recovery cuts (without consume queues it reads
-    from file 0): the later files and their messages."""
+    passes and the BLANK ends the file. Both start: verify warns (exit 0) about a smaller one; an oversized one
+    makes a 5.3.3 start (without consume queues it reads from file 0) cut the later files and their messages,
+    an error (exit 1) that its broker_start finding counts."""
     root = store_copy(name)
     shutil.rmtree(root / "consumequeue")
     rows = _rows(root)
@@ -65,17 +65,19 @@ def test_a_mismatched_end_of_file_blank_is_judged_per_broker_version(store_copy,
     struct.pack_into(">i", data, at, rest + 1 if over else rest - 1)
     path.write_bytes(bytes(data))
     result = run("verify", root, "-f", "jsonl")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == over, result.output
     found = [json.loads(line) for line in result.stdout.splitlines()]
-    assert {f["severity"] for f in found} == {"warning"}
+    assert {f["severity"] for f in found if f["kind"] != "broker_start"} == {"warning"}
     assert [(f["kind"], f["expected"], f["actual"]) for f in found if f["offset"] == at] == \
         [("blank_size_mismatch", rest, rest + 1 if over else rest - 1)] + \
         [("broker_start", "5.3.3", None)] * over
     later = [r for r in rows if r["type"] == "message" and r["physical_offset"] >= len(data)]
     files = len(list((root / "commitlog").iterdir())) - 1
-    said = [f["message"] for f in found if f["kind"] == "broker_start"]
-    assert said == [f"a 5.3.3 broker will truncate the commit log at {at} and delete {files} file(s), "
-                    f"{len(later)} message(s)"] * over
+    said = [f for f in found if f["kind"] == "broker_start"]
+    assert [f["message"].split(":")[0] for f in said] == \
+        [f"a 5.3.3 broker will truncate the commit log at {at} and delete {files} file(s)"] * over
+    assert [f["counts"]["files_deleted"] for f in said] == [files] * over
+    assert all(0 < f["counts"]["messages_lost"] <= len(later) and f["severity"] == "error" for f in said)
 
 
 @pytest.mark.parametrize("damage", ["short", "empty", "missing"])

@@ -123,10 +123,15 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
            master: str | None, fmt: str | None, tablefmt: str) -> None:
     """Check stores: every problem with its file and byte offset, at the broker's verdict level.
 
-    error: the broker refuses the store, or starts and leaves data unreachable (exit 1). warning: the
-    broker handles it on start, and the finding says how (exit 0 unless --strict); broker_start
-    findings say, per broker version (4.9.7, 5.3.3), what starting it will do to the commit log and its
-    dispatch. A verdict that depends on when the broker starts (the timer store's read window: a start more
+    error (exit 1): a broker of the store's version (of 4.9.7 and of 5.3.3 when its files do not tell)
+    refuses the store, or starting it loses a message, serves a damaged body, leaves a message without
+    its consume-queue unit or index entry, or puts a unit at another queue offset (a damaged record
+    counts as lost, unless it is the torn tail of a crash). warning: the broker handles it on start and
+    every readable message keeps its place; the finding says how (exit 0 unless --strict). broker_start
+    findings say, per version, what a start does and what it costs: -f jsonl gives their counts
+    (messages_lost, units_missing, units_misplaced, index_entries_missing, index_keys_missing,
+    files_deleted). The last line (table, plain, record) says per version "safe to start" or what a
+    start loses, and the repair command to run. A verdict that depends on when the broker starts (the timer store's read window: a start more
     than 7 days after its last read skips slots) takes the start from --now (default: the system clock) and
     names it. Commit-log files are checked in parallel: in worker processes, or one Spark task per
     file with --engine spark. A RocksDB consume queue is compared with what the commit log dispatches;
@@ -148,18 +153,26 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     from rmqtool.ops.verify import verify_store
     from rmqtool.store.store import Store
 
+    from rmqtool.ops.verify import verdict
+    from rmqtool.store.broker_model import VERSIONS
+
     opened = [(path, Store.open(path)) for path in stores]
     size = sum(f.length for _, st in opened for f in st.commitlog.queue)
-    findings = []
-    if choose_engine(engine, size, master) == "spark":
-        from rmqtool.spark.jobs import verify_spark
-        session = spark_session(master)
-        for path, _ in opened:
-            findings += [f.row() for f in verify_spark(session, path, deep=deep)]
-    else:
-        for path, st in opened:
+    findings, verdicts = [], []
+    spark = choose_engine(engine, size, master) == "spark"
+    session = spark_session(master) if spark else None
+    for path, st in opened:
+        if spark:
+            from rmqtool.spark.jobs import verify_spark
+            rows = [f.row() for f in verify_spark(session, path, deep=deep)]
+        else:
             with _progress(st, "verifying") as progress:
-                findings += [f.row() for f in verify_store(path, deep=deep, progress=progress, jobs=jobs)]
+                rows = [f.row() for f in verify_store(path, deep=deep, progress=progress, jobs=jobs)]
+        findings += rows
+        says = verdict(rows, [st.broker_version] if st.broker_version in VERSIONS else list(VERSIONS))
+        unsafe = any(not v.endswith("safe to start") for v in says)
+        verdicts.append(f"{path}: " * (len(opened) > 1) + "; ".join(says)
+                        + (f": run `rmqtool repair {path}`" if unsafe else ""))
     out = resolve_format(fmt)
     title = "findings"
     root = opened[0][1].root if len(opened) == 1 else None
@@ -172,6 +185,8 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     if out in PEOPLE:
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
                    err=True)
+        for line in verdicts:
+            click.echo(line, err=True)
     raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
 
 
@@ -193,31 +208,47 @@ def _in_store(path: str | None, root: Path) -> str | None:
                                               "nothing to do, 1 when there is).")
 @click.option("--accept-loss", is_flag=True, help="Carry out a plan that deletes valid messages after a bad "
               "record (beyond the torn tail), as the broker's recovery would.")
-@click.option("--salvage", is_flag=True, help="Keep every valid record after a bad one (beyond the broker): "
-              "each damaged record before the torn tail becomes a placeholder the broker steps over.")
+@click.option("--salvage/--no-salvage", default=True, show_default=True,
+              help="Keep every valid record after a bad one (beyond the broker; the default, since the broker's "
+                   "own handling loses them): each damaged record before the torn tail becomes a placeholder the "
+                   "broker steps over, and the queues and index are made whole around it. --no-salvage plans the "
+                   "broker's cut instead (with --accept-loss when it deletes messages).")
+@click.option("--as-broker", is_flag=True,
+              help="Where the broker's recovery leaves records unreachable (a 4.9.7 DLedger recovery indexes "
+                   "nothing again), leave them so too, instead of the correct state.")
+@click.option("--cq-file-size", type=int, metavar="BYTES",
+              help="The broker's mappedFileSizeConsumeQueue, for queue files repair creates where none tells it.")
+@click.option("--slots", type=int, help="The broker's maxHashSlotNum, for index files repair creates where none "
+                                        "tells it (with --max-entries).")
+@click.option("--max-entries", type=int, help="The broker's maxIndexNum (with --slots).")
 @click.option("--limit", type=int, default=50, show_default=True, metavar="N",
               help="List at most N actions (0: all); the count of the rest is said.")
 @_BACKUP
 @_FORCE
 @jobs_option
 @output_options
-def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: bool, limit: int,
+def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: bool, as_broker: bool,
+           cq_file_size: int | None, slots: int | None, max_entries: int | None, limit: int,
            backup: Path | None, force: bool, jobs: int | None, fmt: str | None, tablefmt: str) -> None:
     """Do what the broker's recovery would (rmqtool.store.broker_model, per version): truncate after the
     last valid record, drop dirty consume-queue units, rebuild index entries, fix the checkpoint, remove
     abort. After a crash what is cut off is zeroed; after a clean shutdown bytes past the recovered end
     are left (the broker cuts them again, logically, on every start).
 
-    A plan that deletes valid messages beyond the torn tail (a bad record earlier in the log) says how
-    many (a lose_messages row) and is refused unless --accept-loss. --salvage keeps them instead: each
-    damaged record before the torn tail is replaced by a placeholder record of its size (a rollback-type
-    message on topic rmqtool-salvaged, which the broker's dispatch skips), its unit by a blank unit, and
-    the index files from it on are rebuilt.
+    A damaged record before the torn tail is salvaged by default: it is replaced by a placeholder record of
+    its size (a rollback-type message on topic rmqtool-salvaged, which the broker's dispatch skips), its
+    unit by a blank unit, every record after it keeps its place in its queue (the queues a start's
+    dispatch would rebuild are written whole) and the index files from it on are rebuilt, so a broker of
+    either version starts without losing what is readable. --no-salvage plans what the broker does
+    (a cut that deletes every later message), refused unless --accept-loss. Queue or index files repair
+    creates where none tells the broker's sizes need --cq-file-size / --slots and --max-entries (it
+    says so, exit 4, nothing written).
 
     Without --apply only prints the plan (exit 0 when there is nothing to do, 1 when there is, or when the
-    store holds what the broker refuses and repair does not fix: each named with what does). With
-    --apply, prints the actions once they are done; exit 0 when no error is left (verify's level); the
-    last line says how to undo it.
+    store holds what the broker refuses or loses and repair does not fix: each named with what does). With
+    --apply, prints the actions once they are done, then verifies the result (CRCs included): exit 0 when
+    nothing is left to fix, else 1 with each finding left named ("still: ...") and what fixes it; the
+    undo line says how to put the store back.
 
     \b
     Examples:
@@ -232,14 +263,16 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
 
     with _store(store, write=apply_, force=force) as st:
         with _progress(st, "scanning") as progress:
-            plan = plan_repair(st, salvage=salvage, progress=progress, jobs=jobs)
+            plan = plan_repair(st, salvage=salvage, as_broker=as_broker, cq_file_size=cq_file_size,
+                               index_geometry=st.index_geometry(slots, max_entries) if slots or max_entries else None,
+                               progress=progress, jobs=jobs)
         try:
             rows = [a.row() for a in plan.actions]
             if plan.lost:
                 rows.insert(0, {"action": "lose_messages", "path": "commitlog",
                                 "detail": f"{plan.lost} valid message(s) after offset {plan.process_offset} "
                                           "deleted (a bad record before the torn tail; --accept-loss to carry it "
-                                          "out)"})
+                                          "out; without --no-salvage repair keeps them)"})
             shown = rows[:limit] if limit > 0 else rows
             if not apply_:
                 _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
@@ -247,8 +280,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                 left = [] if rows else left_unrepaired(st)
                 if not rows:               # what verify finds and only another command fixes (as --apply says)
                     named = [path for path, _, _ in left]
-                    for f in verify_store(st.root):
-                        if f.severity == "error" and f.kind in LEFT_TO and f.path and \
+                    for f in verify_store(st.root, deep=True):
+                        if f.kind in LEFT_TO and f.path and \
                                 Path(f.path).is_relative_to(st.root):
                             rel = st.rel(f.path)
                             if not any(n == rel or n.startswith(rel + "/") for n in named):
@@ -260,8 +293,8 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                 end_dry_run(rows, "run with --apply")
             if plan.lost and not accept_loss:
                 click.echo(f"rmqtool: error: refused: the plan deletes {plan.lost} valid message(s) after offset "
-                           f"{plan.process_offset}; --accept-loss accepts it, rebuild-cq/rebuild-index keep them",
-                           err=True)
+                           f"{plan.process_offset}; `rmqtool repair {st.root} --apply` keeps them (salvage, the "
+                           "default); --accept-loss carries out the broker's cut", err=True)
                 raise click.exceptions.Exit(ExitCode.IO_ERROR)
             saved = None if plan.empty else apply_plan(plan, backup)     # the change first, then the report
         except BaseException:
@@ -274,11 +307,13 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
         click.echo("nothing to repair", err=True)
     else:
         say_undo("repaired", saved, st.root)
-    left = [f for f in verify_store(st.root) if f.kind != "broker_running"]   # forced past the lock
+    # its own result verified: an error, or what another command still has to fix, is left (exit 1)
+    left = [f for f in verify_store(st.root, deep=True) if f.kind != "broker_running"]   # forced past the lock
     for f in left:
         why = LEFT_TO.get(f.kind)
         click.echo(f"rmqtool: still: {f}" + (f" [{why}]" if why else ""), err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if any(f.severity == "error" for f in left) else ExitCode.OK)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if any(f.severity == "error" or f.kind in LEFT_TO for f in left)
+                                else ExitCode.OK)
 
 
 _AS_BROKER = click.option("--as-broker", is_flag=True,

@@ -57,6 +57,8 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
         "body": _heap(win, 0, "body"),
         "properties_raw": props_raw,
     }
+    if ((sys_flag >> 2) & 3 == C.TransactionType.ROLLBACK >> 2).any():     # rare: look for repair's placeholders
+        cols["type"] = _salvaged(cols["topic"], sys_flag, n)
     cols.update(properties_from(win.heap[2], win, props_raw))
     cols["msg_id"] = _msg_ids(win)
     cols["tags_code"] = _tags_codes(cols["tags"], cols["topic"], props_raw, cols["store_timestamp"])
@@ -132,6 +134,14 @@ def _magic_codes(v2: np.ndarray) -> pa.Array:
 
 
 _REPEATED: dict[str, pa.Array] = {}
+
+
+def _salvaged(topic: pa.Array, sys_flag: np.ndarray, n: int) -> pa.Array:
+    """The type column where rollback-type records on C.SALVAGED_TOPIC (rmqtool repair's placeholders for
+    damaged records) are ``salvaged_record``."""
+    rollback = pa.array((sys_flag >> 2) & 3 == C.TransactionType.ROLLBACK >> 2)
+    hit = pc.and_(rollback, pc.equal(topic, strings([C.SALVAGED_TOPIC])[0])).fill_null(False)
+    return pc.if_else(hit, strings(["salvaged_record"])[0], _repeated("message", n))
 
 
 def _repeated(text: str, n: int) -> pa.Array:

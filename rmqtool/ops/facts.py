@@ -151,7 +151,7 @@ class FileFacts:
         return _NEEDS_CQ[(self.columns["sys_flag"] >> 2) & 3]
 
     def indexed(self) -> np.ndarray:
-        return ((self.columns["sys_flag"] >> 2) & 3) != C.TransactionType.ROLLBACK
+        return ((self.columns["sys_flag"] >> 2) & 3) != C.TransactionType.ROLLBACK >> 2
 
 
 

@@ -100,7 +100,8 @@ def filter_batch(batch, where: RecordFilter, rx: re.Pattern | None, decompressed
 
 
 def keep_records(batch, where: RecordFilter | None, include_blank: bool = False, decompressed: bool = False):
-    """The records a bulk command keeps: the messages that pass ``where``; BLANKs only when asked for."""
+    """The records a bulk command keeps: the messages that pass ``where`` (with repair's placeholders,
+    type ``salvaged_record``, when nothing is filtered); BLANKs only when asked for."""
     import pyarrow.compute as pc
 
     from rmqtool.columnar.props import strings
@@ -108,7 +109,7 @@ def keep_records(batch, where: RecordFilter | None, include_blank: bool = False,
     if where is None or where.is_empty:
         if include_blank:
             return batch
-        messages = pc.equal(batch.column("type"), strings(["message"])[0])    # (a str would import pandas)
+        messages = pc.not_equal(batch.column("type"), strings(["blank"])[0])    # (a str would import pandas)
         return batch if pc.all(messages).as_py() else batch.filter(messages)  # (a filter copies every column)
     return filter_batch(batch, where, where.compiled(), decompressed)
 

@@ -20,9 +20,13 @@ class Finding:
     message: str
     expected: Any = None
     actual: Any = None
+    counts: dict[str, Any] | None = None     # broker_start: what the start costs (ops.consequences.Loss)
 
     def row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        row = dataclasses.asdict(self)
+        if self.counts is None:
+            del row["counts"]
+        return row
 
     def __str__(self) -> str:
         where = self.path or ""

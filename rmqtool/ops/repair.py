@@ -30,6 +30,7 @@ from rmqtool.format.batchcq import UNIT as BCQ_UNIT_STRUCT
 from rmqtool.format.checkpoint import Checkpoint, encode_checkpoint
 from rmqtool.format.commitlog import Buffer, Message, encode_message
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
+from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.dispatch_plan import valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file, scan_files
@@ -54,6 +55,8 @@ LEFT_TO = {
     "index_bad_slot": "rebuild-index rebuilds the index",
     "index_missing_entry": "rebuild-index rebuilds the index",
     "timer_bad_chain": "repair does not rewrite the timer store",
+    "dledger_crc_mismatch": "repair does not rewrite a DLedger entry: copy it from another replica of the group "
+                            "(its data file), or accept that message's loss",
     "timer_read_moved": "no offline fix: any start this late skips those slots; rmqtool timer lists their "
                         "messages to send again",
 }
@@ -129,7 +132,7 @@ def _lost_after(files: list[QueueFile], process: int) -> int:
     return lost
 
 
-SALVAGED_TOPIC = "rmqtool-salvaged"
+SALVAGED_TOPIC = C.SALVAGED_TOPIC
 
 
 def placeholder(offset: int, size: int) -> bytes:
@@ -160,7 +163,8 @@ def _salvage_scan(store: Store, files: list[QueueFile], names: QueueNames, keys:
     return scanned, ranges, end
 
 
-def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | None = None,
+def plan_repair(store: Store, *, salvage: bool = True, as_broker: bool = False, cq_file_size: int | None = None,
+                index_geometry: Geometry | None = None, progress: Progress | None = None,
                 jobs: int | None = None) -> RepairPlan:
     """The broker's recovery as a plan (rmqtool.store.broker_model, per version). Only the files recovery
     reads are read: from the start file (chosen from first records and the checkpoint after a crash, else
@@ -169,7 +173,9 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     the valid messages the cut would delete beyond it (a bad record before the torn tail). ``salvage`` (beyond
     the broker): keep them, each damaged record before the torn tail replaced by a placeholder of its size
     (``placeholder``), its consume-queue unit by a blank unit. ``jobs``: worker processes for the walk
-    (facts.scan_files)."""
+    (facts.scan_files). ``as_broker``: where the broker's recovery leaves records unindexed (4.9.7 DLedger),
+    leave them so too instead of indexing them. ``cq_file_size`` / ``index_geometry``: the broker's sizes for the
+    queue and index files repair creates where the store has none to take them from (refused without them)."""
     queue = store.commitlog.queue
     fsize = queue.file_size or C.DEFAULT_COMMITLOG_FILE_SIZE
     for f, problem in queue.problems():     # MappedFileQueue.load refuses it; which files belong is not a guess
@@ -193,10 +199,17 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     recover_from = files[start].start if files else 0
     # DLedger: the broker dispatches a body-damaged entry again (no CRC check in the reput), so no CRC stop
     ranges: list[tuple[int, int]] = []
+    older: list[FileFacts] = []
     batch = batch_cq_topics(store)       # their re-read records need INNER_BASE / INNER_NUM
     if salvage and ledger is None and files:
         scanned, ranges, process = _salvage_scan(store, files[start:], names, abnormal, progress, jobs,
                                                  bool(batch))
+        # files the recovery does not read: a 4.9.7 broker's dispatch still reads them (skipping the rest of a
+        # file at a bad magic code, serving a damaged body as it is), and their consume-queue units point there
+        older, old_ranges, _ = _salvage_scan(store, files[:start], names, False, progress, jobs, False) \
+            if start else ([], [], 0)
+        old_ranges += [(at, size) for fa in older for at, size, _ in fa.damaged if (at, size) not in old_ranges]
+        ranges = old_ranges + ranges
     else:
         scanned = list(valid_facts(store, names, start=recover_from, deep=ledger is None, keys=abnormal,
                                    props=abnormal and bool(batch), progress=progress, jobs=jobs)) if files else []
@@ -248,7 +261,7 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
             _fix_blank_size(plan, fa.file, fa.stop_offset - fa.file.start)
 
     # -- consume queues: recover, re-dispatch (abnormal), truncate dirty units ----------------------
-    cq_size = store.cq_file_size()
+    cq_size = store.cq_file_size(cq_file_size)
     writers: dict[tuple[str, int], CqWriter] = {}
     originals: dict[tuple[str, int], dict[int, bytes]] = {}
     reach = _record_reach(scanned, names) if abnormal else {}
@@ -264,8 +277,19 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
             continue
         writers[name] = CqWriter.load(cq, size)
         originals[name] = {f.start: bytes(f.read()) for f in cq.queue}
+    batch_queues = {n for n in names.names if n[0] in batch}
     if abnormal:
-        _dispatch(scanned, names, writers, cq_size, skip=untouched | {n for n in names.names if n[0] in batch})
+        _dispatch(scanned, names, writers, cq_size, skip=untouched | batch_queues)
+    if ranges:    # beyond the broker: every record at its queue offset, a blank unit where a salvaged one was,
+        #           so that no start's dispatch appends them at another queue offset (rule reput_misplaced)
+        for w in writers.values():
+            w.fill_gaps = True
+        _dispatch(older + scanned, names, writers, cq_size, skip=untouched | batch_queues, fill_gaps=True)
+        if set(writers) - set(originals) and not (cq_file_size or store.cq_file_size_known):
+            raise StoreError("repair writes the consume queues of the records after a salvaged one (so that no "
+                             "start appends them at another queue offset), but no consume-queue file tells their "
+                             "size: give --cq-file-size (the broker's mappedFileSizeConsumeQueue)",
+                             path=str(store.consumequeue_dir))
     for w in writers.values():
         w.truncate_dirty(process)
         if ranges:
@@ -310,6 +334,13 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
                                    f"holds entries at or after the damaged or lost record at {first_bad}")
             if builder.full_end_timestamp is not None:
                 new_cp = new_cp._replace(index_msg_timestamp=builder.full_end_timestamp)
+        elif not as_broker and files:    # a 4.9.7 DLedger recovery indexes nothing again (DLedgerCommitLog.recover),
+            #                              so records the kept files do not hold stay unindexed: beyond the broker
+            # from the last kept file's endPhyOffset: a record whose keys filled it may have more (IndexService.
+            # buildIndex skips only records below endPhyOffset, so the broker would re-add it too)
+            covered = max([r.header.end_phy_offset for r in kept] + [store.commitlog.queue.min_offset])
+            _index_files(plan, store, _geometry(store, refs, index_geometry), kept, [],
+                         _readable(store, covered, process), "")
         last_cq = [int(f.columns["store_timestamp"][f.gets_cq_unit()][-1]) for f in scanned if f.gets_cq_unit().any()]
         if ledger is not None:         # DLedger: 4.9.x leaves the checkpoint; 5.x stamps the last record
             last = next((int(f.columns["store_timestamp"][-1]) for f in reversed(scanned) if len(f)), None)
@@ -323,7 +354,7 @@ def plan_repair(store: Store, *, salvage: bool = False, progress: Progress | Non
     if plan.lost:
         new_cp = _after_cut(plan, store, scanned, new_cp) if not abnormal else _times_back(scanned, new_cp)
     if ranges and not abnormal:
-        _reindex(plan, store, ranges[0][0], f"holds entries from the salvaged record at {ranges[0][0]} on")
+        _index_salvaged(plan, store, ranges[0][0], index_geometry)
     elif not abnormal and not plan.lost and ledger is None and files:     # a torn tail cut on a normal start
         _reindex(plan, store, process, f"holds entries at or after the recovered end {process}")
     length = store.checkpoint_length()
@@ -446,6 +477,30 @@ def _reindex(plan: RepairPlan, store: Store, first_bad: int, why: str) -> None:
                  _readable(store, min(r.header.begin_phy_offset for r in stale), process), why)
 
 
+def _geometry(store: Store, refs: list, given: Geometry | None) -> Geometry:
+    """The index geometry of the files repair creates: the store's files', ``given``, the sizes chosen at init;
+    refused otherwise (a file of another geometry than the broker's is read with the wrong slots)."""
+    if refs:
+        return refs[0].geometry
+    if given is None and not store.index_geometry_known:
+        raise StoreError("repair writes index files, but no index file tells their geometry: give --slots and "
+                         "--max-entries (the broker's maxHashSlotNum and maxIndexNum)", path=str(store.index_dir))
+    return given or store.index_geometry()
+
+
+def _index_salvaged(plan: RepairPlan, store: Store, first_bad: int, given: Geometry | None) -> None:
+    """Index files holding entries from the salvaged record at ``first_bad`` on rebuilt, and the records no
+    index file holds yet (a store whose index is gone) indexed after them: once their queues are whole, no
+    start's dispatch (which reputs from the queues' end) indexes them."""
+    refs = store.index_files()
+    stale = [r for r in refs if r.header.end_phy_offset >= first_bad]
+    kept = [r for r in refs if r not in stale]
+    lo = min(r.header.begin_phy_offset for r in stale) if stale else \
+        max([r.header.end_phy_offset for r in kept] + [store.commitlog.queue.min_offset])
+    _index_files(plan, store, _geometry(store, refs, given), kept, stale, _readable(store, lo, plan.process_offset),
+                 f"holds entries from the salvaged record at {first_bad} on")
+
+
 def _index_files(plan: RepairPlan, store: Store, geometry, kept: list, stale: list, facts, why: str) -> IndexBuilder:
     """IndexService.buildIndex over ``facts`` after the ``kept`` index files: the last kept one continued and
     new ones made as sparse files in the plan's scratch directory (streamed, so memory stays small whatever
@@ -467,14 +522,18 @@ def _index_files(plan: RepairPlan, store: Store, geometry, kept: list, stale: li
             plan.writes[rel] = plan.scratch / name
             plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to offset "
                                        f"{w.header.end_phy_offset}"))
+    for rel in [d for d in plan.deletes if d in plan.writes]:     # rebuilt under a name planned for deletion:
+        plan.deletes.remove(rel)                                 # written, not deleted after its write
+        plan.actions = [a for a in plan.actions if not (a.kind == "index_delete" and a.path == rel)]
     return builder
 
 
 def _readable(store: Store, lo: int, hi: int):
     """The readable records in [lo, hi) (damaged ones stepped over), as one FileFacts per commit-log file."""
+    ledger = bool(store.commitlog.entry_header_size)
     for f in store.commitlog.queue:
         if f.length and f.start + f.length > lo and f.start < hi:
-            facts = scan_file(f, QueueNames(), deep=True, keys=True, salvage=True)
+            facts = scan_file(f, QueueNames(), deep=not ledger, keys=True, ledger=ledger, salvage=not ledger)
             offset = facts.columns["offset"]
             yield facts.select((offset >= lo) & (offset < hi))
 
@@ -609,7 +668,7 @@ def _untouched(cq, file_size: int, process: int, reach: int) -> bool:
 
 
 def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[str, int], CqWriter],
-              file_size: int, skip: set) -> None:
+              file_size: int, skip: set, fill_gaps: bool = False) -> None:
     """CommitLogDispatcherBuildConsumeQueue over the re-read records, one queue's run at a time."""
     for facts in scanned:
         cols = facts.columns
@@ -624,12 +683,16 @@ def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[s
             if w is None:
                 safe_topic_dir(name[0], int(cols["offset"][run[0]]))
                 w = writers[name] = CqWriter(file_size)
+                w.fill_gaps = fill_gaps
             w.put_many(cols["offset"][run], cols["size"][run], cols["tags_code"][run], cols["queue_offset"][run])
 
 
 def apply_plan(plan: RepairPlan, backup: Path | None = None) -> Path | None:
     """Back up, stage and swap the planned changes in one transaction; the abort file goes last. The
     plan's scratch directory goes after the commit."""
+    both = set(plan.writes) & set(plan.deletes)
+    if both:             # a delete staged after a write of the same name would undo the write
+        raise ValueError(f"repair plan both writes and deletes {sorted(both)}")
     txn = Transaction(plan.store.root, backup, label="repair")
     for rel, data in plan.writes.items():
         txn.write(rel, data)

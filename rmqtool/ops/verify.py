@@ -35,8 +35,8 @@ from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.ops.workers import default_jobs, process_map
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import pending_journal
-from rmqtool.store.broker_model import (VERSIONS, FileSummary, abnormal_recovery_start, level_of, refused_files,
-                                        start_outcome)
+from rmqtool.store.broker_model import (DAMAGE_KINDS, V5, VERSIONS, FileSummary, abnormal_recovery_start, level_of,
+                                        refused_files, start_outcome)
 from rmqtool.store.filequeue import FileQueue, QueueFile, first_nonzero, read_exact
 from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
@@ -401,7 +401,21 @@ def check_file(f: QueueFile, hi_phy: int, queues: list[QueuePlan], index: list[I
         if count:
             result.unindexed = count, int(cols["offset"][first]), int(cols["store_timestamp"][first])
     result.damaged = [at for at, _, _ in facts.damaged]
+    result.findings = result.findings + list(_salvaged(facts, names, str(f.path)))
     return result
+
+
+def _salvaged(facts: FileFacts, names: QueueNames, path: str) -> Iterator[Finding]:
+    """rmqtool repair's placeholders (rollback-type records on C.SALVAGED_TOPIC): what they stand for."""
+    codes = [c for c, (topic, _) in enumerate(names.names) if topic == C.SALVAGED_TOPIC]
+    if not codes:
+        return
+    cols = facts.columns
+    rows = np.flatnonzero(np.isin(cols["queue"], codes) & ~facts.indexed())
+    for r in rows.tolist():
+        yield Finding(WARNING, "salvaged_record", path, int(cols["offset"][r]),
+                      f"a placeholder rmqtool repair wrote over a damaged record ({int(cols['size'][r])} bytes): that "
+                      "message is lost, the records around it kept; the broker's dispatch skips it")
 
 
 def _check_item(item: tuple[QueueFile, int], progress: Progress | None, **kw) -> FileResult:
@@ -541,13 +555,15 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
             level, says = level_of("index_past_end_after_crash")
         elif f.kind in ("index_entry_no_record", "cq_unit_no_record") and f.actual in facts.get("damaged", ()):
             level, says = level_of("points_at_damage")
+        elif f.offset in facts.get("lost_damage", ()) and f.kind in DAMAGE_KINDS:
+            level, says = ERROR, "a broker start loses this message: see broker_start; repair salvages it"
         if level != f.severity or says:
             f = replace(f, severity=level, message=f"{f.message} ({says})" if says else f.message)
         yield f
     yield from facts.get("predictions", ())
 
 
-_MISSING = ("cq_missing_unit", "cq_missing_queue")
+_MISSING = ("cq_missing_unit", "cq_missing_queue", "index_missing_entry")     # the broker adds them only from reput on
 
 
 def _findings(store: Store, deep: bool, progress: Progress | None, run_files: FileRunner | None,
@@ -597,8 +613,8 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     facts["reput_from"] = max([p + 1 for p in queue_ends] + [min_offset])
     facts["end"], facts["abnormal"] = data_end(results), store.abort_path.exists()
     facts["damaged"] = {at for r in results for at in r.damaged}
-    facts["predictions"] = list(_predictions(store, results, max(queue_ends, default=-1), min_offset)) \
-        if not ledger else []
+    facts["predictions"], facts["lost_damage"] = _predictions(
+        store, results, max(queue_ends, default=-1), min_offset, facts["reput_from"]) if not ledger else ([], set())
     yield from _commitlog_sequence(results)
     if deep:
         yield from crc32_property_findings(store)
@@ -623,6 +639,31 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     if store.is_store_root:
         from rmqtool.ops.timer import timer_findings
         yield from timer_findings(store)
+
+
+ONLY_IN = {k: V5 for k in ("timer_read_moved", "timer_bad_chain", "timer_bad_unit", "timer_load")}   # 5.x stores
+REFUSED = ("wrong_file_size", "empty_last_file", "missing_file", "stray_file", "cq_file_size", "timer_load")
+
+
+def verdict(rows: list[dict], versions: list[str]) -> list[str]:
+    """Per broker version, what starting it on the store verified into ``rows`` (Finding.row()s) does: "safe
+    to start", "refuses to start", or "starting loses N message(s) / M unit(s)" (broker_start's counts)."""
+    out = []
+    for v in versions:
+        errors = [r for r in rows if r["severity"] == ERROR and ONLY_IN.get(r["kind"], v) == v]
+        mine = [r for r in errors if r["kind"] == "broker_start" and r.get("expected") == v]
+        others = [r for r in errors if r["kind"] != "broker_start" and r["kind"] not in DAMAGE_KINDS]
+        if any(r["kind"] in REFUSED for r in others):
+            out.append(f"{v}: refuses to start")
+        elif mine:
+            c = mine[0]["counts"]
+            out.append(f"{v}: starting loses {c['messages_lost']} message(s) / "
+                       f"{c['units_missing'] + c['units_misplaced']} unit(s)")
+        elif others or (errors and not any(r["kind"] == "broker_start" for r in errors)):
+            out.append(f"{v}: not safe to start ({len(errors)} error(s))")
+        else:
+            out.append(f"{v}: safe to start")
+    return out
 
 
 def crc32_property_findings(store: Store) -> Iterator[Finding]:
@@ -657,26 +698,38 @@ def crc32_property_findings(store: Store) -> Iterator[Finding]:
                                   "forceVerifyPropCRC refuses it", want, record_crc32(record))
 
 
-def _predictions(store: Store, results: list[FileResult], cq_max_phy: int, min_offset: int) -> Iterator[Finding]:
-    """What a broker of each version does on start (rmqtool.store.broker_model.start_outcome), one finding
-    per action; the same action of both versions is said once."""
+def _predictions(store: Store, results: list[FileResult], cq_max_phy: int, min_offset: int,
+                 reput_from: int) -> tuple[list[Finding], set[int]]:
+    """What a broker of each version does on start (rmqtool.store.broker_model.start_outcome) and what it
+    costs (rmqtool.ops.consequences): one finding per version that acts, an error when it loses or misplaces
+    a message. The versions: the store's, or both when its files do not tell. Also the offsets of the
+    damaged records that count as lost (not the torn tail)."""
     files = [r.summary for r in results if r.summary is not None and (r.has_records or r.summary.damage is not None)]
     if not files:
-        return
+        return [], set()
     abnormal = abnormal_recovery_start(store) if store.abort_path.exists() else None
-    said: dict[str, list[str]] = {}
-    cut: dict[str, int | None] = {}
-    for version in VERSIONS:
-        outcome = start_outcome(version, files, abnormal_start=abnormal, cq_max_phy=cq_max_phy,
-                                min_offset=min_offset)
-        for at, text in outcome.sentences():
-            key = text.replace(f"a {version} broker", "a {} broker", 1)
-            said.setdefault(key, []).append(version)
-            cut[key] = at
-    for key, versions in said.items():
-        where = next(r.file.path for r in reversed(results) if r.file.start <= cut[key])
-        yield Finding(WARNING, "broker_start", str(where), cut[key], key.format(" or ".join(versions)),
-                      expected=" ".join(versions))
+    versions = [store.broker_version] if store.broker_version in VERSIONS else list(VERSIONS)
+    outcomes = [start_outcome(v, files, abnormal_start=abnormal, cq_max_phy=cq_max_phy, min_offset=min_offset)
+                for v in versions]
+    if not any(o.sentences() for o in outcomes) and not any(r.damaged for r in results):
+        return [], set()
+    from rmqtool.ops.consequences import losses
+
+    counted, lost_damage = losses(store, outcomes, reput_from, store.cq_file_size())
+    out = []
+    for o, loss in zip(outcomes, counted):
+        sentences = o.sentences()
+        if not sentences and not loss.harmful:
+            continue
+        at = sentences[0][0] if sentences else min(lost_damage)
+        text = "; ".join(t for _, t in sentences) or \
+            f"a {o.version} broker starts without noticing the damaged record(s) (outside the files its recovery " \
+            "reads, before its dispatch starts): their units point at what it cannot serve whole"
+        where = next(r.file.path for r in reversed(results) if r.file.start <= at)
+        out.append(Finding(ERROR if loss.harmful else WARNING, "broker_start", str(where), at,
+                           f"{text}: {loss.said() or 'nothing readable is lost'}", expected=o.version,
+                           counts=loss.fields()))
+    return out, lost_damage if any(f.severity == ERROR for f in out) else set()
 
 
 def _stray_files(store: Store) -> Iterator[Finding]:

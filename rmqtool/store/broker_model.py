@@ -259,7 +259,7 @@ class Outcome:
                                       f"before it): {self.lost} message(s) after it stay unreachable"))
         elif self.cut is not None and (self.lost or self.deleted_files):
             out.append((self.cut, f"{b} will truncate the commit log at {self.cut} and delete {self.deleted_files} "
-                                  f"file(s), {self.lost} message(s)"))
+                                  "file(s)"))
         for at, kind, n in self.skips:
             out.append((at, f"{b}'s dispatch meets the {kind.replace('_', ' ')} at {at} and skips "
                         + ("that record" if reput_reads_size(kind) else f"the rest of its file ({n} message(s) "
@@ -384,10 +384,11 @@ def timer_recovery(files, last_flush_pos: int, precision_ms: int) -> TimerRecove
 
 # -- verdict levels of verify's findings -----------------------------------------------------------
 ERROR, WARNING = "error", "warning"
-_RECORD_DAMAGE = ("bad_magic", "crc_mismatch", "length_mismatch", "bad_record", "record_crosses_file_end",
+DAMAGE_KINDS = ("bad_magic", "crc_mismatch", "length_mismatch", "bad_record", "record_crosses_file_end",
                   "bad_delay", "torn_tail", "data_after_end")
 LEVELS: dict[str, tuple[str, str]] = {
-    **{k: (WARNING, "") for k in _RECORD_DAMAGE},     # the broker starts; broker_start says what it does
+    # the broker starts; broker_start says what it does, and verify makes it an error when that loses the record
+    **{k: (WARNING, "") for k in DAMAGE_KINDS},
     "blank_size_mismatch": (WARNING, "4.9.7 ends the file at a BLANK whatever its size, 5.3.3 unless the size "
                                      "exceeds the rest of the file, where its recovery stops (broker_start says "
                                      "what that costs); repair rewrites the size"),
@@ -402,8 +403,9 @@ LEVELS: dict[str, tuple[str, str]] = {
     "checkpoint_short": (WARNING, "the broker reads zeros past its end and writes every field at its next "
                                   "flush: StoreCheckpoint.<init>; repair rewrites it"),
     "checkpoint_ahead": (WARNING, "the broker uses it only to pick the crash-recovery start file"),
-    "dledger_crc_mismatch": (WARNING, "DLedger keeps the entry and the broker dispatches it: 4.9.7 checks no "
-                                      "body CRC, 5.3.3 cuts the queues back to it on recovery and dispatches it again"),
+    "dledger_crc_mismatch": (ERROR, "DLedger keeps the entry and the broker serves its damaged body: 4.9.7 checks "
+                                    "no body CRC, 5.3.3 cuts the queues back to it on recovery and dispatches it "
+                                    "again; that message is lost"),
     "index_past_end_after_crash": (WARNING, "after a crash the broker deletes index files newer than the "
                                             "checkpoint and indexes the recovered records again: IndexService.load"),
     "index_missing_entry": (WARNING, ""),
@@ -411,13 +413,14 @@ LEVELS: dict[str, tuple[str, str]] = {
                                 "(rebuild-index rebuilds them)"),
     "points_at_damage": (WARNING, "it points at a damaged record: see that record's finding and broker_start"),
     "broker_running": (WARNING, ""),
+    "salvaged_record": (WARNING, ""),
     "physical_offset_mismatch": (WARNING, ""),
     "dledger_checkpoint_missing": (WARNING, ""),
     "skipped_file": (WARNING, ""),
     "prop_crc_mismatch": (WARNING, ""),
     "timer_bad_unit": (WARNING, ""),         # the finding says what the timer recovery cuts
     "timer_read_moved": (ERROR, ""),          # the start skips slots: their messages are never delivered
-    "timer_slot_revised": (WARNING, "the broker's timer recovery re-links it: TimerWheel.reviseSlot"),      # refused only with forceVerifyPropCRC (off by default)           # a data-directory entry the broker skips or deletes (recognition)
+    "timer_slot_revised": (WARNING, "the broker's timer recovery re-links it: TimerWheel.reviseSlot"),
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
 

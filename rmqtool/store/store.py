@@ -260,6 +260,17 @@ class Store:
         return (explicit or (max(set(sizes), key=sizes.count) if sizes else None)
                 or self.saved_sizes.get("mappedFileSizeConsumeQueue") or C.DEFAULT_CQ_FILE_SIZE)
 
+    @property
+    def cq_file_size_known(self) -> bool:
+        """Whether a consume-queue file or the sizes chosen at init tell mappedFileSizeConsumeQueue."""
+        return any(cq.queue.file_size for cq in self.consume_queues()) or \
+            "mappedFileSizeConsumeQueue" in self.saved_sizes
+
+    @property
+    def index_geometry_known(self) -> bool:
+        """Whether an index file or the sizes chosen at init tell maxHashSlotNum and maxIndexNum."""
+        return bool(self.index_files()) or {"maxHashSlotNum", "maxIndexNum"} <= set(self.saved_sizes)
+
     def bcq_file_size(self, explicit: int | None = None) -> int:
         """mapperFileSizeBatchConsumeQueue, found as ``cq_file_size`` is."""
         sizes = [] if explicit else [q.queue.file_size for q in self.batch_consume_queues() if q.queue.file_size]
