@@ -606,7 +606,13 @@ def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", sel
     elif fmt is Format.RECORD:
         _write_record_view([row], None, out)
     else:
+        from rich.cells import cell_len
+
         pairs = [{"field": k, "value": cell(k, v)} for k, v in row.items()]
+        screen = _screen(out) if fmt is Format.TABLE else None
+        if screen and max((len(k) + cell_len(p["value"]) + 7 for k, p in zip(row, pairs)), default=0) > screen:
+            _write_record_view([row], None, out)      # wider than the terminal: field: value, values wrapped
+            return
         write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out, select=False)
 
 
