@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import codecs
 import itertools
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,7 @@ from rich.cells import cell_len
 from rmqtool.cli.output import (FREE_TEXT_WIDTHS, SAMPLE_ROWS, SIZE_FIELDS, TIMESTAMP_FIELDS, Format, TableFrame,
                                 _chosen_fields, _fix, cell, check_fields, escape, open_table)
 from rmqtool.columnar.text import column, encode_bodies
-from rmqtool.ops.grep import BLANK_FIELDS, hit_rows, row_fields
+from rmqtool.ops.grep import BLANK_FIELDS, row_fields
 
 _CONTROL_RX = "[\\x00-\\x1f\\x{7f}-\\x{9f}]"                  # output.escape's characters
 _JSON_RX = '[\\x00-\\x1f"\\\\\\x{7f}-\\x{9f}]'               # what json.dumps escapes, and escape() after it
@@ -40,9 +40,12 @@ def table_supported(fmt: Format, tablefmt: str, body: str | None, charset: str, 
 
 
 def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns: list[str], tablefmt: str, out,
-                        *, body: str | None, body_chars: int, optional: tuple[str, ...] = ()) -> int:
+                        *, body: str | None, body_chars: int, records: Callable[[Iterable[pa.RecordBatch]],
+                                                                                 Iterator[dict]],
+                        optional: tuple[str, ...] = ()) -> int:
     """``write_records(hit_rows(batches), fmt, ...)`` for a table or plain, a batch at a time: the columns
-    fit the first SAMPLE_ROWS rows, as a streamed table's do."""
+    fit the first SAMPLE_ROWS rows, as a streamed table's do. A table wider than the terminal prints the
+    ``records(batches)`` rows (as the row path has them) in the record layout."""
     it = iter(batches)
     sample: list[pa.RecordBatch] = []
     failed = None
@@ -74,10 +77,8 @@ def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns:
     frame = open_table(columns, widths, truncates, fmt, tablefmt, None, out, optional)
     if frame is None:                 # wider than the terminal: the record layout, as the row path prints it
         from rmqtool.cli.output import _write_record_view
-        from rmqtool.cli.read import present_bodies, row_encoding
 
-        rows = hit_rows(itertools.chain(sample, () if failed else it), row_encoding(body, fmt, None))
-        n = _write_record_view(present_bodies(rows, fmt, body), columns, out)
+        n = _write_record_view(records(itertools.chain(sample, () if failed else it)), columns, out)
         if failed:
             raise failed
         return n

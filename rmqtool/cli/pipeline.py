@@ -18,7 +18,8 @@ from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import count_option, filter_options, record_filter, record_options
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, skip_pandas_probe, write_rows
-from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
+from rmqtool.cli.read import (NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, people_rows, row_encoding,
+                              write_records)
 
 STATS_GROUPINGS = ["topic", "queue", "group", "hour", "store_host", "tag", "store"]
 ENGINE_CHOICES = ["local", "spark", "auto"]
@@ -207,7 +208,8 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
             if batch_output.table_supported(out, tablefmt, body, charset, body_dir):   # a batch at a time
                 n = batch_output.write_table_batches(batch_output.first_rows(tables, count), out,
                                                      ["store"] + SCAN_COLUMNS, tablefmt, sys.stdout, body=body,
-                                                     body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+                                                     body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS,
+                                                     records=lambda bs: people_rows(bs, out, body))
             else:
                 n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out,
                                   tablefmt, ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)

@@ -111,10 +111,17 @@ def write_record_batches(batches, fmt: Format, tablefmt: str, people_columns: li
         return batch_output.write_json_batches(batches, enc, sys.stdout)
     if batch_output.table_supported(fmt, tablefmt, body, charset, body_dir):
         return batch_output.write_table_batches(batches, fmt, people_columns, tablefmt, sys.stdout, body=body,
-                                                body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+                                                body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS,
+                                                records=lambda bs: people_rows(bs, fmt, body))
     from rmqtool.ops.grep import hit_rows
     return write_records(hit_rows(batches, enc), fmt, tablefmt, people_columns, body=body, charset=charset,
                          body_dir=body_dir)
+
+
+def people_rows(batches, fmt: Format, body: str | None) -> Iterator[dict]:
+    """The rows the row path prints for people (bodies as ``present_bodies`` gives them) of record batches."""
+    from rmqtool.ops.grep import hit_rows
+    return present_bodies(hit_rows(batches, row_encoding(body, fmt, None)), fmt, body)
 
 
 def _note(text: str) -> None:
