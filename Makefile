@@ -4,7 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STORE ?= fixtures/dev-sample/store
+STORE ?= fixtures/dev-config-5x/store
 
 .PHONY: demo test install man clean
 
@@ -12,18 +12,20 @@ $(BIN)/rmqtool: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# compat: a path entry, so PySpark's look-up of installed pyspark_* modules finds the rocketmq source
-	$(BIN)/python -m pip install --quiet -e '.[spark,test]' --config-settings editable_mode=compat
+	# (setuptools' boxed notice that the compat mode is transitional is silenced: the mode is chosen)
+	PYTHONWARNINGS='ignore:Compat editable installs' \
+	    $(BIN)/python -m pip install --quiet -e '.[spark,test]' --config-settings editable_mode=compat
 	touch $@
 
 install: $(BIN)/rmqtool
 
-# The main job: a Spark export of the bundled store to Parquet, then per-topic statistics on Spark
-# (both in an embedded local[*] session), then the store summary.
+# The main job: a Spark export of a bundled 5.3.3 broker's store to Parquet, then per-topic statistics on
+# Spark (both in an embedded local[*] session), then the store summary. README.md shows what it prints.
 demo: install
 	rm -rf build/demo
 	$(BIN)/rmqtool export $(STORE) --to build/demo/messages --engine spark
-	$(BIN)/rmqtool stats $(STORE) --by topic --engine spark --format plain
-	$(BIN)/rmqtool info $(STORE) --format plain
+	$(BIN)/rmqtool stats $(STORE) --by topic --engine spark --format plain --fields topic,messages,bytes,queue_type
+	$(BIN)/rmqtool info $(STORE) --format plain --fields store,messages,topics,max_store_timestamp,abort,lock
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -2,10 +2,11 @@
 
 One page per registered command (``rmqtool.1``, ``rmqtool-<command>.1``) with NAME, SYNOPSIS,
 DESCRIPTION, OPTIONS, OUTPUT FIELDS, ENVIRONMENT, EXIT STATUS, FILES, EXAMPLES and SEE ALSO. A command's
-examples are the ``Examples:`` block of its help text: command lines that work from the source checkout,
-on the bundled fixture stores (a trailing ``# exit N`` gives a status other than 0). Generating the pages
-runs each example (``run_example``) and shows what it prints under it; tests/test_docs.py runs them again
-and compares. The output fields are the README's "Output fields" table, which a test checks against what
+examples are the ``Examples:`` block of its help text: command lines on a store named by a placeholder
+(``STORE``, ``CRASHED_STORE``, ...: PLACEHOLDERS), or on a store ``rmqtool generate`` writes (a trailing
+``# exit N`` gives a status other than 0). Generating the pages runs each example (``run_example``) with
+each placeholder a copy of a bundled fixture store, and shows what it prints under it; tests/test_docs.py
+runs them again and compares. The output fields are the README's "Output fields" table, which a test checks against what
 the commands print. The pages are deterministic (no date, variable parts normalised), so a test can
 regenerate them from the committed outputs and compare.
 """
@@ -37,11 +38,20 @@ FILES = [
     ("STORE/lock", "locked by a running broker"),
     ("STORE/config/", "topics, consumer offsets, delay offsets (fastjson)"),
 ]
-TOP_EXAMPLES = [
-    "rmqtool info fixtures/dev-sample/store",
-    "rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA -n 3 -f plain",
-    "rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33",
-]
+# The stores the examples name, and the bundled fixture (fixtures/NAME/store) each stands for when they run.
+PLACEHOLDERS = {
+    "STORE": "dev-sample",                       # a 4.9.7 broker's store
+    "STORE_5X": "dev-sample-5x",                 # a 5.3.3 broker's store
+    "CRASHED_STORE": "dev-sample-crash-torn",    # a broker killed mid-write: abort file, torn tail
+    "BATCHCQ_STORE": "dev-batchcq-5x",           # batch consume queues
+    "COMPACTION_STORE": "dev-compaction-5x",     # a compaction topic
+    "CONFIG_STORE": "dev-config-5x",             # topics, groups, offsets in config/
+    "DLEDGER_STORE": "dev-dledger",              # a DLedger commit log
+    "LMQ_STORE": "dev-lmq-5x",                   # light message queues
+    "ROCKSDB_STORE": "dev-rocksdbcq-5x",         # a RocksDB consume queue
+    "TIMER_STORE": "dev-timer-5x",               # the 5.x timer store
+}
+_PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(PLACEHOLDERS, key=len, reverse=True)) + r")\b")
 
 
 # What differs between runs of an example and is not the tool's output: the wall clock in names of backups
@@ -67,16 +77,19 @@ def expected_status(line: str) -> int:
 
 def run_example(line: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit status, what it prints: stdout and stderr as a terminal shows them) of an example line, run
-    by bash in a fresh directory where ``fixtures/`` is the checkout's, ``/tmp/`` a fresh directory and
-    ``rmqtool`` this checkout's (in UTC; ``env``: more variables, None to unset one). Paths and variable parts
-    are normalised (``normalise``)."""
+    by bash in a fresh directory holding a copy of the bundled store each placeholder it names stands for
+    (PLACEHOLDERS), where ``/tmp/`` is a fresh directory and ``rmqtool`` this checkout's (in UTC; ``env``:
+    more variables, None to unset one). Paths and variable parts are normalised (``normalise``)."""
+    import shutil
+
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir, work = Path(tmp, "bin"), Path(tmp, "work")
         (work / "tmp").mkdir(parents=True)
         bin_dir.mkdir()
         (bin_dir / PROG).write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {PROG} "$@"\n')
         (bin_dir / PROG).chmod(0o755)
-        (work / "fixtures").symlink_to(CHECKOUT / "fixtures")
+        for name in set(_PLACEHOLDER.findall(line)):
+            shutil.copytree(CHECKOUT / "fixtures" / PLACEHOLDERS[name] / "store", work / name)
         env = {k: v for k, v in {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                                  "PYTHONPATH": str(CHECKOUT), "TZ": "UTC", **(env or {})}.items() if v is not None}
         proc = subprocess.Popen(["bash", "-c", line.replace("/tmp/", f"{work}/tmp/")], cwd=work, env=env,
@@ -115,8 +128,12 @@ def _paragraphs(help_text: str) -> tuple[list[tuple[bool, list[str]]], list[str]
         verbatim = bool(lines) and lines[0].strip() == "\b"
         if verbatim:
             lines = lines[1:]
-        if lines and lines[0].strip() == "Examples:":
-            examples += [line.strip() for line in lines[1:] if line.strip()]
+        if lines and lines[0].strip() == "Examples:":      # a line ending in ' \\' goes on in the next
+            for line in (line.strip() for line in lines[1:] if line.strip()):
+                if examples and examples[-1].endswith(" \\"):
+                    examples[-1] = examples[-1][:-1] + line
+                else:
+                    examples.append(line)
         elif lines:
             paragraphs.append((verbatim, lines))
     return paragraphs, examples
@@ -156,8 +173,10 @@ def _sections(*pairs) -> list[str]:
     return out
 
 
-EXAMPLES_INTRO = ("Each command runs on the bundled fixture stores from the source checkout; below it is what it "
-                  "prints in a pipe (standard output and error), which the test suite checks.")
+EXAMPLES_INTRO = ("STORE is a broker's store directory (its storePathRootDir); CRASHED_STORE, TIMER_STORE and the "
+                  "like, a store with that trait. Below each command is what it prints in a pipe (standard output "
+                  "and error) on the store of that kind bundled with the source (fixtures/), which the test suite "
+                  "checks: " + ", ".join(f"{k} is {v}" for k, v in PLACEHOLDERS.items()) + ".")
 
 
 def _examples(examples: list[str], outputs: dict[str, str]) -> list[str]:
@@ -237,7 +256,7 @@ def command_page(name: str, cmd: click.Command, root: click.Context, outputs: di
 
 
 def main_page(group: click.Group, root: click.Context, names: list[str], outputs: dict[str, str] | None = None) -> str:
-    paragraphs, _ = _paragraphs(group.help)
+    paragraphs, examples = _paragraphs(group.help)
     options, env = _options(group, root)
     commands = []
     for name in names:
@@ -251,14 +270,14 @@ def main_page(group: click.Group, root: click.Context, names: list[str], outputs
         ("OPTIONS", options),
         ("COMMANDS", commands),
         ("ENVIRONMENT", env),
-        *_common_sections(TOP_EXAMPLES, [f"{PROG}-{n}" for n in names], outputs or {}),
+        *_common_sections(examples, [f"{PROG}-{n}" for n in names], outputs or {}),
     )
     return "\n".join(head + body) + "\n"
 
 
 def example_lines(group: click.Group = cli) -> list[str]:
     """Every example command line of the pages, once."""
-    lines = list(TOP_EXAMPLES)
+    lines = _paragraphs(group.help)[1]
     for cmd in group.commands.values():
         lines += _paragraphs(cmd.help)[1]
     return list(dict.fromkeys(lines))

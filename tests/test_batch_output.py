@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import rmqtool.cli.batch_output as batch_output
 import rmqtool.cli.output as output
 from rmqtool.cli.output import FIELDS_META, NO_HEADERS_META, Format
-from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
+from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, people_rows, row_encoding, write_records
 from rmqtool.columnar import iter_record_batches
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
@@ -93,7 +93,8 @@ def _both(batches, fmt: Format, tablefmt: str, body: str | None, fields, headers
                 batch_output.write_json_batches(iter(batches), enc, out)
             else:
                 batch_output.write_table_batches(iter(batches), fmt, SCAN_COLUMNS, tablefmt, out, body=body,
-                                                 body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+                                                 body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS,
+                                                 records=lambda bs: people_rows(bs, fmt, body))
         printed.append(out.getvalue())
     return printed
 

@@ -174,3 +174,51 @@ def test_a_page_lists_each_commands_output_fields():
         page = (MAN / f"rmqtool-{args.split()[0]}.1").read_text("utf-8")
         section = page.split("\n.SH OUTPUT FIELDS\n", 1)[1].split("\n.SH ", 1)[0] + "\n"
         assert f"\\fBrmqtool {esc(args)}\\fR\n{esc(fields)}\n" in section, args
+
+
+def readme_quick_start() -> str:
+    text = (ROOT / "README.md").read_text("utf-8")
+    return text.split("\n## ", 2)[1]
+
+
+def test_the_readme_opens_with_a_quick_start():
+    """The first section: at most 60 lines with the two set-up commands, the first commands on a generated
+    store (its console blocks run with the others) and how to read verify's verdict."""
+    section = readme_quick_start()
+    assert section.startswith("Quick start\n") and section.count("\n") <= 60
+    assert "make demo" in section and "make test" in section
+    assert "$ rmqtool generate " in section and "$ rmqtool verify " in section and "verdict" in section
+    assert (ROOT / "PERFORMANCE.md").exists() and "PERFORMANCE.md" in section
+
+
+def test_the_quick_start_fits_a_terminal():
+    """Every table row the quick start shows fits 80 columns (a one-line message may be longer: the terminal
+    wraps it)."""
+    from rich.cells import cell_len
+
+    rows = [row for _, _, sessions in console_blocks(readme_quick_start()) for _, out in sessions
+            for row in out.splitlines() if "  " in row]
+    assert rows and max(map(cell_len, rows)) <= 80
+
+
+def make_demo() -> list[str]:
+    """The demo target's recipe lines as make echoes them (its variables expanded)."""
+    text = (ROOT / "Makefile").read_text("utf-8")
+    values = dict(re.findall(r"^(\w+) \?= (.*)$", text, re.M))
+    values["BIN"] = values["VENV"] + "/bin"
+    recipe = text.split("\ndemo: install\n", 1)[1].split("\n\n", 1)[0]
+    return [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], line[1:]) for line in recipe.splitlines()
+            if line.startswith("\t")]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_readme_shows_what_make_demo_prints(tmp_path):
+    """The README's `make demo` block is what its commands print (this checkout's rmqtool for .venv/bin's;
+    times and rates normalised), with no warning."""
+    pytest.importorskip("pyspark")
+    shown = (ROOT / "README.md").read_text("utf-8").split("```text\n$ make demo\n", 1)[1].split("```", 1)[0]
+    sh = shell(tmp_path)
+    printed = "".join(line + "\n" + sh(line.replace(".venv/bin/rmqtool", "rmqtool")) for line in make_demo())
+    assert normalise(printed, "") == normalise(shown, "")
+    assert "arning" not in printed

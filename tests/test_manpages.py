@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -66,3 +67,25 @@ def test_name_lines_are_whole_sentences():
         text = path.read_text("utf-8")
         name = text.split("\n.SH NAME\n", 1)[1].split("\n", 1)[0]
         assert name.endswith(".") and "..." not in name, (path.name, name)
+
+
+def test_help_fits_80_columns_however_wide_the_terminal():
+    from click.testing import CliRunner
+
+    for name in [None, *cli.commands]:
+        result = CliRunner().invoke(cli, [name, "--help"] if name else ["--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0
+        wide = [line for line in result.output.splitlines() if len(line) > 80]
+        assert wide == [], (name, wide)
+
+
+def test_help_examples_run_after_a_plain_install():
+    """Examples name stores by placeholders (STORE, CRASHED_STORE, ...), never a path of the source checkout;
+    one writes its store with `rmqtool generate` first and uses it."""
+    from rmqtool._manpages import PLACEHOLDERS, example_lines
+
+    lines = example_lines()
+    assert not [line for line in lines if "fixtures/" in line]
+    assert sum("STORE" in line for line in lines) >= len(lines) // 2
+    assert {name for line in lines for name in PLACEHOLDERS if f"{name}" in line} == set(PLACEHOLDERS)
+    assert any(re.match(r"rmqtool generate (\S+) .*&& rmqtool \S+ \1", line) for line in lines)

@@ -339,3 +339,33 @@ def test_spark_submit_with_the_package_zip(tmp_path):
                 if kind == "message":                 # the data source leaves BLANK padding out
                     want[(f.store, topic)] = want.get((f.store, topic), 0) + 1
     assert got["counts"] == sorted(([s, t, n] for (s, t), n in want.items()), key=json.dumps)
+
+
+COUNT_JOB = """
+import sys
+from rmqtool.spark.session import get_session
+print(get_session().read.format("rocketmq").load(sys.argv[1]).count())
+"""
+
+
+@pytest.mark.slow
+def test_without_an_activated_venv_and_without_warnings(tmp_path):
+    """Run as cron runs it (`.venv/bin/python job.py`, PATH without the venv, whose `python3` here cannot
+    import rmqtool): rmqtool's session pins Spark's Python workers to its own interpreter, and neither the job
+    nor `make demo`'s command print a warning (PySpark's pandas-3 FutureWarning included)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 'not the interpreter rmqtool is installed in' >&2\nexit 1\n")
+    (bin_dir / "python3").chmod(0o755)
+    (tmp_path / "job.py").write_text(COUNT_JOB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "VIRTUAL_ENV"))}
+    env.update(PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(ROOT))
+    store = str(store_path("dev-sample"))
+    job = subprocess.run([sys.executable, "job.py", store], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert int(job.stdout) == sum(r["type"] != "BLANK" for r in readback("dev-sample")["commitlogRecords"])
+    demo = subprocess.run([sys.executable, "-m", "rmqtool", "stats", store, "--by", "topic", "--engine", "spark",
+                           "-f", "plain"], env=env, capture_output=True, text=True, timeout=600)
+    assert demo.returncode == 0 and demo.stdout.startswith("topic ")
+    assert demo.stderr == "" and "Warning" not in job.stderr, demo.stderr + job.stderr

@@ -20,12 +20,16 @@ from rmqtool.cli.exitcodes import EXIT_STATUS_HELP, ExitCode
 from rmqtool.cli.output import CALENDAR_TIME
 from rmqtool.errors import EncodeError, FormatError, RmqError, StoreWarning
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 80}
 
 
 def _exit_status_epilog() -> str:
+    """The exit table, each meaning wrapped under itself to fit the help's 80 columns."""
+    import textwrap
+
     lines = ["\b", "Exit status:"]
-    lines += [f"  {int(code):<4} {text}" for code, text in EXIT_STATUS_HELP.items()]
+    for code, text in EXIT_STATUS_HELP.items():
+        lines += textwrap.wrap(text, 76, initial_indent=f"  {int(code):<4} ", subsequent_indent=" " * 7)
     return "\n".join(lines)
 
 
@@ -180,7 +184,20 @@ def _silence_stdout() -> None:
                    "directory). A STORE argument may also be such a list.")
 @click.pass_context
 def cli(ctx: click.Context, traceback: bool, store_path_commitlog: str | None) -> None:
-    """Read, verify, repair and rebuild Apache RocketMQ broker store directories offline."""
+    """Read, verify, repair and rebuild Apache RocketMQ broker store directories offline.
+
+    In the examples STORE is a broker's store directory (storePathRootDir: commitlog/, consumequeue/,
+    index/, config/, checkpoint); CRASHED_STORE, TIMER_STORE and the like, a store with that trait. The
+    first one writes a store to try the others on.
+
+    \b
+    Examples:
+      rmqtool generate /tmp/demo-$$ --size 1M --seed 7 && rmqtool verify \\
+        /tmp/demo-$$ -f plain
+      rmqtool info STORE
+      rmqtool cat-commitlog STORE --topic TopicA -n 3 -f plain
+      rmqtool query-id STORE C0A8000A00002A9F0000000000000E33
+    """
     ctx.ensure_object(dict)["traceback"] = traceback
     if store_path_commitlog:
         os.environ["RMQTOOL_STORE_PATH_COMMITLOG"] = store_path_commitlog   # also for worker processes

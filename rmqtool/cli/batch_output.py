@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import codecs
 import itertools
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -40,9 +40,12 @@ def table_supported(fmt: Format, tablefmt: str, body: str | None, charset: str, 
 
 
 def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns: list[str], tablefmt: str, out,
-                        *, body: str | None, body_chars: int, optional: tuple[str, ...] = ()) -> int:
+                        *, body: str | None, body_chars: int, records: Callable[[Iterable[pa.RecordBatch]],
+                                                                                 Iterator[dict]],
+                        optional: tuple[str, ...] = ()) -> int:
     """``write_records(hit_rows(batches), fmt, ...)`` for a table or plain, a batch at a time: the columns
-    fit the first SAMPLE_ROWS rows, as a streamed table's do."""
+    fit the first SAMPLE_ROWS rows, as a streamed table's do. A table wider than the terminal prints the
+    ``records(batches)`` rows (as the row path has them) in the record layout."""
     it = iter(batches)
     sample: list[pa.RecordBatch] = []
     failed = None
@@ -72,6 +75,13 @@ def write_table_batches(batches: Iterable[pa.RecordBatch], fmt: Format, columns:
     truncates = [c in FREE_TEXT_WIDTHS and not (pa.types.is_integer(types[c]) or pa.types.is_floating(types[c]))
                  if c in types else c in FREE_TEXT_WIDTHS for c in columns]
     frame = open_table(columns, widths, truncates, fmt, tablefmt, None, out, optional)
+    if frame is None:                 # wider than the terminal: the record layout, as the row path prints it
+        from rmqtool.cli.output import _write_record_view
+
+        n = _write_record_view(records(itertools.chain(sample, () if failed else it)), columns, out)
+        if failed:
+            raise failed
+        return n
     cut = dict(zip(columns, truncates))
     n = 0
     rest = () if failed else ((b, None) for b in it)

@@ -84,42 +84,47 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
 
     \b
     Parquet fields:
-      type                         string     message, or blank (padding; with --include-blank)
-      physical_offset              int64      commit-log offset of the record
-      total_size                   int32      record size in bytes
-      magic_code                   string     magic code in hex (0xdaa320a7 v1, 0xdaa320ab v2)
-      body_crc                     int32      stored CRC32 of the body
-      queue_id                     int32      queue the record was dispatched to
-      flag                         int32      producer flag
-      queue_offset                 int64      position in that consume queue
-      sys_flag                     int32      MessageSysFlag bits
-      born_timestamp               timestamp[ms, tz=UTC]  producer time
-      born_host                    string     producer ip:port
-      store_timestamp              timestamp[ms, tz=UTC]  broker store time
-      store_host                   string     broker ip:port
-      reconsume_times              int32      redeliveries so far
-      prepared_transaction_offset  int64      transaction prepare offset
-      topic                        string     stored topic
-      properties                   map<string,string>  decoded properties
-      tags                         string     TAGS property
-      keys                         list<string>  KEYS property, split
-      uniq_key                     string     client message ID (UNIQ_KEY)
-      real_topic                   string     REAL_TOPIC (retries, schedules, transactions)
-      real_queue_id                int32      REAL_QID
-      msg_id                       string     offset message ID (store host + offset)
-      tags_code                    int64      tags hash code as the consume queue holds it
-      body_length                  int32      body size in bytes
-      body                         binary     body as stored
-      properties_raw               binary     properties as stored
-      crc_ok                       bool       body CRC verdict (with --check-crc)
-      store                        string     the store as named on the command line
-      commitlog_file               string     the commit-log file the record was read from
+      type                         string  message or blank (with --include-blank)
+      physical_offset              int64   commit-log offset of the record
+      total_size                   int32   record size in bytes
+      magic_code                   string  hex: 0xdaa320a7 (v1), 0xdaa320ab (v2)
+      body_crc                     int32   stored CRC32 of the body
+      queue_id                     int32   queue the record was dispatched to
+      flag                         int32   producer flag
+      queue_offset                 int64   position in that consume queue
+      sys_flag                     int32   MessageSysFlag bits
+      born_timestamp               timestamp[ms, tz=UTC]
+                                           producer time
+      born_host                    string  producer ip:port
+      store_timestamp              timestamp[ms, tz=UTC]
+                                           broker store time
+      store_host                   string  broker ip:port
+      reconsume_times              int32   redeliveries so far
+      prepared_transaction_offset  int64   transaction prepare offset
+      topic                        string  stored topic
+      properties                   map<string,string>
+                                           decoded properties
+      tags                         string  TAGS property
+      keys                         list<string>
+                                           KEYS property, split
+      uniq_key                     string  client message ID (UNIQ_KEY)
+      real_topic                   string  REAL_TOPIC (retry, delay, transaction)
+      real_queue_id                int32   REAL_QID
+      msg_id                       string  offset message ID (store host + offset)
+      tags_code                    int64   tags hash code, as in the consume queue
+      body_length                  int32   body size in bytes
+      body                         binary  body as stored
+      properties_raw               binary  properties as stored
+      crc_ok                       bool    body CRC verdict (with --check-crc)
+      store                        string  the store as named on the command line
+      commitlog_file               string  commit-log file the record came from
 
     \b
     Examples:
-      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-records.parquet --force
-      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-a.jsonl --topic TopicA --since 2026-11-20 --force
-      rmqtool export fixtures/dev-sample/store --to /tmp/rmqtool-dataset --partition-by topic --force
+      rmqtool export STORE --to /tmp/rmqtool-records.parquet --force
+      rmqtool export STORE --to /tmp/rmqtool-a.jsonl --topic TopicA --since \\
+        2026-11-20 --force
+      rmqtool export STORE --to /tmp/rmqtool-dataset --partition-by topic --force
     """
     from rmqtool.cli.pipeline import export_to_dataset, is_dataset_target
     from rmqtool.ops.export import export as run_export
@@ -174,8 +179,10 @@ def generate(directory, size, file_size, topics, queues, body_size, index, index
 
     \b
     Examples:
-      rmqtool generate /tmp/rmqtool-gen-$$ --size 2M --file-size 1M --topics 4 --queues 2 --cq-file-size 6000 --index-geometry 64:256
-      rmqtool generate /tmp/rmqtool-gen2-$$ --size 1M --topics 2 --queues 2 --cq-file-size 6000 --no-index --seed 7
+      rmqtool generate /tmp/rmqtool-gen-$$ --size 2M --file-size 1M --topics 4 \\
+        --queues 2 --cq-file-size 6000 --index-geometry 64:256
+      rmqtool generate /tmp/rmqtool-gen2-$$ --size 1M --topics 2 --queues 2 \\
+        --cq-file-size 6000 --no-index --seed 7
     """
     from rmqtool.format.indexfile import Geometry, check_geometry
     from rmqtool.ops.generate import generate_store

@@ -155,13 +155,14 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
 
     \b
     Examples:
-      rmqtool verify fixtures/dev-sample/store
-      rmqtool verify fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z -f plain
-      rmqtool verify fixtures/dev-timer-5x/store --now 2026-12-01T00:00:00Z -f record   # exit 1
-      rmqtool verify fixtures/dev-sample-crash-torn/store -f plain   # exit 0: warnings (the broker recovers it)
-      rmqtool verify fixtures/dev-sample-crash-torn/store --strict   # exit 1
-      rmqtool verify fixtures/dev-sample/store fixtures/dev-sample-5x/store --check-crc -f jsonl
-      rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
+      rmqtool verify STORE
+      rmqtool verify TIMER_STORE --now 2026-11-23T07:00:00Z -f plain
+      rmqtool verify TIMER_STORE --now 2026-12-01T00:00:00Z -f record   # exit 1
+      rmqtool verify CRASHED_STORE -f plain \\
+        # exit 0: warnings (the broker recovers it)
+      rmqtool verify CRASHED_STORE --strict   # exit 1
+      rmqtool verify STORE STORE_5X --check-crc -f jsonl
+      rmqtool verify COMPACTION_STORE ROCKSDB_STORE
     """
     deep = check_crc
     from rmqtool.store.readable import commitlog_view
@@ -190,8 +191,13 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
         verdicts.append(f"{path}: " * (len(opened) > 1) + "; ".join(says)
                         + (f": run `rmqtool repair {path}`" if unsafe else ""))
     out = resolve_format(fmt)
+    title = "findings"
+    root = opened[0][1].root if len(opened) == 1 else None
+    if out in PEOPLE and root and all(_in_store(f["path"], root) is not None for f in findings):
+        title = f"findings in {root}"           # people read paths in the store: relative to it, named once
+        findings = [{**f, "path": _in_store(f["path"], root) or f["path"]} for f in findings]
     with stdout_may_close():            # the status says what was found, whoever stopped reading
-        write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title="findings")
+        write_rows(findings, out, columns=FINDING_FIELDS, tablefmt=tablefmt, title=title)
     errors = sum(1 for f in findings if f["severity"] == "error")
     if out in PEOPLE:
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
@@ -200,6 +206,17 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
             click.echo(line, err=True)
     end_partial(skipped)
     raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
+
+
+def _in_store(path: str | None, root: Path) -> str | None:
+    """``path`` relative to the store ``root`` ('' when there is no path, '.' for the root itself); None
+    when it lies outside."""
+    if not path:
+        return ""
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return None
 
 
 @cli.command()
@@ -252,9 +269,9 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
 
     \b
     Examples:
-      rmqtool repair fixtures/dev-sample/store
-      rmqtool repair fixtures/dev-sample-crash-torn/store -f plain   # exit 1
-      cp -r fixtures/dev-sample-crash-torn/store /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
+      rmqtool repair STORE
+      rmqtool repair CRASHED_STORE -f plain   # exit 1
+      cp -r CRASHED_STORE /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
     plan_only(apply_, dry_run)
     from rmqtool.ops.repair import LEFT_TO, apply_plan, left_unrepaired, plan_repair
@@ -426,11 +443,11 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 
     \b
     Examples:
-      rmqtool rebuild-cq fixtures/dev-sample/store   # exit 0: the queues are as the broker wrote them
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic TopicA --out /tmp/rmqtool-cq-$$
-      rmqtool rebuild-cq fixtures/dev-batchcq-5x/store --out /tmp/rmqtool-bcq-$$
-      rmqtool rebuild-cq fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
-      rmqtool rebuild-cq fixtures/dev-rocksdbcq-5x/store --out /tmp/rmqtool-rocksdb-cq-$$
+      rmqtool rebuild-cq STORE   # exit 0: the queues are as the broker wrote them
+      rmqtool rebuild-cq STORE --topic TopicA --out /tmp/rmqtool-cq-$$
+      rmqtool rebuild-cq BATCHCQ_STORE --out /tmp/rmqtool-bcq-$$
+      rmqtool rebuild-cq STORE --topic NoSuchTopic   # exit 1
+      rmqtool rebuild-cq ROCKSDB_STORE --out /tmp/rmqtool-rocksdb-cq-$$
     """
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_consume_queues
@@ -495,8 +512,8 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
 
     \b
     Examples:
-      rmqtool rebuild-index fixtures/dev-sample/store -f plain   # exit 0: nothing to change
-      rmqtool rebuild-index fixtures/dev-sample/store --slots 32 --max-entries 128   # exit 1
+      rmqtool rebuild-index STORE -f plain   # exit 0: nothing to change
+      rmqtool rebuild-index STORE --slots 32 --max-entries 128   # exit 1
     """
     from rmqtool.ops.dispatch_plan import DispatchPlan
     from rmqtool.ops.dispatch_plan import broker_version as version_of
@@ -541,7 +558,8 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
 
     \b
     Examples:
-      rmqtool init /tmp/rmqtool-init-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64
+      rmqtool init /tmp/rmqtool-init-$$ --commitlog-file-size 65536 \\
+        --cq-file-size 160 --slots 16 --max-entries 64
     """
     from rmqtool.format.indexfile import Geometry
     from rmqtool.ops.write import init_store
@@ -602,8 +620,11 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
 
     \b
     Examples:
-      rmqtool put fixtures/dev-sample/store --topic TopicA --tag TagA --key order-1 --body hello   # exit 1
-      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put /tmp/rmqtool-put-$$ --topic T --body hi --apply
+      rmqtool put STORE --topic TopicA --tag TagA --key order-1 --body hello \\
+        # exit 1
+      rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 \\
+        --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put \\
+        /tmp/rmqtool-put-$$ --topic T --body hi --apply
     """
     from rmqtool.ops.write import StoreWriter, build_message
 
@@ -657,7 +678,8 @@ def import_(store: str, file, apply_: bool, dry_run: bool, backup: Path | None, 
 
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && rmqtool import fixtures/dev-sample-5x/store /tmp/rmqtool-five.jsonl   # exit 1
+      rmqtool cat-commitlog STORE -n 5 -f jsonl > /tmp/rmqtool-five.jsonl && \\
+        rmqtool import STORE_5X /tmp/rmqtool-five.jsonl   # exit 1
     """
     from rmqtool.errors import RmqError
     from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
@@ -710,7 +732,8 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
 
     \b
     Examples:
-      cp -r fixtures/dev-sample-crash/store /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
+      cp -r CRASHED_STORE /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply \\
+        --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
     """
     from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
 

@@ -89,8 +89,9 @@ def topics(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
 
     \b
     Examples:
-      rmqtool topics fixtures/dev-config-5x/store
-      rmqtool topics fixtures/dev-config-5x/store -f jsonl | jq -r 'select(.queue_type=="BatchCQ").topic'
+      rmqtool topics CONFIG_STORE
+      rmqtool topics CONFIG_STORE -f jsonl | jq -r \\
+        'select(.queue_type=="BatchCQ").topic'
     """
     from rmqtool.ops.metadata import TOPIC_FIELDS, topic_rows
 
@@ -112,8 +113,8 @@ def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
 
     \b
     Examples:
-      rmqtool groups fixtures/dev-config-5x/store
-      rmqtool groups fixtures/dev-config-5x/store -f json
+      rmqtool groups CONFIG_STORE
+      rmqtool groups CONFIG_STORE -f json
     """
     from rmqtool.ops.metadata import group_rows
 
@@ -152,9 +153,9 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
 
     \b
     Examples:
-      rmqtool offsets fixtures/dev-config-5x/store
-      rmqtool offsets fixtures/dev-config-5x/store --group GroupB --topic TopicA
-      rmqtool offsets fixtures/dev-config-5x/store --by topic -f csv
+      rmqtool offsets CONFIG_STORE
+      rmqtool offsets CONFIG_STORE --group GroupB --topic TopicA
+      rmqtool offsets CONFIG_STORE --by topic -f csv
     """
     from rmqtool.ops.metadata import OFFSET_FIELDS, offset_rows, totals
 
@@ -181,8 +182,8 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: s
 
     \b
     Examples:
-      rmqtool topic-status fixtures/dev-config-5x/store TopicA
-      rmqtool topic-status fixtures/dev-batchcq-5x/store BatchTopic -f jsonl
+      rmqtool topic-status CONFIG_STORE TopicA
+      rmqtool topic-status BATCHCQ_STORE BatchTopic -f jsonl
     """
     from rmqtool.ops.mqadmin import TOPIC_STATUS_FIELDS, topic_status_rows
 
@@ -213,8 +214,8 @@ def transactions(ctx: click.Context, store: str, everything: bool, read_anyway: 
 
     \b
     Examples:
-      rmqtool transactions fixtures/dev-sample/store   # exit 1: none in doubt
-      rmqtool transactions fixtures/dev-sample/store --all -f plain
+      rmqtool transactions STORE   # exit 1: none in doubt
+      rmqtool transactions STORE --all -f plain
     """
     from rmqtool.ops.mqadmin import TRANSACTION_FIELDS, transaction_rows
     from rmqtool.store.metadata import consumer_offsets
@@ -240,8 +241,8 @@ def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, 
 
     \b
     Examples:
-      rmqtool delay-offsets fixtures/dev-config-5x/store
-      rmqtool delay-offsets fixtures/dev-sample/store -f jsonl
+      rmqtool delay-offsets CONFIG_STORE
+      rmqtool delay-offsets STORE -f jsonl
     """
     from rmqtool.ops.metadata import DELAY_FIELDS, delay_rows
 
@@ -268,8 +269,8 @@ def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str)
 
     \b
     Examples:
-      rmqtool config fixtures/dev-config-5x/store
-      rmqtool config fixtures/dev-timer-5x/store -f json
+      rmqtool config CONFIG_STORE
+      rmqtool config TIMER_STORE -f json
     """
     from rmqtool.ops.metadata import CONFIG_FIELDS, config_rows
 
@@ -307,12 +308,14 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
 
     \b
     Examples:
-      rmqtool timer fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z
-      rmqtool timer fixtures/dev-timer-5x/store --now 2026-11-23T07:00:00Z --fields slot_timestamp,real_topic,real_queue_id,state
-      rmqtool timer fixtures/dev-timer-5x/store --now 2026-12-01T00:00:00Z --fields slot_timestamp,state   # exit 1
-      rmqtool timer fixtures/dev-timer-5x/store --units -f csv
-      rmqtool timer fixtures/dev-timer-5x/store --slots
-      rmqtool timer fixtures/dev-timer-5x/store --check
+      rmqtool timer TIMER_STORE --now 2026-11-23T07:00:00Z
+      rmqtool timer TIMER_STORE --now 2026-11-23T07:00:00Z --fields \\
+        slot_timestamp,real_topic,real_queue_id,state
+      rmqtool timer TIMER_STORE --now 2026-12-01T00:00:00Z --fields \\
+        slot_timestamp,state   # exit 1
+      rmqtool timer TIMER_STORE --units -f csv
+      rmqtool timer TIMER_STORE --slots
+      rmqtool timer TIMER_STORE --check
     """
     from rmqtool.ops import timer as T
 

@@ -4,9 +4,11 @@ json, jsonl, csv, tsv.
 Rows are dicts with the documented field names. Every format streams: tables get fixed column widths
 (from all rows when the caller has them in a list, else from the field types) and print each row as it
 comes. Human formats (table, plain, record) escape control characters and show sizes and dates for
-people; machine formats carry the values exactly. No format cuts or folds IDs, offsets, timestamps or
-names: only free text (bodies, properties, messages) may end in "…" in a table. Data goes to stdout,
-everything else to stderr.
+people; machine formats carry the values exactly. No format cuts IDs, offsets, timestamps or names: only
+free text (bodies, properties) may end in "…" in a table; a finding's message and a plan's detail wrap
+onto more lines instead. On a terminal a table fits the screen: optional columns go, free text narrows,
+and a table that still does not fit prints in the record layout, whose values wrap at the screen's edge
+(``plain`` stays as wide as its widest row). Data goes to stdout, everything else to stderr.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ SIZE_FIELDS = frozenset({"bytes", "commitlog_file_size", "commitlog_bytes", "fil
 # (IDs, offsets, timestamps, names, keys, tags) is printed whole: a longer one widens its row.
 FREE_TEXT_WIDTHS = {"body": 40, "properties": 40, "problems": 30, "detail": 50, "message": 50, "state": 40,
                     "fallback_reason": 50}
+# Free text that wraps onto more lines on a terminal rather than being cut (what a finding or plan says).
+WRAPPED_FIELDS = frozenset({"message", "detail"})
+WRAP_MIN_WIDTH = 24       # the least a wrapped column narrows to
 SAMPLE_ROWS = 1000
 MARKUP_TABLEFMTS = frozenset({"html", "latex", "latex_booktabs", "latex_longtable", "mediawiki", "moinmoin",
                               "textile", "jira", "asciidoc"})   # tabulate escapes their cells itself
@@ -276,20 +281,33 @@ def _select(rows: Iterable[dict], fields: list[str]):
 
 
 def _write_csv(rows: Iterable[dict], columns: list[str] | None, out, fmt: Format = Format.CSV) -> int:
-    """CSV (RFC 4180 quoting) or TSV (tab-separated, the same quoting of cells holding a tab or newline)."""
+    """CSV (RFC 4180 quoting) or TSV (tab-separated, no quotes: a cell's tab, newline, carriage return and
+    backslash as ``\\t``, ``\\n``, ``\\r``, ``\\\\``, as PostgreSQL's text COPY and MySQL's LOAD DATA read them)."""
     it: Iterator[dict] = iter(rows)
     first = next(it, None)
     if first is None:
         return 0
     cols = columns or list(first)
-    writer = csv.writer(out, lineterminator="\n", delimiter="\t" if fmt is Format.TSV else ",")
+    if fmt is Format.TSV:
+        def writerow(cells: list) -> None:
+            out.write("\t".join(_tsv_escape(str(c)) for c in cells) + "\n")
+    else:
+        writerow = csv.writer(out, lineterminator="\n").writerow
     if _headers():
-        writer.writerow(cols)
+        writerow(cols)
     n = 0
     for row in _chain(first, it):
-        writer.writerow([_csv_cell(row.get(c)) for c in cols])
+        writerow([_csv_cell(row.get(c)) for c in cols])
         n += 1
     return n
+
+
+_TSV_SPECIAL = re.compile(r"[\\\t\n\r]")
+_TSV_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _tsv_escape(text: str) -> str:
+    return _TSV_SPECIAL.sub(lambda m: _TSV_ESCAPES[m.group()], text)
 
 
 def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
@@ -310,15 +328,52 @@ def _csv_cell(value: Any) -> Any:
 
 
 def _write_record_view(rows: Iterable[dict], columns: list[str] | None, out) -> int:
-    """One ``field: value`` per line, a blank line between records (as mqadmin queryMsgById prints)."""
+    """One ``field: value`` per line, a blank line between records (as mqadmin queryMsgById prints); on a
+    terminal a value wider than the screen continues on the next lines, under its first."""
     n = 0
+    screen = _screen(out)
     for row in rows:
         cols = columns or list(row)
         width = max(map(len, cols), default=0) + 1
-        out.write(("\n" if n else "") + "".join(f"{c + ':':<{width}} {cell(c, row.get(c))}\n" for c in cols))
+        room = screen - width - 1 if screen else 0
+        lines = []
+        for c in cols:
+            parts = _wrap(cell(c, row.get(c)), room) if room >= WRAP_MIN_WIDTH else [cell(c, row.get(c))]
+            lines.append(f"{c + ':':<{width}} {parts[0]}".rstrip(" " if not parts[0] else "") + "\n")
+            lines += [" " * (width + 1) + part + "\n" for part in parts[1:]]
+        out.write(("\n" if n else "") + "".join(lines))
         out.flush()
         n += 1
     return n
+
+
+def _screen(out) -> int | None:
+    """The terminal's width when ``out`` is a terminal (COLUMNS first, as shutil reads it), else None."""
+    if not (hasattr(out, "isatty") and out.isatty()):
+        return None
+    return shutil.get_terminal_size((200, 24)).columns
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` as lines of at most ``width`` terminal cells, broken at spaces where it has them (whole:
+    nothing is left out but the spaces lines break at)."""
+    from rich.cells import cell_len, chop_cells
+
+    if cell_len(text) <= width:
+        return [text]
+    lines, line = [], ""
+    for word in text.split(" "):
+        joined = f"{line} {word}" if line else word
+        if cell_len(joined) <= width:
+            line = joined
+            continue
+        if line:
+            lines.append(line)
+        parts = chop_cells(word, width) if word else [""]
+        lines += parts[:-1]
+        line = parts[-1]
+    lines.append(line)
+    return lines
 
 
 # -- streamed tables --------------------------------------------------------------------------------
@@ -342,11 +397,17 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
     widths = [max([cell_len(c)] + [cell_len(t[i]) for t in texts]) for i, c in enumerate(cols)]
     table = open_table(cols, widths, [_truncates(c, first.get(c)) for c in cols], fmt, tablefmt, title, out,
                        optional, streamed)
+    if table is None:                # wider than the terminal: the record layout
+        if title and _headers():
+            out.write(title + "\n\n")
+        n = _write_record_view(itertools.chain(sample, () if failed else rest), cols, out)
+        if failed:
+            raise failed
+        return n
     n = 0
     for row in itertools.chain(sample, () if failed else rest):
-        text = table.line([_fix(cell(c, row.get(c)), w, _truncates(c, row.get(c)))
-                           for c, w in zip(table.cols, table.widths)])
-        out.write((table.between if n else "") + (text.rstrip() if table.strip else text) + "\n")
+        out.write((table.between if n else "") + "".join(
+            (text.rstrip() if table.strip else text) + "\n" for text in table.lines(row)))
         out.flush()
         n += 1
     if failed:                       # the rows before a damaged record print, then its error
@@ -359,7 +420,8 @@ def _write_table(rows: Iterable[dict], fmt: Format, columns: list[str] | None, t
 class TableFrame:
     """A table with fixed column widths whose head is written: ``line(cells)`` renders a row of cells
     already fitted to ``widths``; ``between`` goes before every row but the first, ``tail`` after the
-    last; ``strip``: rows lose their trailing blanks (plain)."""
+    last; ``strip``: rows lose their trailing blanks (plain); ``wraps``: the columns whose text wraps onto
+    more lines rather than being cut (on a terminal)."""
     cols: list[str]
     widths: list[int]
     line: Callable[[list[str]], str]
@@ -367,18 +429,34 @@ class TableFrame:
     between: str
     tail: str
     strip: bool
+    wraps: list[bool] = dataclasses.field(default_factory=list)
+
+    def lines(self, row: dict) -> list[str]:
+        """The lines of one row: one, or more when a wrapped column's text is wider than its column."""
+        texts = [cell(c, row.get(c)) for c in self.cols]
+        wrapped = [_wrap(t, w) if wrap else [t] for t, w, wrap in zip(texts, self.widths, self.wraps or
+                                                                     [False] * len(texts))]
+        first = self.line([_fix(parts[0], w, _truncates(c, row.get(c)))
+                           for c, w, parts in zip(self.cols, self.widths, wrapped)])
+        more = max(map(len, wrapped)) - 1
+        return [first] + [self.line([_fix(parts[k] if k < len(parts) else "", w, False)
+                                     for w, parts in zip(self.widths, wrapped)]) for k in range(1, more + 1)]
 
 
 def open_table(cols: list[str], widths: list[int], truncates: list[bool], fmt: Format, tablefmt: str,
-               title: str | None, out, optional: tuple[str, ...] = (), streamed: bool = True) -> TableFrame:
+               title: str | None, out, optional: tuple[str, ...] = (), streamed: bool = True) -> TableFrame | None:
     """Fix the columns and widths of a table whose sample rows' cells need ``widths`` terminal cells
-    (``truncates``: the column is free text that may be cut), write its title and head, return its frame."""
+    (``truncates``: the column is free text that may be cut, or wrap), write its title and head, return its
+    frame; None, writing nothing, for a table (not plain) wider than the terminal it goes to."""
     from rich.cells import cell_len
 
+    wraps = {c for c, t in zip(cols, truncates) if t and c in WRAPPED_FIELDS and _screen(out)}
     if streamed:                              # free text to its usual width, not that of one long body
-        widths = [min(w, max(cell_len(c), FREE_TEXT_WIDTHS[c])) if t else w
+        widths = [min(w, max(cell_len(c), FREE_TEXT_WIDTHS[c])) if t and c not in wraps else w
                   for c, w, t in zip(cols, widths, truncates)]
-    cols, widths = _fit(cols, widths, truncates, out, optional)
+    cols, widths, fits = _fit(cols, widths, truncates, out, optional, wraps)
+    if not fits and fmt is Format.TABLE and tablefmt not in MARKUP_TABLEFMTS:
+        return None
     if fmt is Format.PLAIN:
         widths = [max(w, cell_len(c) + 2) for c, w in zip(cols, widths)]   # tabulate pads headers by 2
     head, line, parts, between, tail = _frame(cols, widths, fmt, tablefmt)
@@ -391,7 +469,7 @@ def open_table(cols: list[str], widths: list[int], truncates: list[bool], fmt: F
         head = head[:next(k for k, s in enumerate(head) if all(c in s for c in cols))]
     out.write("".join(s + "\n" for s in head))
     return TableFrame(cols, widths, line, parts, "".join(s + "\n" for s in between),
-                      "".join(s + "\n" for s in tail), strip)
+                      "".join(s + "\n" for s in tail), strip, [c in wraps for c in cols])
 
 
 def _head(it: Iterator[dict], n: int) -> tuple[list[dict], BaseException | None]:
@@ -419,18 +497,22 @@ def _truncates(key: str, value: Any) -> bool:
     return key in FREE_TEXT_WIDTHS and not isinstance(value, (int, float))
 
 
-def _fit(cols: list[str], widths: list[int], truncates: list[bool], out,
-         optional: tuple[str, ...] = ()) -> tuple[list[str], list[int]]:
-    """On a terminal, leave out ``optional`` columns and narrow the text columns (``truncates``, widest
-    first) until a row fits the screen."""
-    if not (hasattr(out, "isatty") and out.isatty()):
-        return cols, widths
-    screen = shutil.get_terminal_size((200, 24)).columns
+def _fit(cols: list[str], widths: list[int], truncates: list[bool], out, optional: tuple[str, ...] = (),
+         wraps: set[str] = frozenset()) -> tuple[list[str], list[int], bool]:
+    """On a terminal, leave out ``optional`` columns and narrow the text columns (``truncates``: cut; in
+    ``wraps``: wrapped, to WRAP_MIN_WIDTH at least; widest first) until a row fits the screen; whether it
+    does."""
+    screen = _screen(out)
+    if screen is None:
+        return cols, widths, True
     cut_ok = dict(zip(cols, truncates))
     pairs = list(zip(cols, widths))
 
+    def floor(c: str) -> int:
+        return max(WRAP_MIN_WIDTH if c in wraps else MIN_WIDTH, len(c))
+
     def least(c: str, w: int) -> int:
-        return min(w, max(MIN_WIDTH, len(c))) if cut_ok[c] else w
+        return min(w, floor(c)) if cut_ok[c] else w
 
     for name in optional:
         if sum(least(c, w) for c, w in pairs) + 3 * len(pairs) + 1 <= screen:
@@ -439,12 +521,12 @@ def _fit(cols: list[str], widths: list[int], truncates: list[bool], out,
     cols, widths = [c for c, _ in pairs], [w for _, w in pairs]
     room = screen - 3 * len(cols) - 1
     while sum(widths) > room:
-        cut = [i for i, c in enumerate(cols) if cut_ok[c] and widths[i] > max(MIN_WIDTH, len(c))]
+        cut = [i for i, c in enumerate(cols) if cut_ok[c] and widths[i] > floor(c)]
         if not cut:
             break
         i = max(cut, key=lambda j: widths[j])
         widths[i] -= 1
-    return cols, widths
+    return cols, widths, sum(widths) <= room
 
 
 def _fix(text: str, width: int, truncate: bool) -> str:
@@ -524,7 +606,13 @@ def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", sel
     elif fmt is Format.RECORD:
         _write_record_view([row], None, out)
     else:
+        from rich.cells import cell_len
+
         pairs = [{"field": k, "value": cell(k, v)} for k, v in row.items()]
+        screen = _screen(out) if fmt is Format.TABLE else None
+        if screen and max((len(k) + cell_len(p["value"]) + 7 for k, p in zip(row, pairs)), default=0) > screen:
+            _write_record_view([row], None, out)      # wider than the terminal: field: value, values wrapped
+            return
         write_rows(pairs, fmt, columns=["field", "value"], tablefmt=tablefmt, out=out, select=False)
 
 

@@ -19,7 +19,8 @@ from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (Damage, count_option, end_partial, filter_options, jobs_option, read_anyway_option,
                                  recognized, record_filter, record_options)
 from rmqtool.cli.output import output_options, progress_bar, resolve_format, skip_pandas_probe, write_rows
-from rmqtool.cli.read import NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, row_encoding, write_records
+from rmqtool.cli.read import (NARROW_DROPS, SCAN_COLUMNS, TABLE_BODY_CHARS, people_rows, row_encoding,
+                              write_records)
 
 STATS_GROUPINGS = ["topic", "queue", "group", "hour", "store_host", "tag", "store"]
 ENGINE_CHOICES = ["local", "spark", "auto"]
@@ -101,7 +102,6 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
     """Message counts, bytes, store-time range, retry and DLQ shares, transaction and delay counts
     of the commit-log records of STORES (store roots, commitlog dirs or files, globs, URIs).
 
-    \b
     Columns: messages (as the broker counts them: an inner-batch record of a BatchCQ topic holds
     INNER_NUM messages; the other counts are per record), bytes (record sizes summed),
     min/max_store_timestamp, retries (%RETRY% topics)
@@ -118,10 +118,11 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
 
     \b
     Examples:
-      rmqtool stats 'fixtures/dev-sample*/store' --by store -f plain   # exit 3: torn stores
-      rmqtool stats fixtures/dev-sample/store --by topic --since '2026-11-20 23:13:09' -f plain
-      rmqtool stats fixtures/dev-sample/store --by hour --topic TopicA --topic TopicB -f jsonl
-      rmqtool stats fixtures/dev-sample/store --by group -f plain
+      rmqtool stats STORE CRASHED_STORE --by store -f plain \\
+        # exit 3: torn stores
+      rmqtool stats STORE --by topic --since '2026-11-20 23:13:09' -f plain
+      rmqtool stats STORE --by hour --topic TopicA --topic TopicB -f jsonl
+      rmqtool stats STORE --by group -f plain
     """
     from rmqtool.ops.scan import list_files, readable_files
     from rmqtool.ops.stats import STATS_FIELDS, stats_local
@@ -143,7 +144,12 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
         from rmqtool.ops.compaction import with_compaction
         rows, more = with_compaction(rows, sorted({f.store for f in files}))
         extra += more
-    write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats")
+    # on a narrow terminal the shares, transaction counts and topic-table columns go first (-f record has all)
+    narrow_drops = tuple(reversed(extra)) + ("delayed", "transaction_op", "transaction_rollback", "transaction_commit",
+                                             "transaction_half", "dlq_share", "retry_share", "min_store_timestamp",
+                                             "max_store_timestamp")
+    write_rows(rows, resolve_format(fmt), columns=keys + STATS_FIELDS + extra, tablefmt=tablefmt, title="stats",
+               optional=narrow_drops)
     end_partial(skipped)
     damage.exit()
 
@@ -171,9 +177,11 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
 
     \b
     Examples:
-      rmqtool grep 'fixtures/dev-sample*/store' --key key-95 --body-regex rocket -f plain   # exit 3: torn stores
-      rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
-      rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f csv
+      rmqtool grep STORE CRASHED_STORE --key key-95 --body-regex rocket -f plain \\
+        # exit 3: torn stores
+      rmqtool grep STORE --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
+      rmqtool grep STORE --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f \\
+        csv
     """
     from rmqtool.ops.grep import grep_local, hit_rows
     from rmqtool.ops.scan import list_files, readable_files
@@ -196,7 +204,8 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
             if batch_output.table_supported(out, tablefmt, body, charset, body_dir):   # a batch at a time
                 n = batch_output.write_table_batches(batch_output.first_rows(tables, count), out,
                                                      ["store"] + SCAN_COLUMNS, tablefmt, sys.stdout, body=body,
-                                                     body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+                                                     body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS,
+                                                     records=lambda bs: people_rows(bs, out, body))
             else:
                 n = write_records(islice(hit_rows(tables, row_encoding(body, out, body_dir)), count), out,
                                   tablefmt, ["store"] + SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)

@@ -112,10 +112,17 @@ def write_record_batches(batches, fmt: Format, tablefmt: str, people_columns: li
         return batch_output.write_json_batches(batches, enc, sys.stdout)
     if batch_output.table_supported(fmt, tablefmt, body, charset, body_dir):
         return batch_output.write_table_batches(batches, fmt, people_columns, tablefmt, sys.stdout, body=body,
-                                                body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS)
+                                                body_chars=TABLE_BODY_CHARS, optional=NARROW_DROPS,
+                                                records=lambda bs: people_rows(bs, fmt, body))
     from rmqtool.ops.grep import hit_rows
     return write_records(hit_rows(batches, enc), fmt, tablefmt, people_columns, body=body, charset=charset,
                          body_dir=body_dir)
+
+
+def people_rows(batches, fmt: Format, body: str | None) -> Iterator[dict]:
+    """The rows the row path prints for people (bodies as ``present_bodies`` gives them) of record batches."""
+    from rmqtool.ops.grep import hit_rows
+    return present_bodies(hit_rows(batches, row_encoding(body, fmt, None)), fmt, body)
 
 
 def _note(text: str) -> None:
@@ -147,9 +154,9 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
 
     \b
     Examples:
-      rmqtool info fixtures/dev-sample/store
-      rmqtool info fixtures/dev-sample/store -f json | head -20
-      rmqtool info fixtures/dev-sample-crash-torn/store -f plain   # exit 1
+      rmqtool info STORE
+      rmqtool info STORE -f json | head -20
+      rmqtool info CRASHED_STORE -f plain   # exit 1
     """
     from rmqtool.ops.inspect import store_info
 
@@ -289,15 +296,19 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
 
     \b
     Examples:
-      rmqtool cat-commitlog fixtures/dev-sample/store --count 3 -f plain
-      rmqtool cat-commitlog fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
-      rmqtool cat-commitlog fixtures/dev-sample/store --offset 257 -n 1 -f record
-      rmqtool cat-commitlog fixtures/dev-sample/store --key key-82 -f plain
-      rmqtool cat-commitlog fixtures/dev-sample/store --since '2026-11-20 23:13:09' --until '2026-11-20 23:13:10' -n 2 -f csv
-      rmqtool cat-commitlog fixtures/dev-sample/store --topic NoSuchTopic   # exit 1
-      rmqtool cat-commitlog fixtures/dev-batchcq-5x/store --topic BatchTopic --unwrap -n 8 -f plain
-      rmqtool cat-commitlog fixtures/dev-dledger/store -n 3 -f plain
-      rmqtool cat-commitlog fixtures/dev-compaction-5x/store/compaction/compactionLog/CompactTopic/0 -f plain
+      rmqtool cat-commitlog STORE --count 3 -f plain
+      rmqtool cat-commitlog STORE --topic TopicA --topic TopicB --tag Tag3 -n 2 \\
+        -f jsonl
+      rmqtool cat-commitlog STORE --offset 257 -n 1 -f record
+      rmqtool cat-commitlog STORE --key key-82 -f plain
+      rmqtool cat-commitlog STORE --since '2026-11-20 23:13:09' --until \\
+        '2026-11-20 23:13:10' -n 2 -f csv
+      rmqtool cat-commitlog STORE --topic NoSuchTopic   # exit 1
+      rmqtool cat-commitlog BATCHCQ_STORE --topic BatchTopic --unwrap -n 8 -f \\
+        plain
+      rmqtool cat-commitlog DLEDGER_STORE -n 3 -f plain
+      rmqtool cat-commitlog \\
+        COMPACTION_STORE/compaction/compactionLog/CompactTopic/0 -f plain
     """
     from rmqtool.ops.filters import filtered_batches
     from rmqtool.ops.query import nearest_boundaries
@@ -375,16 +386,17 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
 
     \b
     Examples:
-      rmqtool cat-cq fixtures/dev-sample/store TopicA 0
-      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 2 -n 3 --resolve -f plain
-      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1 -n 1 --message -f record
-      rmqtool cat-cq fixtures/dev-sample/store TopicA 0 --offset 1000   # exit 1
-      rmqtool cat-cq fixtures/dev-batchcq-5x/store BatchTopic 0 --offset 7 --resolve -f plain
-      rmqtool cat-cq fixtures/dev-lmq-5x/store '%LMQ%room-1' 0 -n 5 --resolve -f plain
-      rmqtool cat-cq fixtures/dev-sample/store/consumequeue/TopicA/0/00000000000000000000 -n 3
-      rmqtool cat-cq fixtures/dev-batchcq-5x/store/batchconsumequeue/BatchTopic/0 -n 2
-      rmqtool cat-cq fixtures/dev-compaction-5x/store CompactTopic 0 --offset 27 -n 3 --message -f plain
-      rmqtool cat-cq fixtures/dev-rocksdbcq-5x/store TopicB 1 -n 3 --resolve -f plain
+      rmqtool cat-cq STORE TopicA 0
+      rmqtool cat-cq STORE TopicA 0 --offset 2 -n 3 --resolve -f plain
+      rmqtool cat-cq STORE TopicA 0 --offset 1 -n 1 --message -f record
+      rmqtool cat-cq STORE TopicA 0 --offset 1000   # exit 1
+      rmqtool cat-cq BATCHCQ_STORE BatchTopic 0 --offset 7 --resolve -f plain
+      rmqtool cat-cq LMQ_STORE '%LMQ%room-1' 0 -n 5 --resolve -f plain
+      rmqtool cat-cq STORE/consumequeue/TopicA/0/00000000000000000000 -n 3
+      rmqtool cat-cq BATCHCQ_STORE/batchconsumequeue/BatchTopic/0 -n 2
+      rmqtool cat-cq COMPACTION_STORE CompactTopic 0 --offset 27 -n 3 --message \\
+        -f plain
+      rmqtool cat-cq ROCKSDB_STORE TopicB 1 -n 3 --resolve -f plain
     """
     from click.core import ParameterSource
 
@@ -562,9 +574,9 @@ def cat_index(ctx: click.Context, path: str, entries: bool, slots: bool, fmt: st
 
     \b
     Examples:
-      rmqtool cat-index fixtures/dev-sample/store
-      rmqtool cat-index fixtures/dev-sample/store/index/20261120231309479 --entries -f csv
-      rmqtool cat-index fixtures/dev-sample/store --slots -f plain
+      rmqtool cat-index STORE
+      rmqtool cat-index STORE/index/20261120231309479 --entries -f csv
+      rmqtool cat-index STORE --slots -f plain
     """
     from rmqtool.ops.inspect import index_file_row
 
@@ -657,11 +669,11 @@ def query_key(ctx: click.Context, store: str, topic: str, key: str, since: int |
 
     \b
     Examples:
-      rmqtool query-key fixtures/dev-sample/store Order_Topic-1 key-82
-      rmqtool query-key fixtures/dev-sample/store Order_Topic-1 key-82 --raw -f json
-      rmqtool query-key fixtures/dev-sample/store TopicA key-37 --since 2026-11-20 -f record
-      rmqtool query-key fixtures/dev-sample/store TopicA key-37 --scan -f plain
-      rmqtool query-key fixtures/dev-sample/store TopicA no-such-key   # exit 1
+      rmqtool query-key STORE Order_Topic-1 key-82
+      rmqtool query-key STORE Order_Topic-1 key-82 --raw -f json
+      rmqtool query-key STORE TopicA key-37 --since 2026-11-20 -f record
+      rmqtool query-key STORE TopicA key-37 --scan -f plain
+      rmqtool query-key STORE TopicA no-such-key   # exit 1
     """
     from rmqtool.ops.query import lookup_key
 
@@ -753,10 +765,13 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
 
     \b
     Examples:
-      rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33
-      rmqtool query-id fixtures/dev-sample/store FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --scan
-      rmqtool query-id fixtures/dev-sample/store C0A8000A00002A9F0000000000000E33 -f record --body-file /tmp/rmqtool-bodies
-      rmqtool query-id fixtures/dev-config-5x/store -i FD000000000000000000000000000002519430946E0972E0FF9C001E --track
+      rmqtool query-id STORE C0A8000A00002A9F0000000000000E33
+      rmqtool query-id STORE \\
+        FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --scan
+      rmqtool query-id STORE C0A8000A00002A9F0000000000000E33 -f record \\
+        --body-file /tmp/rmqtool-bodies
+      rmqtool query-id CONFIG_STORE -i \\
+        FD000000000000000000000000000002519430946E0972E0FF9C001E --track
     """
     from rmqtool.ops.query import lookup_id
 
@@ -812,8 +827,10 @@ def decode_id(msg_id: str, born: int | None, fmt: str | None, tablefmt: str) -> 
 
     \b
     Examples:
-      rmqtool decode-id C0A8000A00002A9F0000000000000E33 --now 2026-11-26T12:00:00Z
-      rmqtool decode-id FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 --born 1795216389519
+      rmqtool decode-id C0A8000A00002A9F0000000000000E33 --now \\
+        2026-11-26T12:00:00Z
+      rmqtool decode-id FD00000000000000000000000000000243AE5FFD2B2766D44D8E0004 \\
+        --born 1795216389519
     """
     from rmqtool.ops.query import describe_id
 
@@ -842,8 +859,8 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
 
     \b
     Examples:
-      rmqtool checkpoint fixtures/dev-sample/store
-      rmqtool checkpoint fixtures/dev-sample-5x/store/checkpoint -f json
+      rmqtool checkpoint STORE
+      rmqtool checkpoint STORE_5X/checkpoint -f json
     """
     from rmqtool.errors import FormatError
     from rmqtool.format.checkpoint import decode_checkpoint_file

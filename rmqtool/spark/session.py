@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -133,6 +134,9 @@ def get_session(master: str | None = None, *, progress: bool | None = None):
     if _session is not None:
         return _session
     check_pyspark()
+    # PySpark (up to 4.3) warns that it "does not yet fully support pandas >= 3.0.0" when it meets pandas 3;
+    # the spark extra pins pandas < 3, and rmqtool hands pandas nothing (Arrow batches): not the user's concern.
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
