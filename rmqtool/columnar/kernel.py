@@ -24,6 +24,12 @@ out; helpers are compiled without Python entry points or cache entries of their 
 ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a read-only install) in the
 user's cache directory; where none is writable it is compiled in memory once per process (one line on
 stderr says so). Entries are keyed on every source of this package and on rmqtool.constants (``_jit``).
+
+The small-input path: numba is not imported until the first compiled call (``_native``), and a process's
+first ``SMALL_RECORDS`` records are scanned by the same functions run as plain Python (numpy scalars, the
+intrinsics' Python forms, zlib's CRC): importing numba and loading the cached machine code costs ~0.5
+CPU-s, more than plain Python spends on a few thousand records, and a first run on a small store compiles
+nothing.
 """
 
 from __future__ import annotations
@@ -35,13 +41,14 @@ import math
 import pkgutil
 import sys
 
+import zlib
+
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from rmqtool import constants as C
+
+# llvmlite's and numba's modules, bound by ``_native`` (the intrinsics' code generators use them)
+ir = types = cgutils = None
 
 # Rows of the per-record column block returned by the kernel (all int64).
 FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset", "stored_physical_offset",
@@ -75,26 +82,92 @@ def _crc_tables() -> np.ndarray:
     return t
 
 
-def _jit(fn):
+SMALL_RECORDS = 2000     # records a process scans as plain Python before it loads the compiled code
+_PLAIN = [SMALL_RECORDS]    # the records left to the plain path; None once compiled code is loaded
+_UNCACHED: list[str] = []
+_SOURCES = ""
+
+
+class _Lazy:
+    """A compiled function, helper or intrinsic before numba is loaded: ``plain`` runs it in the interpreter
+    (None: it has no plain form), ``build()`` makes numba's object on the first compiled call."""
+
+    __slots__ = ("plain", "build", "native")
+
+    def __init__(self, plain, build):
+        self.plain, self.build, self.native = plain, build, None
+
+    def __call__(self, *args):
+        if self.plain is not None and _PLAIN[0]:
+            with np.errstate(over="ignore"):        # int64 arithmetic wraps, as in compiled code
+                return self.plain(*args)
+        if self.native is None:
+            _native()
+        return self.native(*args)
+
+
+def _native() -> None:
+    """Import numba, build every lazy object of the columnar modules and bind their names to what numba made
+    (compiled code finds its callees by name), and leave the plain path for good."""
+    global ir, types, cgutils, _SOURCES
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    _SOURCES = _sources_stamp()
+    _PLAIN[0] = None
+    package = __name__.rpartition(".")[0] + "."
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith(package)]:
+        for name, value in list(vars(module).items()):
+            if isinstance(value, _Lazy):
+                setattr(module, name, _built(value))
+
+
+def _built(lazy):
+    """numba's object for ``lazy`` (already built: itself)."""
+    if not isinstance(lazy, _Lazy):
+        return lazy
+    if lazy.native is None:
+        lazy.native = lazy.build()
+    return lazy.native
+
+
+def _lazy(plain, build):
+    """``build()`` now once compiled code is loaded, else a ``_Lazy``."""
+    return build() if _PLAIN[0] is None else _Lazy(plain, build)
+
+
+def _boxed(value):
+    """A plain run's result as compiled code returns it: Python ints and bools, not numpy scalars."""
+    if isinstance(value, tuple):
+        return tuple(_boxed(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _jit(fn, *, plain: bool = True):
     """Compiled with numba, its machine code cached on disk; where numba finds no writable cache location
     (a read-only install, an unwritable home and no NUMBA_CACHE_DIR) it is compiled once per process, said
     in one line on stderr. Python calls it: no C-callable wrapper (only first-class function values need
-    one; it costs ~1 ms of a first compile per array argument)."""
-    try:
-        compiled = njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
-    except RuntimeError:          # numba's "cannot cache function ...: no locator available"
-        if not _UNCACHED:
-            _UNCACHED.append(fn.__name__)
-            sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
-                             "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
-        return njit(nogil=True, no_cfunc_wrapper=True)(fn)
-    # numba keys a cache entry on the source of the function's own file, but the machine code holds the
-    # helpers and constants it calls from other files (this module's loads and hashes in facts.py, units.py,
-    # joins.py, lines.py; rmqtool.constants): the entry is keyed on all of them too, so that a change to a
-    # helper alone (an upgrade, a checkout) recompiles its callers instead of running their old code
-    index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
-    index._source_stamp = (index._source_stamp, _SOURCES)
-    return compiled
+    one; it costs ~1 ms of a first compile per array argument). ``plain``: it also runs as plain Python on
+    the small-input path (False where its helpers have no plain form)."""
+    def build():
+        from numba import njit
+        try:
+            compiled = njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
+        except RuntimeError:          # numba's "cannot cache function ...: no locator available"
+            if not _UNCACHED:
+                _UNCACHED.append(fn.__name__)
+                sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
+                                 "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
+            return njit(nogil=True, no_cfunc_wrapper=True)(fn)
+        # numba keys a cache entry on the source of the function's own file, but the machine code holds the
+        # helpers and constants it calls from other files (this module's loads and hashes in facts.py,
+        # units.py, joins.py, lines.py; rmqtool.constants): the entry is keyed on all of them too, so that a
+        # change to a helper alone (an upgrade, a checkout) recompiles its callers instead of running their
+        # old code
+        index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
+        index._source_stamp = (index._source_stamp, _SOURCES)
+        return compiled
+    return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build)
 
 
 def _sources_stamp() -> str:
@@ -107,15 +180,24 @@ def _sources_stamp() -> str:
     return h.hexdigest()
 
 
-_SOURCES = _sources_stamp()
-_UNCACHED: list[str] = []
-
-
 def _helper(fn):
     """A function only compiled code calls: compiled without the entry points Python calls and without a
     cache entry of its own (its callers' cached code holds it), about half of what numba spends on a small
-    function."""
-    return njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
+    function. On the plain path it is the function itself."""
+    def build():
+        from numba import njit
+        return njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
+    return _lazy(fn, build)
+
+
+def _intrinsic(plain):
+    """An intrinsic (the typer and code generator it decorates), ``plain`` its Python form (None: none)."""
+    def wrap(fn):
+        def build():
+            from numba.extending import intrinsic
+            return intrinsic(fn)
+        return _lazy(plain, build)
+    return wrap
 
 
 _CRC_T = _crc_tables()
@@ -127,7 +209,9 @@ _ONES = np.uint64(0xFFFFFFFF)
 def _load(bits: int, swap: bool):
     """An unaligned load of an int of ``bits`` at d[p] (d: a byte array), big-endian when ``swap``: one
     instruction where assembling bytes takes a dozen."""
-    @intrinsic
+    size, order = bits // 8, "big" if swap else "little"
+
+    @_intrinsic(lambda d, p: np.int64(int.from_bytes(d[p:p + size].tobytes(), order, signed=True)))
     def load(typingctx, arr, idx):
         def codegen(context, builder, signature, args):
             ary = context.make_array(signature.args[0])(context, builder, args[0])
@@ -144,7 +228,11 @@ def _load(bits: int, swap: bool):
 _be32, _be64, _le64 = _load(32, True), _load(64, True), _load(64, False)
 
 
-@intrinsic
+def _st64_plain(arr, idx, value):
+    arr[idx:idx + 8] = np.frombuffer(int(value).to_bytes(8, "little"), np.uint8)
+
+
+@_intrinsic(_st64_plain)
 def _st64(typingctx, arr, idx, value):
     """An unaligned store of a uint64 at arr[idx] (arr: a byte array)."""
     def codegen(context, builder, signature, args):
@@ -155,7 +243,7 @@ def _st64(typingctx, arr, idx, value):
     return types.void(arr, idx, types.uint64), codegen
 
 
-@intrinsic
+@_intrinsic(lambda arr, idx: None)
 def _prefetch(typingctx, arr, idx):
     """Ask the CPU to fetch the cache line of arr[idx] (llvm.prefetch). The chain of records is a chain of
     dependent loads: without it every record header waits for memory."""
@@ -169,7 +257,11 @@ def _prefetch(typingctx, arr, idx):
     return types.void(arr, idx), codegen
 
 
-@intrinsic
+def _memcpy_plain(src, a, n, dst, o):
+    dst[o:o + n] = src[a:a + n]
+
+
+@_intrinsic(_memcpy_plain)
 def _memcpy(typingctx, src, a, n, dst, o):
     """dst[o:o+n] = src[a:a+n] (byte arrays, no overlap) as one llvm.memcpy."""
     def codegen(context, builder, signature, args):
@@ -180,7 +272,7 @@ def _memcpy(typingctx, src, a, n, dst, o):
     return types.void(src, a, n, dst, o), codegen
 
 
-@intrinsic
+@_intrinsic(None)      # the plain path takes zlib's CRC
 def _clmul(typingctx, a, b):
     """The carry-less product of two uint64 as (low, high) uint64 (x86 PCLMULQDQ)."""
     def codegen(context, builder, signature, args):
@@ -208,7 +300,7 @@ def _has_clmul() -> bool:
         return False
 
 
-@intrinsic
+@_intrinsic(lambda x: np.uint64((int(x) & -int(x)).bit_length() - 1))
 def _ctz(typingctx, x):
     """Trailing zero bits of a non-zero uint64."""
     def codegen(context, builder, signature, args):
@@ -288,7 +380,8 @@ def _crc32_clmul(d, d64, shift, p, n, t):
     return np.int64(crc ^ _ONES)
 
 
-_crc32 = _crc32_clmul if _has_clmul() else _crc32_tables
+_crc32 = _lazy(lambda d, d64, shift, p, n, t: np.int64(zlib.crc32(d[p:p + n])),
+               lambda: _built(_crc32_clmul if _has_clmul() else _crc32_tables))
 
 
 @_jit
@@ -771,6 +864,9 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     span = max(limit - pos, 0)
     while True:
         cap = span // (MIN_RECORD + gap) + 2
+        plain = _PLAIN[0]
+        if plain:
+            cap = min(cap, plain)   # the plain path's share: the caller goes on from ``next``
         cols, props = _pooled((len(FIELDS), cap), np.int64), _pooled((cap, 2 * len(PROPERTIES)), np.int64)
         its = bodies = topics = properties = parsed = ids = None
         if items:
@@ -781,6 +877,8 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = loaded(
             _scan, data, d64, shift, pos, limit, gap, _CRC_T if check_crc else None, _NAME_BYTES, _NAME_OFF, cols,
             props, its, bodies, topics, properties, parsed, ids)
+        if plain and _PLAIN[0]:
+            _PLAIN[0] = max(plain - n, 0)
         if n or not full:
             break
         span = len(data) - pos             # one record larger than the window: room for the rest of the data
