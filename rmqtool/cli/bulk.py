@@ -135,8 +135,9 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
         from rmqtool.cli.output import progress_bar, skip_pandas_probe
         from rmqtool.ops.scan import list_files
 
+        size = sum(f.size for f in list_files(stores))      # a path that is not a store: refused first
         skip_pandas_probe()
-        with progress_bar(sum(f.size for f in list_files(stores)), "export") as progress:
+        with progress_bar(size, "export") as progress:
             result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records, **options)
     rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0
     click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "

@@ -143,11 +143,12 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
       rmqtool verify fixtures/dev-compaction-5x/store fixtures/dev-rocksdbcq-5x/store
     """
     deep = check_crc
-    from rmqtool.ops.findings import FINDING_FIELDS
-    from rmqtool.ops.verify import verify_store
     from rmqtool.store.store import Store
 
-    opened = [(path, Store.open(path)) for path in stores]
+    opened = [(path, Store.open(path)) for path in stores]     # a path that is not a store: refused before
+    from rmqtool.ops.findings import FINDING_FIELDS             # the scan's modules are imported
+    from rmqtool.ops.verify import verify_store
+
     size = sum(f.length for _, st in opened for f in st.commitlog.queue)
     findings = []
     if choose_engine(engine, size, master) == "spark":

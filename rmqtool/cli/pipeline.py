@@ -131,10 +131,10 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
       rmqtool stats fixtures/dev-sample/store --by group -f plain
     """
     from rmqtool.ops.scan import list_files
-    from rmqtool.ops.stats import STATS_FIELDS, stats_local
 
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     files = list_files(stores)
+    from rmqtool.ops.stats import STATS_FIELDS, stats_local
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import stats_spark
@@ -179,12 +179,12 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
       rmqtool grep fixtures/dev-sample/store --topic TopicA --topic TopicB --tag Tag3 -n 2 -f jsonl
       rmqtool grep fixtures/dev-sample/store --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f csv
     """
-    from rmqtool.ops.grep import grep_local, hit_rows
     from rmqtool.ops.scan import list_files
 
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     out = resolve_format(fmt)
     files = list_files(stores)
+    from rmqtool.ops.grep import grep_local, hit_rows
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import grep_spark

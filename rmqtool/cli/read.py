@@ -257,9 +257,11 @@ def _commitlog_total(cl: CommitLog, start: int | None) -> int:
     return sum(f.length for f in files) - ((start - files[0].start) if start is not None and files else 0)
 
 
-# cat-commitlog -n up to this: the record-at-a-time decoder (~30 us a record: 2,000 cost ~0.1 CPU-s and 25 MB,
-# the bulk path's start-up alone ~0.35 CPU-s and ~300 MB: numpy, pyarrow, the kernel and its first window)
+# cat-commitlog -n up to this, or over a commit log of up to FEW_BYTES: the record-at-a-time decoder (~30 us a
+# record: 2,000 cost ~0.1 CPU-s and 25 MB, the bulk path's start-up alone ~0.35 CPU-s and ~300 MB: numpy,
+# pyarrow, the kernel and its first window)
 FEW_RECORDS = 2000
+FEW_BYTES = 1 << 20
 
 
 @cli.command("cat-commitlog")
@@ -321,7 +323,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
         raise click.UsageError("--include-blank prints every record: it takes no filter")
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
-    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty):
+    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty) or \
+            _commitlog_total(cl, offset) <= FEW_BYTES:
         # a few records print without the columnar scan (nor numpy, pyarrow and the kernel to import)
         rows = record_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
                            include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc,
