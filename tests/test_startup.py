@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,59 @@ def test_plain_path_matches_compiled_code():
     for key, got in runs["plain"].items():
         assert got == runs["compiled"][key], key
     assert any(code == 1 for code, *_ in runs["plain"].values())       # the damaged store's CRC errors too
+
+
+def _cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
+    """User + sys CPU seconds of one command run to its end (its output discarded)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 0, proc.stderr.decode()[-1000:]
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def fresh_install(tmp_path) -> Path:
+    """A new venv with rmqtool installed from a wheel of this tree (not editable; its dependencies taken
+    from the running environment's site-packages, offline): its ``rmqtool`` script."""
+    import sysconfig
+
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                    "--ignore-installed", "-q", *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return venv / "bin" / "rmqtool"
+
+
+@pytest.mark.slow
+def test_first_command_after_a_fresh_install_compiles_nothing(tmp_path):
+    """After a non-editable install into a new venv, with an empty compiled-code cache, the first
+    `verify --check-crc` of the bundled store costs at most 6 times `--version` (CPU seconds, median of
+    three fresh caches; CPU time, not wall: the machine may be shared), and it leaves no compiled code."""
+    rmqtool = fresh_install(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    where = subprocess.run([rmqtool.parent / "python", "-c", "import rmqtool; print(rmqtool.__file__)"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert where.returncode == 0, where.stderr
+    where = where.stdout
+    assert where.startswith(str(tmp_path / "venv")), where
+    store = str(store_path("dev-sample"))
+    _cpu_seconds([rmqtool, "--version"], env)           # the interpreter and click read from disk once
+    version, first = [], []
+    for k in range(3):
+        cache = tmp_path / f"numba-cache-{k}"
+        cache.mkdir()
+        run_env = {**env, "NUMBA_CACHE_DIR": str(cache)}
+        version.append(_cpu_seconds([rmqtool, "--version"], run_env))
+        first.append(_cpu_seconds([rmqtool, "verify", "--check-crc", store], run_env))
+        assert not any(cache.rglob("*.nbi")), "compiled code was cached: the first run compiled"
+    ratio = sorted(first)[1] / sorted(version)[1]
+    assert ratio <= 6, (first, version)
