@@ -67,11 +67,21 @@ def test_small_store_commands_load_no_compiled_code(args, tmp_path):
     """A small store is read without numba: the kernel's small-input path (plain Python) or the
     record-at-a-time decoder; nothing is loaded from the compiled-code cache, nothing is compiled."""
     argv = [a.format(store=store_path("dev-sample"), out=tmp_path) for a in args]
-    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("numba", "llvmlite")')
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("numba", "llvmlite", "pandas")')
     proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     result = json.loads(proc.stderr.strip().splitlines()[-1])
     assert result["code"] in (0, None), proc.stderr
+    assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
+
+
+def test_info_of_a_small_store_imports_no_pyarrow():
+    """info's record walk on the small-input path takes numpy's buffers, not Arrow's pool."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "numba", "pandas")')
+    proc = subprocess.run([sys.executable, "-c", probe, "info", str(store_path("dev-sample"))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and "messages" in proc.stdout
     assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
 
 

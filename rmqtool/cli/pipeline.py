@@ -47,7 +47,7 @@ def choose_engine(engine: str, input_bytes: int, master: str | None) -> str:
 def spark_session(master: str | None):
     from rmqtool.spark.session import get_session
 
-    return get_session(master)
+    return get_session(master, data_source=False)      # the commands' jobs are RDD maps, not the data source
 
 
 def is_dataset_target(to: str, partition_by: str | None) -> bool:
@@ -140,6 +140,7 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
         from rmqtool.spark.jobs import stats_spark
         rows = stats_spark(spark_session(master), files, by, on_damage=damage, where=where)
     else:
+        skip_pandas_probe()
         with progress_bar(sum(f.size for f in files), "stats") as progress:
             rows = stats_local(files, by, on_damage=damage, progress=progress, where=where)
     keys = {"queue": ["topic", "queue_id"], "tag": ["tags"]}.get(by, [by] if by else [])

@@ -822,7 +822,10 @@ def read_only(a: np.ndarray) -> np.ndarray:
 
 def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialised array in Arrow's memory pool: the pool keeps freed memory for the next window, where
-    numpy's large allocations go back to the system and fault their pages in again (a third of a scan)."""
+    numpy's large allocations go back to the system and fault their pages in again (a third of a scan).
+    The small-input path's are numpy's (its few records do not need the pool, nor pyarrow its import)."""
+    if _PLAIN[0]:
+        return np.empty(shape, dtype)
     import pyarrow as pa
     count = math.prod(shape)
     out = np.frombuffer(pa.allocate_buffer(max(count * dtype().itemsize, 8)), dtype, count)
