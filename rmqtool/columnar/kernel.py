@@ -89,8 +89,8 @@ _SOURCES = ""
 
 
 class _Lazy:
-    """A compiled function, helper or intrinsic before numba is loaded: ``plain`` runs it in the interpreter
-    (None: it has no plain form), ``build()`` makes numba's object on the first compiled call."""
+    """A compiled function (or an intrinsic without a plain form) before numba is loaded: ``plain`` runs it
+    in the interpreter (None: none), ``build()`` makes numba's object on the first compiled call."""
 
     __slots__ = ("plain", "build", "native")
 
@@ -106,6 +106,11 @@ class _Lazy:
         return self.native(*args)
 
 
+# Helpers and intrinsics with a plain form are that form itself until numba is loaded (a call costs what a
+# Python call does): id -> [plain form, build, numba's object]
+_PLAIN_FORMS: dict[int, list] = {}
+
+
 def _native() -> None:
     """Import numba, build every lazy object of the columnar modules and bind their names to what numba made
     (compiled code finds its callees by name), and leave the plain path for good."""
@@ -118,22 +123,33 @@ def _native() -> None:
     package = __name__.rpartition(".")[0] + "."
     for module in [m for name, m in list(sys.modules.items()) if name.startswith(package)]:
         for name, value in list(vars(module).items()):
-            if isinstance(value, _Lazy):
+            if isinstance(value, _Lazy) or id(value) in _PLAIN_FORMS:
                 setattr(module, name, _built(value))
 
 
 def _built(lazy):
-    """numba's object for ``lazy`` (already built: itself)."""
-    if not isinstance(lazy, _Lazy):
+    """numba's object for a lazy object or plain form (anything else: itself)."""
+    if isinstance(lazy, _Lazy):
+        if lazy.native is None:
+            lazy.native = lazy.build()
+        return lazy.native
+    entry = _PLAIN_FORMS.get(id(lazy))
+    if entry is None or entry[0] is not lazy:
         return lazy
-    if lazy.native is None:
-        lazy.native = lazy.build()
-    return lazy.native
+    if entry[2] is None:
+        entry[2] = entry[1]()
+    return entry[2]
 
 
-def _lazy(plain, build):
-    """``build()`` now once compiled code is loaded, else a ``_Lazy``."""
-    return build() if _PLAIN[0] is None else _Lazy(plain, build)
+def _lazy(plain, build, *, wrap: bool = False):
+    """``build()`` now once compiled code is loaded; else ``plain`` itself (``wrap``: a ``_Lazy``, which
+    Python callers call)."""
+    if _PLAIN[0] is None:
+        return build()
+    if wrap or plain is None:
+        return _Lazy(plain, build)
+    _PLAIN_FORMS[id(plain)] = [plain, build, None]
+    return plain
 
 
 def _boxed(value):
@@ -167,7 +183,7 @@ def _jit(fn, *, plain: bool = True):
         index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
         index._source_stamp = (index._source_stamp, _SOURCES)
         return compiled
-    return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build)
+    return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build, wrap=True)
 
 
 def _sources_stamp() -> str:
