@@ -193,7 +193,7 @@ def test_kernel_works_where_numba_finds_no_cache_location():
     from conftest import ROOT
 
     probe = ("import numba.core.caching as caching; caching.CacheImpl._locator_classes = []\n"
-             "import numpy as np\nfrom rmqtool.columnar.kernel import _native, scan_window\n_native()\n"
+             "import numpy as np\nfrom rmqtool.columnar.kernel import load_compiled, scan_window\nload_compiled()\n"
              "print(scan_window(np.zeros(64, np.uint8), 0, 64).bad)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr
@@ -209,7 +209,7 @@ def _signatures(tmp_path, module: str, work: str) -> dict[str, str]:
 
     from conftest import ROOT
 
-    probe = (f"import numba\nfrom rmqtool.columnar import kernel, {module}\nkernel._native()\n{work}\n"
+    probe = (f"import numba\nfrom rmqtool.columnar import kernel, {module}\nkernel.load_compiled()\n{work}\n"
              f"for name, f in vars({module}).items():\n"
              "    if isinstance(f, numba.core.registry.CPUDispatcher): print(name, len(f.signatures))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
@@ -278,7 +278,7 @@ def test_crc_variants_are_zlib(variant):
 
     if variant == "_crc32_clmul" and not kernel._has_clmul():
         pytest.skip("no carry-less multiplication on this CPU")
-    kernel._native()                                 # the compiled helpers, not their plain forms
+    kernel.load_compiled()                           # the compiled helpers, not their plain forms
     data = np.random.default_rng(19).integers(0, 256, 4096, dtype=np.uint8)
     d64, shift = kernel.words(data)
     variant_crc = getattr(kernel, variant)           # a helper: only compiled code can call it

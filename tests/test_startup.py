@@ -111,7 +111,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from rmqtool.columnar import kernel
 if sys.argv[1] == "compiled":
-    kernel._native()
+    kernel.load_compiled()
 else:
     kernel._PLAIN[0] = 10 ** 9          # every record on the plain path
 from rmqtool.cli import cli

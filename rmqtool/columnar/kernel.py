@@ -25,7 +25,7 @@ out; helpers are compiled without Python entry points or cache entries of their 
 user's cache directory; where none is writable it is compiled in memory once per process (one line on
 stderr says so). Entries are keyed on every source of this package and on rmqtool.constants (``_jit``).
 
-The small-input path: numba is not imported until the first compiled call (``_native``), and a process's
+The small-input path: numba is not imported until the first compiled call (``load_compiled``), and a process's
 first ``SMALL_RECORDS`` records are scanned by the same functions run as plain Python (numpy scalars, the
 intrinsics' Python forms, zlib's CRC): importing numba and loading the cached machine code costs ~0.5
 CPU-s, more than plain Python spends on a few thousand records, and a first run on a small store compiles
@@ -47,7 +47,7 @@ import numpy as np
 
 from rmqtool import constants as C
 
-# llvmlite's and numba's modules, bound by ``_native`` (the intrinsics' code generators use them)
+# llvmlite's and numba's modules, bound by ``load_compiled`` (the intrinsics' code generators use them)
 ir = types = cgutils = None
 
 # Rows of the per-record column block returned by the kernel (all int64).
@@ -102,7 +102,7 @@ class _Lazy:
             with np.errstate(over="ignore"):        # int64 arithmetic wraps, as in compiled code
                 return self.plain(*args)
         if self.native is None:
-            _native()
+            load_compiled()
         return self.native(*args)
 
 
@@ -111,10 +111,13 @@ class _Lazy:
 _PLAIN_FORMS: dict[int, list] = {}
 
 
-def _native() -> None:
+def load_compiled() -> None:
     """Import numba, build every lazy object of the columnar modules and bind their names to what numba made
-    (compiled code finds its callees by name), and leave the plain path for good."""
+    (compiled code finds its callees by name), and leave the plain path for good (work spread over worker
+    processes: before they fork, so that each inherits the compiled code instead of loading it)."""
     global ir, types, cgutils, _SOURCES
+    if _PLAIN[0] is None:
+        return
     from llvmlite import ir
     from numba import types
     from numba.core import cgutils
