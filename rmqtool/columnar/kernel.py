@@ -103,6 +103,7 @@ class _Lazy:
                 return self.plain(*args)
         if self.native is None:
             load_compiled()
+            _built(self)            # held by a caller outside the modules load_compiled rebinds
         return self.native(*args)
 
 
