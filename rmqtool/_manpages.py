@@ -57,7 +57,8 @@ _PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(PLACEHOLDERS, key=len, revers
 # What differs between runs of an example and is not the tool's output: the wall clock in names of backups
 # and undo directories, the speed of an export, the shell's process id in /tmp/NAME-$$ paths.
 VARIABLE = [(re.compile(r"(rmqtool-backup|\.undo)-\d{8}-\d{6}-\d{6}"), r"\1-<time>"),
-            (re.compile(r" in \d+\.\d\d s, \d+ MB/s "), " in <seconds> s, <rate> MB/s ")]
+            (re.compile(r" in \d+\.\d\d s, \d+ MB/s "), " in <seconds> s, <rate> MB/s "),
+            (re.compile(r"\) in \d+\.\d\d s$", re.M), ") in <seconds> s")]
 FIELD_ROW = re.compile(r"^\| `rmqtool ([^`]+)` \| ([a-z_0-9, ]+) \|$", re.M)
 
 

@@ -13,6 +13,21 @@ import datetime as dt
 import time
 
 _pinned: int | None = None
+_started: float | None = None
+
+
+def begin() -> None:
+    """A command starts: the process's first at the import of rmqtool (its start-up counts), any later one
+    (in-process callers) now."""
+    global _started
+    from rmqtool import STARTED
+    _started = STARTED if _started is None else time.perf_counter()
+
+
+def elapsed() -> float:
+    """Wall seconds since the command started (``begin``): what a command reports as its time."""
+    from rmqtool import STARTED
+    return time.perf_counter() - (STARTED if _started is None else _started)
 
 
 def pin(ms: int | None) -> None:

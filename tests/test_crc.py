@@ -75,8 +75,13 @@ def test_no_tier_reads_a_byte_outside_the_body(crc32_of, tier):
 
 
 def test_the_kernel_runs_the_best_tier_of_this_cpu():
-    """What ``scan_window`` passes is the host's best tier; on x86-64 every such CPU has PCLMULQDQ (since 2010)."""
+    """What ``scan_window`` passes is the host's best tier, to this module's dispatch (once compiled code is
+    loaded: the small-input path takes zlib's); on x86-64 every such CPU has PCLMULQDQ (since 2010)."""
     import platform
+
+    from rmqtool.columnar import kernel
+    kernel.load_compiled()
+    assert kernel._crc_argument() is crc.ARGUMENT and kernel._crc32 is crc.crc32
     assert int(crc.ARGUMENT[0]) == crc.TIER == crc.host_tier()
     if platform.machine().lower() in ("x86_64", "amd64"):
         with open("/proc/cpuinfo") as f:

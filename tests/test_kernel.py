@@ -193,7 +193,7 @@ def test_kernel_works_where_numba_finds_no_cache_location():
     from conftest import ROOT
 
     probe = ("import numba.core.caching as caching; caching.CacheImpl._locator_classes = []\n"
-             "import numpy as np\nfrom rmqtool.columnar.kernel import scan_window\n"
+             "import numpy as np\nfrom rmqtool.columnar.kernel import load_compiled, scan_window\nload_compiled()\n"
              "print(scan_window(np.zeros(64, np.uint8), 0, 64).bad)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr
@@ -202,13 +202,14 @@ def test_kernel_works_where_numba_finds_no_cache_location():
 
 def _signatures(tmp_path, module: str, work: str) -> dict[str, str]:
     """{function: number of compiled signatures} of ``rmqtool.columnar.<module>``'s compiled functions after
-    ``work`` ran in a fresh process with an empty cache."""
+    ``work`` ran in a fresh process with an empty cache (compiled code from the first record: no small-input
+    path)."""
     import subprocess
     import sys
 
     from conftest import ROOT
 
-    probe = (f"import numba\nfrom rmqtool.columnar import {module}\n{work}\n"
+    probe = (f"import numba\nfrom rmqtool.columnar import kernel, {module}\nkernel.load_compiled()\n{work}\n"
              f"for name, f in vars({module}).items():\n"
              "    if isinstance(f, numba.core.registry.CPUDispatcher): print(name, len(f.signatures))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
@@ -239,8 +240,9 @@ def test_lines_compile_each_function_once(tmp_path):
         "from click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
         "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store'):\n"
         "    for fmt in ('jsonl', 'csv'):\n"
-        "        for body in ('base64', 'text', 'hex'):\n"
-        "            r = CliRunner().invoke(cli, ['cat-commitlog', store, '-f', fmt, '--body-encoding', body])\n"
+        "        for body in ('base64', 'text', 'hex'):\n"     # export: the bulk path on a small store too
+        f"            r = CliRunner().invoke(cli, ['export', store, '--to', '{tmp_path}/out.' + fmt, '--force',"
+        "                                         '--body-encoding', body])\n"
         "            assert r.exit_code == 0, r.output[-300:]"))
     assert counts["_lengths"] == counts["_render"] == counts["_put_base64"] == counts["_put_int"] == "1", counts
     assert set(counts.values()) == {"1"}, counts

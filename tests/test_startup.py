@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,153 @@ def test_put_imports_no_bulk_modules(store_copy, tmp_path):
     probe = json.loads(proc.stderr.strip().splitlines()[-1])
     assert probe["code"] in (0, None) and proc.stdout, proc.stderr
     assert probe["heavy"] == []
+
+
+@pytest.mark.parametrize("args", [
+    ["verify", "--check-crc", "{store}"],
+    ["stats", "{store}", "--by", "topic"],
+    ["info", "{store}"],
+    ["export", "{store}", "--to", "{out}/records.parquet"],
+    ["cat-commitlog", "{store}", "-f", "jsonl"],
+])
+def test_small_store_commands_load_no_compiled_code(args, tmp_path):
+    """A small store is read without numba: the kernel's small-input path (plain Python) or the
+    record-at-a-time decoder; nothing is loaded from the compiled-code cache, nothing is compiled."""
+    argv = [a.format(store=store_path("dev-sample"), out=tmp_path) for a in args]
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("numba", "llvmlite", "pandas")')
+    proc = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None), proc.stderr
+    assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
+
+
+def test_info_of_a_small_store_imports_no_pyarrow():
+    """info's record walk on the small-input path takes numpy's buffers, not Arrow's pool."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "numba", "pandas")')
+    proc = subprocess.run([sys.executable, "-c", probe, "info", str(store_path("dev-sample"))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and "messages" in proc.stdout
+    assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
+
+
+@pytest.mark.parametrize("args", [
+    ["verify", "{path}"], ["verify", "--check-crc", "{path}"], ["stats", "{path}"], ["info", "{path}"],
+    ["export", "{path}", "--to", "{out}/records.parquet"], ["export", "{path}", "--to", "{out}/dataset"],
+    ["grep", "{path}", "--topic", "TopicA"], ["cat-commitlog", "{path}", "-f", "jsonl"],
+])
+@pytest.mark.parametrize("what", ["not-a-store", "missing"])
+def test_a_path_that_is_no_store_is_refused_before_heavy_imports(args, what, tmp_path):
+    """A shell loop over paths that are not all stores pays a start-up per path, not a bulk command's."""
+    path = tmp_path / what
+    if what == "not-a-store":
+        (path / "somedir").mkdir(parents=True)
+    argv = [a.format(path=path, out=tmp_path / "out") for a in args]
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = proc.stderr.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["code"] == 4 and lines[0].startswith("rmqtool: error: ") and str(path) in lines[0], proc.stderr
+    assert result["heavy"] == []
+
+
+_RUN_ALL = """
+import json, sys, tempfile
+from pathlib import Path
+from click.testing import CliRunner
+from rmqtool.columnar import kernel
+if sys.argv[1] == "compiled":
+    kernel.load_compiled()
+else:
+    kernel._PLAIN[0] = 10 ** 9          # every record on the plain path
+from rmqtool.cli import cli
+import pyarrow.parquet as pq
+out = {}
+for store in sys.argv[2:]:
+    for args in (["verify", "--check-crc", "-f", "jsonl"], ["stats", "--by", "queue", "-f", "jsonl"],
+                 ["info", "-f", "jsonl"], ["export", "--to", "{tmp}/r.parquet"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = ["--now", "2026-12-01T00:00:00Z"] + [a.format(tmp=tmp) for a in args] + [store]
+            r = CliRunner().invoke(cli, argv)
+            got = [r.exit_code, r.stdout]
+            if args[0] == "export" and Path(tmp, "r.parquet").exists():
+                got.append(json.dumps(pq.read_table(Path(tmp, "r.parquet")).to_pylist(), default=repr))
+            out[" ".join([store] + args[:1])] = got
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_plain_path_matches_compiled_code():
+    """The kernel's functions run as plain Python (the small-input path) give what their compiled code
+    gives: verify with CRCs, stats, info and a Parquet export of every kind of bundled store."""
+    stores = [str(store_path(name)) for name in ("dev-sample", "dev-sample-5x-crash-torn", "dev-lmq-5x",
+                                                 "dev-batchcq-5x", "dev-dledger", "dev-compaction-5x",
+                                                 "dev-damage-midfile-crc-497", "dev-timer-5x")]
+    runs = {}
+    for mode in ("plain", "compiled"):
+        proc = subprocess.run([sys.executable, "-c", _RUN_ALL, mode, *stores], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[mode] = json.loads(proc.stdout)
+    assert runs["plain"].keys() == runs["compiled"].keys()
+    for key, got in runs["plain"].items():
+        assert got == runs["compiled"][key], key
+    assert any(code == 1 for code, *_ in runs["plain"].values())       # the damaged store's CRC errors too
+
+
+def _cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
+    """User + sys CPU seconds of one command run to its end (its output discarded)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 0, proc.stderr.decode()[-1000:]
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def fresh_install(tmp_path) -> Path:
+    """A new venv with rmqtool installed from a wheel of this tree (not editable; its dependencies taken
+    from the running environment's site-packages, offline): its ``rmqtool`` script."""
+    import sysconfig
+
+    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+                   check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+                    "--ignore-installed", "-q", *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    return venv / "bin" / "rmqtool"
+
+
+@pytest.mark.slow
+def test_first_command_after_a_fresh_install_compiles_nothing(tmp_path):
+    """After a non-editable install into a new venv, with an empty compiled-code cache, the first
+    `verify --check-crc` of the bundled store costs at most 6 times `--version` (CPU seconds, median of
+    three fresh caches; CPU time, not wall: the machine may be shared), and it leaves no compiled code."""
+    rmqtool = fresh_install(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    where = subprocess.run([rmqtool.parent / "python", "-c", "import rmqtool; print(rmqtool.__file__)"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert where.returncode == 0, where.stderr
+    where = where.stdout
+    assert where.startswith(str(tmp_path / "venv")), where
+    store = str(store_path("dev-sample"))
+    _cpu_seconds([rmqtool, "--version"], env)           # the interpreter and click read from disk once
+    version, first = [], []
+    for k in range(3):
+        cache = tmp_path / f"numba-cache-{k}"
+        cache.mkdir()
+        run_env = {**env, "NUMBA_CACHE_DIR": str(cache)}
+        version.append(_cpu_seconds([rmqtool, "--version"], run_env))
+        first.append(_cpu_seconds([rmqtool, "verify", "--check-crc", store], run_env))
+        assert not any(cache.rglob("*.nbi")), "compiled code was cached: the first run compiled"
+    ratio = sorted(first)[1] / sorted(version)[1]
+    assert ratio <= 6, (first, version)

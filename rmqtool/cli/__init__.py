@@ -134,6 +134,7 @@ class RmqGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         clock.pin(None)                 # each invocation starts on the system clock, until --now says otherwise
+        clock.begin()
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):

@@ -8,12 +8,16 @@ import shlex
 
 import click
 
+from rmqtool import clock
 from rmqtool.cli import cli
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (READ_ANYWAY_HELP, body_encoding_option, check_crc_option, end_partial, filter_options,
                                  output_path, read_anyway_option, recognized, record_filter)
 from rmqtool.cli.pipeline import engine_options
 
+# export prints its rate from this much input on: below it, start-up (a Spark session: seconds) is most of
+# the time and a rate would say nothing about the scan
+RATE_BYTES = 64 << 20
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -144,13 +148,15 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
         from rmqtool.cli.output import progress_bar, skip_pandas_probe
         from rmqtool.ops.scan import list_files
 
+        size = sum(f.size for f in list_files(stores))      # a path that is not a store: refused first
         skip_pandas_probe()
-        with progress_bar(sum(f.size for f in list_files(stores)), "export") as progress:
+        with progress_bar(size, "export") as progress:
             result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records, **options)
-    rate = result.input_bytes / 1e6 / result.seconds if result.seconds else 0.0
+    seconds = clock.elapsed()          # the whole command's wall time: start-up and a Spark session too
+    rate = f", {result.input_bytes / 1e6 / seconds:.0f} MB/s of commit log" if result.input_bytes >= RATE_BYTES else ""
     partial = " (partial: see the warnings)" if result.damaged or result.skipped else ""
     click.echo(f"exported {result.records} records ({result.messages} messages) to {result.path} "
-               f"({result.format}) in {result.seconds:.2f} s, {rate:.0f} MB/s of commit log{partial}", err=True)
+               f"({result.format}) in {seconds:.2f} s{rate}{partial}", err=True)
     for exc in result.damaged:
         click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
     end_partial(result.skipped, f" export in {result.path}")

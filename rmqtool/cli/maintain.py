@@ -168,9 +168,9 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     from rmqtool.store.readable import commitlog_view
     from rmqtool.store.store import Store
 
-    opened = [(path, Store.open(path)) for path in stores]      # refused before the checks are imported
+    opened = [(path, Store.open(path)) for path in stores]     # a path that is not a store: refused before
     skipped = [s for _, st in opened for s in commitlog_view(st.commitlog, read_anyway)[1]]
-    from rmqtool.ops.findings import FINDING_FIELDS
+    from rmqtool.ops.findings import FINDING_FIELDS             # the scan's modules are imported
     from rmqtool.ops.verify import verdict, verify_store
     from rmqtool.store.broker_model import VERSIONS
 

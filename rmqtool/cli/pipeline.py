@@ -49,7 +49,7 @@ def choose_engine(engine: str, input_bytes: int, master: str | None) -> str:
 def spark_session(master: str | None):
     from rmqtool.spark.session import get_session
 
-    return get_session(master)
+    return get_session(master, data_source=False)      # the commands' jobs are RDD maps, not the data source
 
 
 def is_dataset_target(to: str, partition_by: str | None) -> bool:
@@ -125,15 +125,16 @@ def stats(stores: tuple[str, ...], by: str | None, topics, queue_ids, tags, keys
       rmqtool stats STORE --by group -f plain
     """
     from rmqtool.ops.scan import list_files, readable_files
-    from rmqtool.ops.stats import STATS_FIELDS, stats_local
 
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     files, skipped = readable_files(list_files(stores), read_anyway)
+    from rmqtool.ops.stats import STATS_FIELDS, stats_local
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import stats_spark
         rows = stats_spark(spark_session(master), files, by, on_damage=damage, where=where)
     else:
+        skip_pandas_probe()
         with progress_bar(sum(f.size for f in files), "stats") as progress:
             rows = stats_local(files, by, on_damage=damage, progress=progress, where=where, jobs=jobs)
     keys = {"queue": ["topic", "queue_id"], "tag": ["tags"]}.get(by, [by] if by else [])
@@ -183,12 +184,12 @@ def grep(ctx: click.Context, stores: tuple[str, ...], topics, queue_ids, tags, k
       rmqtool grep STORE --body-regex 'order-4[0-9]' --since 2026-11-20 -n 2 -f \\
         csv
     """
-    from rmqtool.ops.grep import grep_local, hit_rows
     from rmqtool.ops.scan import list_files, readable_files
 
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     out = resolve_format(fmt)
     files, skipped = readable_files(list_files(stores), read_anyway)
+    from rmqtool.ops.grep import grep_local, hit_rows
     damage = Damage()
     if choose_engine(engine, sum(f.size for f in files), master) == "spark":
         from rmqtool.spark.jobs import grep_spark

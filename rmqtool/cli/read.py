@@ -258,9 +258,11 @@ def _commitlog_total(cl: CommitLog, start: int | None) -> int:
     return sum(f.length for f in files) - ((start - files[0].start) if start is not None and files else 0)
 
 
-# cat-commitlog -n up to this: the record-at-a-time decoder (~30 us a record: 2,000 cost ~0.1 CPU-s and 25 MB,
-# the bulk path's start-up alone ~0.35 CPU-s and ~300 MB: numpy, pyarrow, the kernel and its first window)
+# cat-commitlog -n up to this, or over a commit log of up to FEW_BYTES: the record-at-a-time decoder (~30 us a
+# record: 2,000 cost ~0.1 CPU-s and 25 MB, the bulk path's start-up alone ~0.35 CPU-s and ~300 MB: numpy,
+# pyarrow, the kernel and its first window)
 FEW_RECORDS = 2000
+FEW_BYTES = 1 << 20
 
 
 @cli.command("cat-commitlog")
@@ -330,7 +332,8 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
     enc = row_encoding(body, out, body_dir)
     columns = SCAN_COLUMNS + (["crc_ok"] if check_crc else [])
     damage = Damage() if read_anyway else None
-    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty and not read_anyway):
+    if unwrap or (count is not None and count <= FEW_RECORDS and where.is_empty and not read_anyway) or \
+            (_commitlog_total(cl, offset) <= FEW_BYTES and not read_anyway):
         # a few records print without the columnar scan (nor numpy, pyarrow and the kernel to import)
         rows = record_rows(cl, start=offset, count=count, where=None if where.is_empty else where,
                            include_blank=include_blank, body=enc, decompress=decompress, check_crc=check_crc,

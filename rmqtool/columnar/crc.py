@@ -1,6 +1,7 @@
 """The body CRC (UtilAll.crc32: zlib's CRC-32, reflected polynomial 0xEDB88320) at the speed of the CPU it
-runs on, in tiers, the best one this CPU has chosen when the process starts (``TIER``), each one using the
-one below for what it does not cover:
+runs on, in tiers, the best one this CPU has chosen when this module is imported (``TIER``: with the compiled
+code, by ``kernel.load_compiled``; the kernel's small-input path takes zlib's), each one using the one below
+for what it does not cover:
 
 - ``vpclmulqdq-512`` / ``vpclmulqdq-256``: four 512-bit (AVX-512) or 256-bit (AVX2) accumulators folded by
   carry-less multiplication (VPCLMULQDQ), for bodies of 256 bytes and more; shorter ones as ``pclmulqdq``;

@@ -24,6 +24,12 @@ out; helpers are compiled without Python entry points or cache entries of their 
 ``NUMBA_CACHE_DIR`` when set, else beside this module (``__pycache__``), else (a read-only install) in the
 user's cache directory; where none is writable it is compiled in memory once per process (one line on
 stderr says so). Entries are keyed on every source of this package and on rmqtool.constants (``_jit``).
+
+The small-input path: numba is not imported until the first compiled call (``load_compiled``), and a process's
+first ``SMALL_RECORDS`` records are scanned by the same functions run as plain Python (numpy scalars, the
+intrinsics' Python forms, zlib's CRC): importing numba and loading the cached machine code costs ~0.5
+CPU-s, more than plain Python spends on a few thousand records, and a first run on a small store compiles
+nothing.
 """
 
 from __future__ import annotations
@@ -35,14 +41,14 @@ import math
 import pkgutil
 import sys
 
+import zlib
+
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from rmqtool import constants as C
-from rmqtool.columnar import crc
+
+# llvmlite's and numba's modules, bound by ``load_compiled`` (the intrinsics' code generators use them)
+ir = types = cgutils = None
 
 # Rows of the per-record column block returned by the kernel (all int64).
 FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset", "stored_physical_offset",
@@ -64,26 +70,112 @@ _NAME_OFF = np.cumsum([0] + [len(n) for n in PROPERTIES]).astype(np.int64)
 _ID_ROOM = 2 * (C.IPV6_HOST_LEN + 8)    # msgId hex digits of a record at most (IPv6 store host and offset)
 
 
-def _jit(fn):
+SMALL_RECORDS = 2000     # records a process scans as plain Python before it loads the compiled code
+_PLAIN = [SMALL_RECORDS]    # the records left to the plain path; None once compiled code is loaded
+_UNCACHED: list[str] = []
+_SOURCES = ""
+
+
+class _Lazy:
+    """A compiled function (or an intrinsic without a plain form) before numba is loaded: ``plain`` runs it
+    in the interpreter (None: none), ``build()`` makes numba's object on the first compiled call."""
+
+    __slots__ = ("plain", "build", "native")
+
+    def __init__(self, plain, build):
+        self.plain, self.build, self.native = plain, build, None
+
+    def __call__(self, *args):
+        if self.plain is not None and _PLAIN[0]:
+            with np.errstate(over="ignore"):        # int64 arithmetic wraps, as in compiled code
+                return self.plain(*args)
+        if self.native is None:
+            load_compiled()
+            _built(self)            # held by a caller outside the modules load_compiled rebinds
+        return self.native(*args)
+
+
+# Helpers and intrinsics with a plain form are that form itself until numba is loaded (a call costs what a
+# Python call does): id -> [plain form, build, numba's object]
+_PLAIN_FORMS: dict[int, list] = {}
+
+
+def load_compiled() -> None:
+    """Import numba, build every lazy object of the columnar modules and bind their names to what numba made
+    (compiled code finds its callees by name), and leave the plain path for good (work spread over worker
+    processes: before they fork, so that each inherits the compiled code instead of loading it)."""
+    global ir, types, cgutils, _SOURCES
+    if _PLAIN[0] is None:
+        return
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    _SOURCES = _sources_stamp()
+    _PLAIN[0] = None
+    package = __name__.rpartition(".")[0] + "."
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith(package)]:
+        for name, value in list(vars(module).items()):
+            if isinstance(value, _Lazy) or id(value) in _PLAIN_FORMS:
+                setattr(module, name, _built(value))
+
+
+def _built(lazy):
+    """numba's object for a lazy object or plain form (anything else: itself)."""
+    if isinstance(lazy, _Lazy):
+        if lazy.native is None:
+            lazy.native = lazy.build()
+        return lazy.native
+    entry = _PLAIN_FORMS.get(id(lazy))
+    if entry is None or entry[0] is not lazy:
+        return lazy
+    if entry[2] is None:
+        entry[2] = entry[1]()
+    return entry[2]
+
+
+def _lazy(plain, build, *, wrap: bool = False):
+    """``build()`` now once compiled code is loaded; else ``plain`` itself (``wrap``: a ``_Lazy``, which
+    Python callers call)."""
+    if _PLAIN[0] is None:
+        return build()
+    if wrap or plain is None:
+        return _Lazy(plain, build)
+    _PLAIN_FORMS[id(plain)] = [plain, build, None]
+    return plain
+
+
+def _boxed(value):
+    """A plain run's result as compiled code returns it: Python ints and bools, not numpy scalars."""
+    if isinstance(value, tuple):
+        return tuple(_boxed(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _jit(fn, *, plain: bool = True):
     """Compiled with numba, its machine code cached on disk; where numba finds no writable cache location
     (a read-only install, an unwritable home and no NUMBA_CACHE_DIR) it is compiled once per process, said
     in one line on stderr. Python calls it: no C-callable wrapper (only first-class function values need
-    one; it costs ~1 ms of a first compile per array argument)."""
-    try:
-        compiled = njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
-    except RuntimeError:          # numba's "cannot cache function ...: no locator available"
-        if not _UNCACHED:
-            _UNCACHED.append(fn.__name__)
-            sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
-                             "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
-        return njit(nogil=True, no_cfunc_wrapper=True)(fn)
-    # numba keys a cache entry on the source of the function's own file, but the machine code holds the
-    # helpers and constants it calls from other files (this module's loads and hashes in facts.py, units.py,
-    # joins.py, lines.py; rmqtool.constants): the entry is keyed on all of them too, so that a change to a
-    # helper alone (an upgrade, a checkout) recompiles its callers instead of running their old code
-    index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
-    index._source_stamp = (index._source_stamp, _SOURCES)
-    return compiled
+    one; it costs ~1 ms of a first compile per array argument). ``plain``: it also runs as plain Python on
+    the small-input path (False where its helpers have no plain form)."""
+    def build():
+        from numba import njit
+        try:
+            compiled = njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
+        except RuntimeError:          # numba's "cannot cache function ...: no locator available"
+            if not _UNCACHED:
+                _UNCACHED.append(fn.__name__)
+                sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
+                                 "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
+            return njit(nogil=True, no_cfunc_wrapper=True)(fn)
+        # numba keys a cache entry on the source of the function's own file, but the machine code holds the
+        # helpers and constants it calls from other files (this module's loads and hashes in facts.py,
+        # units.py, joins.py, lines.py; crc.py's tiers in the scan; rmqtool.constants): the entry is keyed on
+        # all of them too, so that a change to a helper alone (an upgrade, a checkout) recompiles its callers
+        # instead of running their old code
+        index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
+        index._source_stamp = (index._source_stamp, _SOURCES)
+        return compiled
+    return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build, wrap=True)
 
 
 def _sources_stamp() -> str:
@@ -96,15 +188,24 @@ def _sources_stamp() -> str:
     return h.hexdigest()
 
 
-_SOURCES = _sources_stamp()
-_UNCACHED: list[str] = []
-
-
 def _helper(fn):
     """A function only compiled code calls: compiled without the entry points Python calls and without a
     cache entry of its own (its callers' cached code holds it), about half of what numba spends on a small
-    function."""
-    return njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
+    function. On the plain path it is the function itself."""
+    def build():
+        from numba import njit
+        return njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
+    return _lazy(fn, build)
+
+
+def _intrinsic(plain):
+    """An intrinsic (the typer and code generator it decorates), ``plain`` its Python form (None: none)."""
+    def wrap(fn):
+        def build():
+            from numba.extending import intrinsic
+            return intrinsic(fn)
+        return _lazy(plain, build)
+    return wrap
 
 
 _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
@@ -113,7 +214,9 @@ _HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8).copy()
 def _load(bits: int, swap: bool):
     """An unaligned load of an int of ``bits`` at d[p] (d: a byte array), big-endian when ``swap``: one
     instruction where assembling bytes takes a dozen."""
-    @intrinsic
+    size, order = bits // 8, "big" if swap else "little"
+
+    @_intrinsic(lambda d, p: np.int64(int.from_bytes(d[p:p + size].tobytes(), order, signed=True)))
     def load(typingctx, arr, idx):
         def codegen(context, builder, signature, args):
             ary = context.make_array(signature.args[0])(context, builder, args[0])
@@ -130,7 +233,11 @@ def _load(bits: int, swap: bool):
 _be32, _be64, _le64 = _load(32, True), _load(64, True), _load(64, False)
 
 
-@intrinsic
+def _st64_plain(arr, idx, value):
+    arr[idx:idx + 8] = np.frombuffer(int(value).to_bytes(8, "little"), np.uint8)
+
+
+@_intrinsic(_st64_plain)
 def _st64(typingctx, arr, idx, value):
     """An unaligned store of a uint64 at arr[idx] (arr: a byte array)."""
     def codegen(context, builder, signature, args):
@@ -141,7 +248,7 @@ def _st64(typingctx, arr, idx, value):
     return types.void(arr, idx, types.uint64), codegen
 
 
-@intrinsic
+@_intrinsic(lambda arr, idx: None)
 def _prefetch(typingctx, arr, idx):
     """Ask the CPU to fetch the cache line of arr[idx] (llvm.prefetch). The chain of records is a chain of
     dependent loads: without it every record header waits for memory."""
@@ -155,7 +262,11 @@ def _prefetch(typingctx, arr, idx):
     return types.void(arr, idx), codegen
 
 
-@intrinsic
+def _memcpy_plain(src, a, n, dst, o):
+    dst[o:o + n] = src[a:a + n]
+
+
+@_intrinsic(_memcpy_plain)
 def _memcpy(typingctx, src, a, n, dst, o):
     """dst[o:o+n] = src[a:a+n] (byte arrays, no overlap) as one llvm.memcpy."""
     def codegen(context, builder, signature, args):
@@ -166,7 +277,7 @@ def _memcpy(typingctx, src, a, n, dst, o):
     return types.void(src, a, n, dst, o), codegen
 
 
-@intrinsic
+@_intrinsic(lambda x: np.uint64((int(x) & -int(x)).bit_length() - 1))
 def _ctz(typingctx, x):
     """Trailing zero bits of a non-zero uint64."""
     def codegen(context, builder, signature, args):
@@ -186,12 +297,30 @@ def _i64(d, p):
     return np.int64(_be64(d, p))
 
 
+def _crc32_compiled():
+    from rmqtool.columnar import crc        # llvmlite's tiers: loaded with the compiled code
+    return crc.crc32
+
+
+# The body CRC of d[p:p+n]: zlib's on the small-input path, else ``crc.crc32`` (the tier ``t``: _crc_argument)
+_crc32 = _lazy(lambda d, d64, shift, p, n, t: np.int64(zlib.crc32(d[p:p + n])), _crc32_compiled)
+
+
+def _crc_argument():
+    """The scan's ``t`` for a CRC: ``crc.ARGUMENT`` (this CPU's tier, a run-time argument: the cached machine
+    code holds every tier) once compiled code is loaded; zlib on the small-input path takes none."""
+    if _PLAIN[0]:
+        return ()
+    from rmqtool.columnar import crc
+    return crc.ARGUMENT
+
+
 @_jit
 def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items, bodies, topics, properties, parsed,
           ids):
     """(n, next, bad, full, body_used, topic_used, props_used, ids_used): see ``scan_window``, into the
-    caller's buffers (``full``: the window stopped where they are full); ``t``: ``crc.ARGUMENT``, None for no
-    CRC; with ``items`` (else None, and the buffers after it too) bodies, topics and properties are copied
+    caller's buffers (``full``: the window stopped where they are full); ``t``: ``_crc_argument()``, None for
+    no CRC; with ``items`` (else None, and the buffers after it too) bodies, topics and properties are copied
     while the record is in cache, each kind one after another into its buffer (at body_off, topic_off,
     props_off), and the msgId texts into ``ids`` (at id_off). No array is made or grown in the loop (that
     costs reference counting on every record). A None argument compiles its part out (numba drops a branch
@@ -282,7 +411,7 @@ def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items
         cols[19, n] = props_pos
         cols[20, n] = props_len
         # an empty body is not checked (CommitLog.checkMessageAndReturnSize: CRC inside bodyLen > 0)
-        cols[21, n] = body_len == 0 or (crc.crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
+        cols[21, n] = body_len == 0 or (_crc32(d, d64, shift, body_pos, body_len, t) & 0x7FFFFFFF) == cols[3, n] \
             if t is not None else 1
         cols[26, n] = _i64(d, p + C.BORNHOST_POS)          # an IPv4 host's address and port
         cols[27, n] = _i64(d, store_host)
@@ -624,7 +753,10 @@ def read_only(a: np.ndarray) -> np.ndarray:
 
 def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialised array in Arrow's memory pool: the pool keeps freed memory for the next window, where
-    numpy's large allocations go back to the system and fault their pages in again (a third of a scan)."""
+    numpy's large allocations go back to the system and fault their pages in again (a third of a scan).
+    The small-input path's are numpy's (its few records do not need the pool, nor pyarrow its import)."""
+    if _PLAIN[0]:
+        return np.empty(shape, dtype)
     import pyarrow as pa
     count = math.prod(shape)
     out = np.frombuffer(pa.allocate_buffer(max(count * dtype().itemsize, 8)), dtype, count)
@@ -666,6 +798,9 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     span = max(limit - pos, 0)
     while True:
         cap = span // (MIN_RECORD + gap) + 2
+        plain = _PLAIN[0]
+        if plain:
+            cap = min(cap, plain)   # the plain path's share: the caller goes on from ``next``
         cols, props = _pooled((len(FIELDS), cap), np.int64), _pooled((cap, 2 * len(PROPERTIES)), np.int64)
         its = bodies = topics = properties = parsed = ids = None
         if items:
@@ -674,8 +809,10 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
             bodies, topics, properties = (_pooled((heap,), np.uint8) for _ in range(3))
             parsed = read_only(properties)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = loaded(
-            _scan, data, d64, shift, pos, limit, gap, crc.ARGUMENT if check_crc else None, _NAME_BYTES, _NAME_OFF, cols,
-            props, its, bodies, topics, properties, parsed, ids)
+            _scan, data, d64, shift, pos, limit, gap, _crc_argument() if check_crc else None, _NAME_BYTES, _NAME_OFF,
+            cols, props, its, bodies, topics, properties, parsed, ids)
+        if plain and _PLAIN[0]:
+            _PLAIN[0] = max(plain - n, 0)
         if n or not full:
             break
         span = len(data) - pos             # one record larger than the window: room for the rest of the data

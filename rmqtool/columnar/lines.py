@@ -20,7 +20,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rmqtool.columnar.kernel import _helper, _jit
+from rmqtool.columnar.kernel import _helper, _jit, load_compiled
+
+load_compiled()       # these passes work on addresses: they have no plain form (kernel.py's small-input path)
 
 TEXT, INT32, INT64, BASE64, MAP, LIST, NULL = range(7)
 # Literal slots of a part: before and after a valid cell, instead of a null one; a map's or list's

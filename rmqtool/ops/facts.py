@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
-from rmqtool.columnar.kernel import MIN_RECORD, Window, scan_window, words
+from rmqtool.columnar.kernel import MIN_RECORD, Window, load_compiled, scan_window, words
 from rmqtool.columnar.props import arrow, delay_tags_code, property_values, strings
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
@@ -364,6 +364,7 @@ def warm(f: QueueFile, *, deep: bool = False, keys: bool = False, props: bool = 
          salvage: bool = False) -> None:
     """Load the compiled scan and facts passes in this process, over the first record of ``f``, before
     worker processes are forked from it: each would load them again from the cache (~0.25 CPU-s apiece)."""
+    load_compiled()
     if ledger or f.length < MIN_RECORD:
         return
     mm = map_file(f.path)

@@ -126,11 +126,32 @@ def list_files(paths: list[str] | tuple[str, ...], kind: str = "commitlog") -> l
     return out
 
 
+def _is_root(names) -> bool:
+    return (L.COMMITLOG in names or L.CONSUMEQUEUE in names or L.BATCHCONSUMEQUEUE in names or L.INDEX in names
+            or L.CHECKPOINT in names or any(n.startswith(L.DLEDGER_PREFIX) for n in names))
+
+
+def _not_a_store(store: str, kind: str) -> StoreError | None:
+    """Why a local path is refused, found before pyarrow is imported (a shell loop over paths that are not
+    stores pays nothing heavy)."""
+    if not os.path.exists(store):
+        return StoreError("no such file or directory", path=store)
+    if kind == "commitlog" and os.path.isdir(store):
+        names = os.listdir(store)
+        if not _is_root(names) and not any(_is_offset_name(n) for n in names):
+            return StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",
+                              path=store)
+    return None
+
+
 def _store_files(store: str, kind: str) -> list[StoreFile]:
+    local = "://" not in store
+    refused = _not_a_store(store, kind) if local else None
+    if refused:
+        raise refused
     from pyarrow import fs
 
     fsys, path = filesystem(store)
-    local = "://" not in store
     info = fsys.get_file_info(path)
     if info.type == fs.FileType.NotFound:
         raise StoreError("no such file or directory", path=store)
@@ -145,8 +166,7 @@ def _store_files(store: str, kind: str) -> list[StoreFile]:
             raise StoreError(f"a single file holds no {kind}", path=store)
         return [entry(info)]
     names = {posixpath.basename(i.path): i for i in _children(fsys, path)}
-    is_root = (L.COMMITLOG in names or L.CONSUMEQUEUE in names or L.BATCHCONSUMEQUEUE in names or L.INDEX in names
-               or L.CHECKPOINT in names or any(n.startswith(L.DLEDGER_PREFIX) for n in names))
+    is_root = _is_root(names)
     if kind == "commitlog":
         if not is_root and not any(_is_offset_name(n) for n in names):
             raise StoreError("not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)",

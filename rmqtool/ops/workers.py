@@ -148,6 +148,14 @@ def _unparcel(parcel):
     return pickle.loads(head, buffers=buffers)
 
 
+def _compiled_before_fork() -> None:
+    """Work spread over processes is not small: the scan's compiled code is loaded here, once, and the
+    workers inherit it (rmqtool.columnar.kernel's small-input path would leave each to load it)."""
+    from rmqtool.columnar.kernel import load_compiled
+
+    load_compiled()
+
+
 def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None,
                  ahead: int = 0) -> Iterator:
     """``fn(item, progress)`` for each item, yielded in order; with several ``jobs``, computed in that many
@@ -159,6 +167,7 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
         for item in items:
             yield fn(item, progress)
         return
+    _compiled_before_fork()
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     counter = ctx.Value("q", 0)
@@ -210,6 +219,7 @@ def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], 
     worker has up to two items queued, so it never waits for this process to hand it the next."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(item, progress) for item in items]
+    _compiled_before_fork()
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     counter = ctx.Value("q", 0)

@@ -127,11 +127,15 @@ def session_conf(master: str | None, progress: bool) -> dict[str, str]:
     return conf
 
 
-def get_session(master: str | None = None, *, progress: bool | None = None):
+def get_session(master: str | None = None, *, progress: bool | None = None, data_source: bool = True):
     """The process's Spark session, started on first use (``master``, else $RMQTOOL_SPARK_MASTER,
-    else ``local[*]``). An already running session is reused as it is."""
+    else ``local[*]``). An already running session is reused as it is. ``data_source``: with the
+    ``rocketmq`` data source registered (the commands' jobs do without it: registering starts a Python
+    process in the JVM that looks for installed data sources, seconds of a small job)."""
     global _session
     if _session is not None:
+        if data_source:
+            register_data_source(_session)
         return _session
     check_pyspark()
     # PySpark (up to 4.3) warns that it "does not yet fully support pandas >= 3.0.0" when it meets pandas 3;
@@ -156,7 +160,7 @@ def get_session(master: str | None = None, *, progress: bool | None = None):
             raise SparkUnavailable(f"cannot start Spark ({resolve_master(master) or 'spark-submit'}): "
                                    f"{first_line(exc)}") from None
         active.sparkContext.setLogLevel("ERROR")
-    _session = setup(active)
+    _session = setup(active, data_source)
     return active
 
 
@@ -188,20 +192,33 @@ def _pump(stream) -> None:
             pass
 
 
-def setup(spark):
+def setup(spark, data_source: bool = True):
     """Ship the package to the executors (unless it already runs from a shipped zip, as under
-    ``spark-submit --py-files``) and register the ``rocketmq`` data source; returns ``spark``."""
+    ``spark-submit --py-files``) and, with ``data_source``, register the ``rocketmq`` data source;
+    returns ``spark``."""
     import rmqtool
 
     if ".zip" not in rmqtool.__file__:
         spark.sparkContext.addPyFile(str(package_zip()))
+    if data_source:
+        register_data_source(spark)
+    return spark
+
+
+_registered: list = []      # the sessions the data source is registered in
+
+
+def register_data_source(spark) -> None:
+    if spark in _registered:
+        return
     from rmqtool.spark.datasource import RocketMQDataSource
     spark.dataSource.register(RocketMQDataSource)
-    return spark
+    _registered.append(spark)
 
 
 def stop_session() -> None:
     global _session
     if _session is not None:
         _session.stop()
+        _registered.clear()
         _session = None
