@@ -74,13 +74,15 @@ class ConsumeQueue:
         return (first, count) if count else (0, 0)
 
 
-def queue_of_path(path: str | os.PathLike) -> tuple[Path, str, int] | None:
-    """(store root, topic, queue id) of a queue file or directory,
-    ``<root>/consumequeue|batchconsumequeue/<topic>/<queueId>[/<file>]``; None for another path."""
+def queue_of_path(path: str | os.PathLike) -> tuple[Path, bool, str, int] | None:
+    """(store root, batch, topic, queue id) of a queue file or directory,
+    ``<root>/consumequeue|batchconsumequeue/<topic>/<queueId>[/<file>]`` (batch: the latter); None for
+    another path."""
     path = Path(path)
     qdir = path.parent if path.is_file() else path
     if qdir.parent.parent.name in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE) and qdir.name.isdigit():
-        return qdir.parent.parent.parent, qdir.parent.name, int(qdir.name)
+        return (qdir.parent.parent.parent, qdir.parent.parent.name == L.BATCHCONSUMEQUEUE, qdir.parent.name,
+                int(qdir.name))
     return None
 
 
