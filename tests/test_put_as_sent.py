@@ -96,6 +96,29 @@ def test_put_takes_store_host_and_cluster_from_the_store(sample_5x):
     assert len(row["uniq_key"]) == 56 and decode_uniq_key(row["uniq_key"]).ip == "fd00::7"
 
 
+@pytest.mark.parametrize("host", ["10.20.30.40:10922", "[fd00:1234::10]:10911"])
+def test_put_into_a_store_of_another_host_takes_its_host(tmp_path, host):
+    store = tmp_path / "s"
+    assert run("init", store, "--commitlog-file-size", "65536", "--cq-file-size", "160", "--slots", "16",
+               "--max-entries", "64").exit_code == 0
+    (tmp_path / "r.jsonl").write_text(json.dumps({"topic": "A", "body": "eA==", "store_host": host}) + "\n")
+    assert _write("import", store, tmp_path / "r.jsonl").exit_code == 0
+    assert _write("put", store, "--topic", "B", "--body", "y").exit_code == 0
+    row = _rows(store)[-1]
+    ip = host.rpartition(":")[0].strip("[]")
+    assert (row["store_host"], decode_uniq_key(row["uniq_key"]).ip) == (host, ip)
+    assert run("query-id", store, row["uniq_key"]).exit_code == 0
+    assert run("query-id", store, row["msg_id"], "--kind", "msg-id").exit_code == 0
+
+
+def test_put_takes_cluster_from_a_record_the_broker_sent(store_copy):
+    """dev-dledger's newest record is a batch's inner message (the client's properties, no CLUSTER)."""
+    store = store_copy("dev-dledger")
+    assert "CLUSTER" not in _rows(store)[-1]["properties"]
+    assert _write("put", store, "--topic", "TopicA", "--body", "x").exit_code == 0
+    assert _rows(store)[-1]["properties"]["CLUSTER"] == "DefaultCluster"
+
+
 def test_put_uniq_key_is_found_by_query_id_and_decoded(sample_5x):
     res = _write("--now", PINNED, "put", sample_5x, "--topic", "TopicB", "--body", "x", "-f", "jsonl")
     assert res.exit_code == 0, res.stderr

@@ -426,41 +426,44 @@ class BrokerStamp:
     map_capacity: int = 16
 
 
-def newest_record(store: Store) -> Message | None:
-    """The newest record the store tells cheaply: the one its newest index entry names (IndexHeader
-    endPhyOffset), else the first of its newest commit-log file; None in an empty store."""
+def newest_records(store: Store) -> list[Message]:
+    """The newest records the store tells cheaply: the one its newest index entry names (IndexHeader
+    endPhyOffset) and the first of the newest commit-log file that starts with one (the broker creates the
+    next file ahead, all zeros); none in an empty store."""
     from rmqtool.errors import RmqError
 
     cl = store.commitlog
-    offsets = []
-    try:
-        refs = store.index_files()
-        if refs and refs[-1].header.index_count > 1:
-            offsets.append(refs[-1].header.end_phy_offset)
-    except RmqError:
-        pass
-    files = [f for f in cl.queue if f.length]
-    if files:
-        offsets.append(files[-1].start + cl.entry_header_size)
-    for offset in offsets:
+
+    def message_at(offset: int) -> Message | None:
         try:
             entry = cl.read_at(offset)
         except RmqError:
-            continue
-        if isinstance(entry, Message):
-            return entry
-    return None
+            return None
+        return entry if isinstance(entry, Message) else None
+
+    out = []
+    try:
+        refs = store.index_files()
+    except RmqError:
+        refs = []
+    if refs and refs[-1].header.index_count > 1 and (m := message_at(refs[-1].header.end_phy_offset)):
+        out.append(m)
+    for f in reversed(list(cl.queue)):
+        if f.length and (m := message_at(f.start + cl.entry_header_size)):
+            return out + [m]
+    return out
 
 
 def broker_stamp(store: Store) -> BrokerStamp:
-    """The store's BrokerStamp from its newest record (defaults for an empty store)."""
+    """The store's BrokerStamp from its newest record, one the broker's send path wrote when there is one
+    (CLUSTER: the inner messages of a batch keep the client's properties); defaults in an empty store."""
     capacity = 128 if store.is_5x else 16
-    record = newest_record(store)
-    if record is None:
+    records = newest_records(store)
+    if not records:
         return BrokerStamp(map_capacity=capacity)
-    raw = without_crc32(record.properties_raw)
+    record = next((r for r in records if C.PROPERTY_CLUSTER in r.properties), records[0])
     return BrokerStamp(record.store_host, record.properties.get(C.PROPERTY_CLUSTER),
-                       raw.endswith(C.PROPERTY_SEPARATOR), capacity)
+                       without_crc32(record.properties_raw).endswith(C.PROPERTY_SEPARATOR), capacity)
 
 
 def new_uniq_key(ip: bytes) -> str:
