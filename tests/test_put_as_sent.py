@@ -185,6 +185,7 @@ def test_put_writes_bytes_that_are_not_utf8_and_they_come_back(sample_5x, tmp_pa
     ["--hex", "--topic", "zz", "--body", "00"],
     ["--topic", "T", "--body", "x", "--property", "a\x01b=c"],
     ["--topic", "T\ud800", "--body", "x"],                      # not a byte Python could have escaped
+    ["--topic", "T", "--body", "x", "--property", "a\udcfe=1", "--property", "a\udcff=2"],   # one name to Java
     ["--topic", "T", "--body", "x", "--store-host", "nohost"],
 ])
 def test_put_refuses_what_it_cannot_write_as_given(sample_5x, args):

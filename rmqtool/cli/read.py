@@ -375,8 +375,8 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     the records that dispatch to them. A compaction topic's consume queue is listed like any other; with
     --compaction, what its consumers read: the sparse compaction queue's units (physical_offset: the
     compaction-log offset), with --message the compaction-log records from the first retained offset at
-    or after --offset. A RocksDB consume queue
-    (storeType=defaultRocksDB) is read from the database, read-only (needs the rocksdb extra).
+    or after --offset. A RocksDB consume queue (storeType=defaultRocksDB) is read from the database,
+    read-only (needs the rocksdb extra).
 
     \b
     Examples:
@@ -736,7 +736,8 @@ def _index_coverage(st: Store, begin: int, end: int) -> str:
 @click.option("--kind", type=click.Choice(["auto", "msg-id", "uniq-key"]), default="auto", show_default=True,
               help="Read ID as an offsetMsgId, a UNIQ_KEY, or decide from the store.")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC",
-              help="Look a UNIQ_KEY up under these topics only (default: every topic the store knows; repeatable).")
+              help="Look a UNIQ_KEY up under these topics only (default: every topic the store knows; "
+                   "repeatable).")
 @click.option("--scan", is_flag=True, help="When the index has no UNIQ_KEY hit, read the whole commit log.")
 @record_options
 @output_options

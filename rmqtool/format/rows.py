@@ -7,8 +7,8 @@ and REAL_QID: where a delay-level, timer or half message goes or came from), msg
 body, body_encoding, properties_raw (the stored PROPERTIES bytes in base64, so that a row re-encodes
 exactly even where the parsed ``properties`` object cannot hold them, e.g. a repeated key; tags and keys
 that are not UTF-8 are there as stored), topic_raw (the stored topic bytes in base64 when they are not
-UTF-8, where ``topic`` has U+FFFD as the broker reads it; else null), and crc_ok when checked. Timestamps are epoch milliseconds; hosts are
-"ip:port" or "[ipv6]:port".
+UTF-8, where ``topic`` has U+FFFD as the broker reads it; else null), and crc_ok when checked.
+Timestamps are epoch milliseconds; hosts are "ip:port" or "[ipv6]:port".
 """
 
 from __future__ import annotations

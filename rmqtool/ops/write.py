@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from rmqtool import clock
 from rmqtool import constants as C
@@ -474,8 +474,8 @@ def new_uniq_key(ip: bytes) -> str:
 
 
 def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int = 0, tags: bytes | None = None,
-                 keys: list[bytes] = (), properties: list[tuple[bytes, bytes]] = (), born_host: Host | None = None,
-                 store_host: Host | None = None) -> Message:
+                 keys: Sequence[bytes] = (), properties: Sequence[tuple[bytes, bytes]] = (),
+                 born_host: Host | None = None, store_host: Host | None = None) -> Message:
     """A message as a Java producer sends it and the broker stores it, its bytes as given.
 
     The producer's Message map (a HashMap of 16) takes TAGS, KEYS (joined by a space), the user properties
@@ -496,6 +496,9 @@ def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int
     if uniq not in items:
         items[uniq] = new_uniq_key(born_host.address).encode()
     names = {name.decode("utf-8", "replace"): name for name in items}     # Java hashes the decoded name
+    if len(names) != len(items):
+        raise EncodeError("two property names differ only in bytes that are not UTF-8 (the broker reads them as "
+                          "one name)")
     order = hashmap_order(list(names), 16)
     if stamp.cluster and C.PROPERTY_CLUSTER.encode() not in items:
         items[C.PROPERTY_CLUSTER.encode()] = stamp.cluster.encode()
@@ -510,14 +513,9 @@ def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int
         raw += b"\x02"
     if len(raw) > C.MAX_PROPERTIES_LEN:
         raise EncodeError(f"properties of {len(raw)} bytes exceed 32767")
-    msg = build_message(topic.decode("utf-8", "replace"), body, queue_id=queue_id, born_host=born_host,
-                        store_host=store_host)
-    try:
-        topic.decode("utf-8")
-        topic_raw = None
-    except UnicodeDecodeError:
-        topic_raw = topic
-    return dataclasses.replace(msg, properties_raw=raw, topic_raw=topic_raw)
+    text = topic.decode("utf-8", "replace")
+    msg = build_message(text, body, queue_id=queue_id, born_host=born_host, store_host=store_host)
+    return dataclasses.replace(msg, properties_raw=raw, topic_raw=None if text.encode() == topic else topic)
 
 
 _INT32 = (-(1 << 31), (1 << 31) - 1)
