@@ -220,3 +220,17 @@ def test_cat_cq_of_a_compaction_topics_queue_file_prints_its_units():
     sparse = run("cat-cq", store_path("dev-compaction-5x"), "CompactTopic", 0, "-f", "jsonl", "--compaction")
     assert json.loads(sparse.stdout.splitlines()[0])["batch_size"] == 1
     assert run("cat-cq", store_path("dev-compaction-5x"), "TopicA", 0, "--compaction").exit_code == 2
+
+
+def test_cat_cq_of_a_compaction_queue_file_prints_its_units():
+    (log,) = [q for q in readback("dev-compaction-5x")["compaction"]["compactionLogs"]
+              if (q["topic"], q["queueId"]) == ("CompactTopic", 0)]
+    units = next(v for k, v in log.items() if k.startswith("cqUnits"))
+    qdir = store_path("dev-compaction-5x") / "compaction" / "compactionCq" / "CompactTopic" / "0"
+    for f in log["cqFiles"]:
+        res = run("cat-cq", qdir / f["file"], "-f", "jsonl")
+        assert res.exit_code == 0, res.stderr
+        assert [(r["queue_offset"], r["physical_offset"], r["size"], r["tags_code"])
+                for r in map(json.loads, res.stdout.splitlines())] == \
+            [(u["msgBaseOffset(queueOffset)"], u["physOffset(compaction log)"], u["size"], u["tagsCode"])
+             for u in units if u["file"] == f["file"] and u["kind"] == "unit"]

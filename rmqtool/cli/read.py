@@ -365,8 +365,8 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     they point at (mqadmin queryMsgByOffset).
 
     Give the store, the topic and the queue id, or just a queue file (that file's units) or queue
-    directory (consumequeue/ or batchconsumequeue/<topic>/<queueId>/): the path says which queue and which
-    kind.
+    directory (consumequeue/, batchconsumequeue/ or compaction/compactionCq/<topic>/<queueId>/): the path
+    says which queue and which kind.
 
     Units at the end that point past the end of the commit log (left by a crash) are left out with a
     note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
@@ -400,20 +400,25 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     if message and resolve:
         raise click.UsageError("use --resolve or --message, not both")
     out = resolve_format(fmt)
-    qfile, batch = None, None
+    qfile, kind = None, None
     if topic is None or queue_id is None:
         found = queue_of_path(store) if topic is None else None
         if found is None:
             raise click.UsageError("give TOPIC and QUEUE_ID, or a queue file or directory as STORE")
         qfile = Path(store) if Path(store).is_file() else None
-        store, batch, topic, queue_id = found
+        store, kind, topic, queue_id = found
     st = Store.open(store)
-    if batch is None:
-        batch = topic not in st.topics() and topic in st.batch_topics()
+    batch = topic not in st.topics() and topic in st.batch_topics() if kind is None else kind == L.BATCHCONSUMEQUEUE
     compaction_topic = st.compaction is not None and topic in st.compaction.topics()
-    if compaction and (not compaction_topic or qfile is not None or batch):
+    if kind == L.COMPACTION_CQ and compaction_topic:
+        compaction = True
+    elif compaction and (not compaction_topic or kind is not None):
         raise click.UsageError(f"--compaction: {topic!r} is not a compaction topic (compaction/)"
-                               if not compaction_topic else "--compaction takes STORE TOPIC QUEUE_ID")
+                               if not compaction_topic else "--compaction reads the compaction queue: give "
+                               "STORE TOPIC QUEUE_ID or a compaction/compactionCq/ path")
+    if compaction and qfile is not None:
+        _cat_compaction_file(ctx, st, topic, queue_id, qfile, count, out, tablefmt)
+        return
     if qfile is not None and ctx.get_parameter_source("start") is ParameterSource.DEFAULT:
         size = C.BCQ_STORE_UNIT_SIZE if batch else C.CQ_STORE_UNIT_SIZE      # from the file's first unit
         start = int(qfile.name) // size if qfile.name.isdigit() else 0
@@ -544,6 +549,19 @@ def _cat_compaction(ctx: click.Context, st: Store, topic: str, queue_id: int, st
     if bad:
         _note(f"{bad} unit(s) disagree with their records")
         ctx.exit(ExitCode.FINDINGS)
+
+
+def _cat_compaction_file(ctx: click.Context, st: Store, topic: str, queue_id: int, qfile: Path, count: int | None,
+                         out: Format, tablefmt: str) -> None:
+    """The units of one file of a compaction topic's sparse queue, as SparseConsumeQueue.recover reads them."""
+    q = st.compaction.queue(topic, queue_id)
+    units = next((u for f, u, _ in q.files if f.path.samefile(qfile)), None)
+    if units is None:
+        raise StoreError("not a file of the compaction queue", path=str(qfile))
+    rows = [dict(zip(BCQ_UNIT_FIELDS, (topic, queue_id, u.msg_base_offset, u.batch_size, u.physical_offset, u.size,
+                                       u.tags_code, u.store_time, u.compacted_offset))) for u in units[:count]]
+    if write_rows(iter(rows), out, tablefmt=tablefmt) == 0:
+        _nothing(ctx, f"no units in {qfile}")
 
 
 def _consume_queue(st: Store, topic: str, queue_id: int):
