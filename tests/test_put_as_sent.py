@@ -187,6 +187,8 @@ def test_put_writes_bytes_that_are_not_utf8_and_they_come_back(sample_5x, tmp_pa
     ["--topic", "T\ud800", "--body", "x"],                      # not a byte Python could have escaped
     ["--topic", "T", "--body", "x", "--property", "a\udcfe=1", "--property", "a\udcff=2"],   # one name to Java
     ["--topic", "T", "--body", "x", "--store-host", "nohost"],
+    ["--topic", "a/b", "--body", "x"],
+    ["--hex", "--topic", "", "--body", "00"],
 ])
 def test_put_refuses_what_it_cannot_write_as_given(sample_5x, args):
     res = _write("put", sample_5x, *args)

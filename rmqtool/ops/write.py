@@ -513,7 +513,7 @@ def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int
         raw += b"\x02"
     if len(raw) > C.MAX_PROPERTIES_LEN:
         raise EncodeError(f"properties of {len(raw)} bytes exceed 32767")
-    text = topic.decode("utf-8", "replace")
+    text = safe_topic_dir(topic.decode("utf-8", "replace"))      # the name reput gives its queue directory
     msg = build_message(text, body, queue_id=queue_id, born_host=born_host, store_host=store_host)
     return dataclasses.replace(msg, properties_raw=raw, topic_raw=None if text.encode() == topic else topic)
 
