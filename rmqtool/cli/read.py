@@ -797,7 +797,8 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
             _note(text)
         if not found.records:
             missing.append(msg_id)
-            _note(f"no record with offsetMsgId or UNIQ_KEY {msg_id}" + _searched(found.searched, scan, kind))
+            _note(f"no record with offsetMsgId or UNIQ_KEY {msg_id}" + _searched(found.searched, scan, kind,
+                                                                                   bool(topics)))
         records += found.records
     enc = row_encoding(body, out, body_dir)
     rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in records)
@@ -816,14 +817,17 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
         ctx.exit(ExitCode.FINDINGS)
 
 
-def _searched(topics: list[str], scan: bool, kind: str) -> str:
-    """Where a missed UNIQ_KEY was looked for, and what else there is."""
+def _searched(topics: list[str], scan: bool, kind: str, given: bool) -> str:
+    """Where a missed UNIQ_KEY was looked for (the topics the store knows, or those --topic gave), and what
+    else there is."""
     if kind == "msg-id":
         return ""
     shown = ", ".join(topics[:12]) + (f" and {len(topics) - 12} more" if len(topics) > 12 else "")
     where = f" in the index under {len(topics)} topic(s) ({shown or 'none'})"
-    return where + (" nor in the commit log" if scan else "; a deleted topic is not among them: --topic names "
-                    "it, --scan reads the whole commit log")
+    if scan:
+        return where + " nor in the commit log"
+    return where + ("; --scan reads the whole commit log" if given else "; a deleted topic is not among them: "
+                    "--topic names it, --scan reads the whole commit log")
 
 
 @cli.command("decode-id")
