@@ -236,3 +236,13 @@ def test_cat_cq_of_a_compaction_queue_file_prints_its_units():
                 for r in map(json.loads, res.stdout.splitlines())] == \
             [(u["msgBaseOffset(queueOffset)"], u["physOffset(compaction log)"], u["size"], u["tagsCode"])
              for u in units if u["file"] == f["file"] and u["kind"] == "unit"]
+
+
+def test_decode_id_of_a_difference_longer_than_the_previous_month():
+    """Now at 1 March 00:00 UTC and a difference of 28 days + 1 ms: February does not hold it; January does
+    (an internal error before)."""
+    january = 31_536_000_000                                   # 1971-01-01T00:00:00Z
+    key = encode_uniq_key(bytes([10, 0, 0, 1]), 1, 2, january + 28 * 86_400_000 + 1, january, 3)
+    res = run("--now", "1971-03-01T00:00:00Z", "decode-id", key, "-f", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["created_timestamp"] == january + 28 * 86_400_000 + 1

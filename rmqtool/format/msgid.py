@@ -85,14 +85,15 @@ def anchor_month_diff(time_diff: int, born_timestamp: int | None = None, now_ms:
     """Pick the month start M (in any UTC offset) with M + diff closest to the born time.
 
     Without a born time, use the UTC month of ``now_ms`` (the previous one if that lies in the future),
-    like MessageClientIDSetter.getNearlyTimeFromID: the caller says when now is.
+    like MessageClientIDSetter.getNearlyTimeFromID: the caller says when now is; the one before when a
+    difference longer than the previous month puts that in the future too (Java returns a future time).
     """
     if born_timestamp is None and now_ms is None:
         raise ValueError("anchor_month_diff needs a born time or now")
     anchor = now_ms if born_timestamp is None else born_timestamp
     day = dt.datetime.fromtimestamp(anchor / 1000, dt.timezone.utc)
     months = []
-    for delta in (-1, 0, 1):
+    for delta in (-2, -1, 0, 1):
         y, m = divmod(day.year * 12 + day.month - 1 + delta, 12)
         months.append(_month_start_ms(y, m + 1))
     if born_timestamp is None:
