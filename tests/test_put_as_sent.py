@@ -20,8 +20,8 @@ PINNED_MS = 1_795_860_000_000
 
 
 def _write(*args):
-    """Every in-place write of this module (put, import) goes through here."""
-    return run(*args)
+    """Every in-place write of this module (put, import) goes through here: it writes (--apply)."""
+    return run(*args, "--apply")
 
 
 def _rows(store, *args) -> list[dict]:
