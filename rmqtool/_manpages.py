@@ -55,10 +55,13 @@ _PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(PLACEHOLDERS, key=len, revers
 
 
 # What differs between runs of an example and is not the tool's output: the wall clock in names of backups
-# and undo directories, the speed of an export, the shell's process id in /tmp/NAME-$$ paths.
+# and undo directories, the speed and time of an export, the shell's process id in /tmp/NAME-$$ paths, the pid, time
+# and counter of a UNIQ_KEY put made (its class-loader hash is String.hashCode("rmqtool"): 4EF5682E).
 VARIABLE = [(re.compile(r"(rmqtool-backup|\.undo)-\d{8}-\d{6}-\d{6}"), r"\1-<time>"),
             (re.compile(r" in \d+\.\d\d s, \d+ MB/s "), " in <seconds> s, <rate> MB/s "),
-            (re.compile(r"\) in \d+\.\d\d s$", re.M), ") in <seconds> s")]
+            (re.compile(r"\) in \d+\.\d\d s(?=$| \()", re.M), ") in <seconds> s"),
+            (re.compile(r"\b((?:[0-9A-F]{24})?[0-9A-F]{8})[0-9A-F]{4}4EF5682E[0-9A-F]{12}\b"),
+             r"\1<pid>4EF5682E<time>")]
 FIELD_ROW = re.compile(r"^\| `rmqtool ([^`]+)` \| ([a-z_0-9, ]+) \|$", re.M)
 
 

@@ -474,7 +474,7 @@ def test_query_id_host_mismatch_is_reported():
 def test_query_id_nothing_found():
     result = run("query-id", path_of("dev-sample", "store"), "C0A8000A00002A9F00000000000000FF")
     assert (result.exit_code, result.stdout) == (1, "")
-    assert "try --scan" in result.stderr
+    assert "--scan reads the whole commit log" in result.stderr
 
 
 def test_decode_id():

@@ -38,6 +38,7 @@ def reference(path) -> tuple[list[dict], str | None]:
             del row["body_encoding"]
             row["body"] = getattr(loc.entry, "body", None)
             row["properties_raw"] = getattr(loc.entry, "properties_raw", None)
+            row["topic_raw"] = getattr(loc.entry, "topic_raw", None)
             if row["properties"] is not None:
                 row["properties"] = list(row["properties"].items())
             rows.append(row)

@@ -139,7 +139,8 @@ def test_verify_clean():
 def test_cat_cq_message_is_the_consumer_view(qi):
     """What a consumer reading from the min offset receives, as CompactionStore.getMessage returns it."""
     exp = _queues()[qi]
-    res = run("cat-cq", STORE, exp["topic"], exp["queueId"], "--message", "-f", "jsonl", "--body-encoding", "base64")
+    res = run("cat-cq", STORE, exp["topic"], exp["queueId"], "--message", "-f", "jsonl", "--body-encoding", "base64",
+              "--compaction")
     assert res.exit_code == 0, res.output
     import base64
     got = [[r["queue_offset"], r["physical_offset"], r["properties"].get("KEYS"), r["uniq_key"],
@@ -153,14 +154,14 @@ def test_cat_cq_from_a_removed_offset_starts_at_the_next_retained(qi):
     exp = _queues()[qi]
     for queue_offset, found, *_ in _field(exp, "cqLookup")[::5]:
         res = run("cat-cq", STORE, exp["topic"], exp["queueId"], "--offset", queue_offset, "-n", 1, "--resolve",
-                  "-f", "jsonl")
+                  "-f", "jsonl", "--compaction")
         (row,) = _jsonl(res)
         assert (row["queue_offset"], row["status"]) == (found, "ok")
 
 
 def test_cat_cq_units_are_the_sparse_queue():
     exp = _queues()[0]
-    rows = _jsonl(run("cat-cq", STORE, exp["topic"], exp["queueId"], "-f", "jsonl"))
+    rows = _jsonl(run("cat-cq", STORE, exp["topic"], exp["queueId"], "-f", "jsonl", "--compaction"))
     units = [u for u in _field(exp, "cqUnits") if u["kind"] == "unit"]
     assert [(r["queue_offset"], r["physical_offset"], r["size"], r["tags_code"], r["store_timestamp"],
              r["compacted_offset"]) for r in rows] == \

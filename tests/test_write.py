@@ -34,8 +34,9 @@ def test_init_put_decodes_back_and_verifies(tmp_path):
     assert [r["body"] for r in rows] == [__import__("base64").b64encode((f"body {i} " * 5).encode()).decode()
                                          for i in range(40)]
     assert [r["queue_offset"] for r in rows] == [i // 2 for i in range(40)]
-    assert [r["properties"] for r in rows] == [{"TAGS": f"t{i % 3}", "KEYS": f"k{i} shared", "n": str(i)}
-                                               for i in range(40)]
+    assert [{k: v for k, v in r["properties"].items() if k != "UNIQ_KEY"} for r in rows] == \
+        [{"TAGS": f"t{i % 3}", "KEYS": f"k{i} shared", "n": str(i)} for i in range(40)]
+    assert len({r["uniq_key"] for r in rows}) == 40        # a client's UNIQ_KEY each (an empty store: no CLUSTER)
     assert len(list((root / "commitlog").iterdir())) > 1 and len(list((root / "index").iterdir())) > 1
     assert run("verify", root, "--check-crc").exit_code == 0
     refs = Store.open(root).index_files()

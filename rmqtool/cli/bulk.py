@@ -83,12 +83,13 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     dataset, with either engine (partition keys move into the directory names). It is written with Snappy
     compression, dictionary encoding for type, magic_code, topic, born_host, store_host, tags, store and
     commitlog_file only, delta encoding (DELTA_BINARY_PACKED) for the integer columns but body_crc and
-    tags_code, min/max statistics for every column but body, properties, properties_raw, keys, uniq_key,
+    tags_code, min/max statistics for every column but body, properties, properties_raw, topic_raw, keys, uniq_key,
     msg_id, type, magic_code, born_host and store_host, and row groups of 65,536 records (but in Hive partitions):
 
     \b
     Parquet fields:
-      type                         string  message or blank (with --include-blank)
+      type                         string  message, salvaged_record (rmqtool repair's placeholder)
+                                           or blank (with --include-blank)
       physical_offset              int64   commit-log offset of the record
       total_size                   int32   record size in bytes
       magic_code                   string  hex: 0xdaa320a7 (v1), 0xdaa320ab (v2)
@@ -119,6 +120,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
       body_length                  int32   body size in bytes
       body                         binary  body as stored
       properties_raw               binary  properties as stored
+      topic_raw                    binary  topic as stored where not UTF-8 (else null)
       crc_ok                       bool    body CRC verdict (with --check-crc)
       store                        string  the store as named on the command line
       commitlog_file               string  commit-log file the record came from

@@ -577,18 +577,30 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
     click.echo(f"created {store}; undo: rm -r {shlex.quote(store)}", err=True)
 
 
-def _parse_property(_ctx, _param, values) -> dict[str, str]:
-    out = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"expected k=v, got {item!r}")
-        out[name] = value
-    return out
+def _host(_ctx, param, value):
+    from rmqtool.format.hosts import Host
+
+    try:
+        return None if value is None else Host.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param=param) from None
 
 
-def _keys(_ctx, _param, values) -> str | None:
-    return " ".join(k for item in values for k in item.split()) or None
+_STORE_HOST = click.option("--store-host", callback=_host, metavar="IP:PORT",
+                           help="The store host to write (default: the store's newest record's; 127.0.0.1:10911 "
+                                "in an empty store).")
+
+
+def _arg_bytes(value: str, option: str, hex_: bool) -> bytes:
+    """An option's value as bytes: hex digits with --hex; else the bytes given on the command line (UTF-8
+    text as such; bytes that are not UTF-8 as they were: Python hands them over surrogate-escaped)."""
+    try:
+        return bytes.fromhex(value) if hex_ else value.encode("utf-8", "surrogateescape")
+    except ValueError:
+        raise click.BadParameter(f"not hexadecimal: {value!r}", param_hint=option) from None
+    except UnicodeEncodeError:
+        raise click.BadParameter(f"{value!r} is neither text nor bytes; give them in hex with --hex",
+                                 param_hint=option) from None
 
 
 @cli.command()
@@ -597,23 +609,34 @@ def _keys(_ctx, _param, values) -> str | None:
 @click.option("--queue-id", type=click.IntRange(0, JAVA_INT_MAX), default=0, show_default=True,
               help="The queue id.")
 @option("--tag", "tags", aliases=("--tags",), help="The TAGS property.")
-@option("--key", "keys", aliases=("--keys",), multiple=True, callback=_keys,
-        help="A key of the KEYS property (repeatable; a value with spaces holds several).")
-@click.option("--property", "properties", multiple=True, callback=_parse_property, metavar="K=V",
-              help="Another property (repeatable).")
-@click.option("--body", help="Body text (UTF-8).")
+@option("--key", "keys", aliases=("--keys",), multiple=True,
+        help="A key of the KEYS property (repeatable; without --hex a value with spaces holds several).")
+@click.option("--property", "properties", multiple=True, metavar="K=V", help="Another property (repeatable).")
+@click.option("--body", help="The body.")
 @click.option("--body-file", type=click.File("rb"), help="Read the body from this file.")
 @click.option("--body-stdin", is_flag=True, help="Read the body from stdin.")
+@click.option("--hex", "hex_", is_flag=True,
+              help="--topic, --tag, --key, --body and both sides of --property are hex digits of the bytes.")
+@click.option("--born-host", callback=_host, metavar="IP:PORT",
+              help="The producer's address (default: the store host's address, port 0).")
+@_STORE_HOST
 @_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
-def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | None, properties: dict,
-        body: str | None, body_file, body_stdin: bool, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
-        fmt: str | None, tablefmt: str) -> None:
-    """Append one message as the broker would (commit log, consume queue, index, checkpoint), in one
-    transaction with one backup.
+def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str, ...], properties: tuple[str, ...],
+        body: str | None, body_file, body_stdin: bool, hex_: bool, born_host, store_host, apply_: bool,
+        dry_run: bool, backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+    """Append one message as a producer sends it and the broker stores it (commit log, consume queue, index,
+    checkpoint), in one transaction with one backup.
+
+    Values are written as the bytes given: text as UTF-8, bytes that are not UTF-8 as they are (or every
+    value in hex with --hex); never a replaced character. As a Java producer and the store's broker would,
+    put adds a new UNIQ_KEY (MessageClientIDSetter: the born host's IP, this process's pid and counter, the
+    time since the UTC month start, the class-loader hash String.hashCode("rmqtool")) and, when the records
+    carry one, CLUSTER, and writes the properties in the broker's order. The store host is the store's
+    newest record's (--store-host sets another), the born host its address with port 0 (--born-host).
 
     Without --apply only prints the plan (exit 1: there is something to do); --apply appends with a
     backup and ends with the undo line.
@@ -626,18 +649,34 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
         --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put \\
         /tmp/rmqtool-put-$$ --topic T --body hi --apply
     """
-    from rmqtool.ops.write import StoreWriter, build_message
+    from rmqtool.errors import EncodeError
+    from rmqtool.ops.write import StoreWriter, broker_stamp, sent_message
 
     dry_run = plan_only(apply_, dry_run)
 
     if sum(x is not None and x is not False for x in (body, body_file, body_stdin or None)) != 1:
         raise click.UsageError("give exactly one of --body, --body-file, --body-stdin")
-    data = body.encode("utf-8") if body is not None else (body_file.read() if body_file else sys.stdin.buffer.read())
+    data = _arg_bytes(body, "--body", hex_) if body is not None else \
+        (body_file.read() if body_file else sys.stdin.buffer.read())
+    key_list = [k for item in keys for k in ([_arg_bytes(item, "--key", hex_)] if hex_
+                                             else _arg_bytes(item, "--key", False).split())]
+    props = []
+    for item in properties:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected k=v, got {item!r}", param_hint="--property")
+        props.append((_arg_bytes(name, "--property", hex_), _arg_bytes(value, "--property", hex_)))
+    topic_bytes = _arg_bytes(topic, "--topic", hex_)
+    tag_bytes = None if tags is None else _arg_bytes(tags, "--tag", hex_)
     with _store(store, write=not dry_run, force=force) as st:
+        try:
+            msg = sent_message(topic_bytes, data, broker_stamp(st), queue_id=queue_id, tags=tag_bytes,
+                               keys=key_list, properties=props, born_host=born_host, store_host=store_host)
+        except EncodeError as exc:
+            raise click.UsageError(exc.message) from None
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         try:
-            msg = writer.append(build_message(topic, data, queue_id=queue_id, tags=tags, keys=keys,
-                                              properties=properties))
+            msg = writer.append(msg)
         except BaseException:
             writer.abort()                     # bytes already written in place are taken back
             raise
@@ -645,13 +684,13 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: str | Non
             _end_write_dry_run(writer, fmt, tablefmt)
         saved = writer.commit()
     with stdout_may_close():
-        write_rows([{"msg_id": msg.msg_id, "topic": topic, "queue_id": queue_id, "physical_offset": msg.physical_offset,
-                     "queue_offset": msg.queue_offset}], resolve_format(fmt), columns=APPENDED_COLUMNS,
-                   tablefmt=tablefmt, title="appended")
+        write_rows([{"msg_id": msg.msg_id, "uniq_key": msg.uniq_key, "topic": msg.topic, "queue_id": queue_id,
+                     "physical_offset": msg.physical_offset, "queue_offset": msg.queue_offset}],
+                   resolve_format(fmt), columns=APPENDED_COLUMNS, tablefmt=tablefmt, title="appended")
     say_undo("appended 1 message", saved, st.root)
 
 
-APPENDED_COLUMNS = ["msg_id", "topic", "queue_id", "physical_offset", "queue_offset"]
+APPENDED_COLUMNS = ["msg_id", "uniq_key", "topic", "queue_id", "physical_offset", "queue_offset"]
 
 
 def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
@@ -663,15 +702,21 @@ def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
 @cli.command("import")
 @click.argument("store", type=click.Path())
 @click.argument("file", type=click.File("r", encoding="utf-8"))
+@_STORE_HOST
 @_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @output_options
-def import_(store: str, file, apply_: bool, dry_run: bool, backup: Path | None, force: bool, fmt: str | None,
+def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
+            fmt: str | None,
             tablefmt: str) -> None:
     """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl) in one
     transaction with one backup: a failure or a kill leaves none of them.
+
+    Each row is written as given: its topic_raw and properties_raw (the stored bytes) when it has them.
+    A row without a store host gets the store's (its newest record's), one without a born host that
+    address with port 0; --store-host sets every row's store host.
 
     Without --apply only prints the plan (exit 0 when there is nothing to import, 1 when there is);
     --apply appends with a backup and ends with the undo line.
@@ -682,16 +727,17 @@ def import_(store: str, file, apply_: bool, dry_run: bool, backup: Path | None, 
         rmqtool import STORE_5X /tmp/rmqtool-five.jsonl   # exit 1
     """
     from rmqtool.errors import RmqError
-    from rmqtool.ops.write import StoreWriter, message_from_row, read_rows
+    from rmqtool.ops.write import StoreWriter, broker_stamp, message_from_row, read_rows
 
     dry_run = plan_only(apply_, dry_run)
 
     with _store(store, write=not dry_run, force=force) as st:
+        default_host = broker_stamp(st).store_host
         writer = StoreWriter(st, backup=backup, dry_run=dry_run)
         try:
             for n, row in read_rows(file):
                 try:
-                    msg = message_from_row(row)
+                    msg = message_from_row(row, default_host, store_host)
                     if msg is not None:
                         writer.append(msg)
                 except RmqError as exc:

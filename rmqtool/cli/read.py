@@ -366,26 +366,31 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
 @click.option("--message", is_flag=True,
               help="Print the records the units point at (as cat-commitlog does), e.g. --offset N -n 1 "
                    "for the message at queue offset N.")
+@click.option("--compaction", is_flag=True,
+              help="A compaction topic as its consumers read it: the compaction queue (compaction/), not "
+                   "its consume queue.")
 @record_options
 @output_options
 @click.pass_context
 def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int, count: int | None,
-           resolve: bool, message: bool, body: str | None, charset: str, decompress: bool, body_dir: str | None,
-           fmt: str | None, tablefmt: str) -> None:
+           resolve: bool, message: bool, compaction: bool, body: str | None, charset: str, decompress: bool,
+           body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
     """Print the units of one consume queue with their queue offsets, or with --message the records
     they point at (mqadmin queryMsgByOffset).
 
-    Give the store, the topic and the queue id, or just a queue file (its units) or queue directory
-    (consumequeue/ or batchconsumequeue/<topic>/<queueId>/): the path says which queue and which kind.
+    Give the store, the topic and the queue id, or just a queue file (that file's units) or queue
+    directory (consumequeue/, batchconsumequeue/ or compaction/compactionCq/<topic>/<queueId>/): the path
+    says which queue and which kind.
 
     Units at the end that point past the end of the commit log (left by a crash) are left out with a
     note, as the broker drops them when it loads the store. A BatchCQ topic (batchconsumequeue/) is
     found by itself: one row per 46-byte unit, queue_offset being the first of its batch_size messages;
     --offset N starts at the unit holding message N. LMQ queues (%LMQ%name, queue 0) are resolved against
-    the records that dispatch to them. A compaction topic (compaction/) shows what its consumers read: the
-    sparse compaction queue's units (physical_offset: the compaction-log offset), with --message the
-    compaction-log records from the first retained offset at or after --offset. A RocksDB consume queue
-    (storeType=defaultRocksDB) is read from the database, read-only (needs the rocksdb extra).
+    the records that dispatch to them. A compaction topic's consume queue is listed like any other; with
+    --compaction, what its consumers read: the sparse compaction queue's units (physical_offset: the
+    compaction-log offset), with --message the compaction-log records from the first retained offset at
+    or after --offset. A RocksDB consume queue (storeType=defaultRocksDB) is read from the database,
+    read-only (needs the rocksdb extra).
 
     \b
     Examples:
@@ -398,7 +403,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
       rmqtool cat-cq STORE/consumequeue/TopicA/0/00000000000000000000 -n 3
       rmqtool cat-cq BATCHCQ_STORE/batchconsumequeue/BatchTopic/0 -n 2
       rmqtool cat-cq COMPACTION_STORE CompactTopic 0 --offset 27 -n 3 --message \\
-        -f plain
+        --compaction -f plain
       rmqtool cat-cq ROCKSDB_STORE TopicB 1 -n 3 --resolve -f plain
     """
     from click.core import ParameterSource
@@ -410,15 +415,25 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     if message and resolve:
         raise click.UsageError("use --resolve or --message, not both")
     out = resolve_format(fmt)
-    qfile = None
+    qfile, kind = None, None
     if topic is None or queue_id is None:
         found = queue_of_path(store) if topic is None else None
         if found is None:
             raise click.UsageError("give TOPIC and QUEUE_ID, or a queue file or directory as STORE")
         qfile = Path(store) if Path(store).is_file() else None
-        store, topic, queue_id = found
+        store, kind, topic, queue_id = found
     st = Store.open(store)
-    batch = topic not in st.topics() and topic in st.batch_topics()
+    batch = topic not in st.topics() and topic in st.batch_topics() if kind is None else kind == L.BATCHCONSUMEQUEUE
+    compaction_topic = st.compaction is not None and topic in st.compaction.topics()
+    if kind == L.COMPACTION_CQ and compaction_topic:
+        compaction = True
+    elif compaction and (not compaction_topic or kind is not None):
+        raise click.UsageError(f"--compaction: {topic!r} is not a compaction topic (compaction/)"
+                               if not compaction_topic else "--compaction reads the compaction queue: give "
+                               "STORE TOPIC QUEUE_ID or a compaction/compactionCq/ path")
+    if compaction and qfile is not None:
+        _cat_compaction_file(ctx, st, topic, queue_id, qfile, count, out, tablefmt)
+        return
     if qfile is not None and ctx.get_parameter_source("start") is ParameterSource.DEFAULT:
         size = C.BCQ_STORE_UNIT_SIZE if batch else C.CQ_STORE_UNIT_SIZE      # from the file's first unit
         start = int(qfile.name) // size if qfile.name.isdigit() else 0
@@ -426,10 +441,12 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
             units = st.batch_consume_queue(topic, queue_id).units()
             start = units[start].msg_base_offset if start < len(units) else 2**63 - 1
         count = qfile.stat().st_size // size if count is None else count
-    if st.compaction is not None and topic in st.compaction.topics():
+    if compaction:
         _cat_compaction(ctx, st, topic, queue_id, start, count, resolve, message, out, tablefmt,
                         (body, charset, decompress, body_dir))
         return
+    if compaction_topic and qfile is None:
+        _note(f"{topic} is a compaction topic: its consumers read the compaction log (--compaction shows it)")
     if batch:
         _cat_bcq(ctx, st, topic, queue_id, start, count, resolve, out, tablefmt)
         return
@@ -547,6 +564,19 @@ def _cat_compaction(ctx: click.Context, st: Store, topic: str, queue_id: int, st
     if bad:
         _note(f"{bad} unit(s) disagree with their records")
         ctx.exit(ExitCode.FINDINGS)
+
+
+def _cat_compaction_file(ctx: click.Context, st: Store, topic: str, queue_id: int, qfile: Path, count: int | None,
+                         out: Format, tablefmt: str) -> None:
+    """The units of one file of a compaction topic's sparse queue, as SparseConsumeQueue.recover reads them."""
+    q = st.compaction.queue(topic, queue_id)
+    units = next((u for f, u, _ in q.files if f.path.samefile(qfile)), None)
+    if units is None:
+        raise StoreError("not a file of the compaction queue", path=str(qfile))
+    rows = [dict(zip(BCQ_UNIT_FIELDS, (topic, queue_id, u.msg_base_offset, u.batch_size, u.physical_offset, u.size,
+                                       u.tags_code, u.store_time, u.compacted_offset))) for u in units[:count]]
+    if write_rows(iter(rows), out, tablefmt=tablefmt) == 0:
+        _nothing(ctx, f"no units in {qfile}")
 
 
 def _consume_queue(st: Store, topic: str, queue_id: int):
@@ -748,7 +778,8 @@ def _index_coverage(st: Store, begin: int, end: int) -> str:
 @click.option("--kind", type=click.Choice(["auto", "msg-id", "uniq-key"]), default="auto", show_default=True,
               help="Read ID as an offsetMsgId, a UNIQ_KEY, or decide from the store.")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC",
-              help="Look a UNIQ_KEY up under these topics only (default: every topic; repeatable).")
+              help="Look a UNIQ_KEY up under these topics only (default: every topic the store knows; "
+                   "repeatable).")
 @click.option("--scan", is_flag=True, help="When the index has no UNIQ_KEY hit, read the whole commit log.")
 @read_anyway_option()
 @record_options
@@ -761,7 +792,9 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
 
     Both are 32 (IPv4) or 56 (IPv6) hex characters. The ID is taken as an offsetMsgId when the record at
     its decoded offset has exactly that msgId; otherwise as a UNIQ_KEY, looked up in the index under
-    every topic (a UNIQ_KEY can match several records: retries and scheduled copies keep it). Several IDs
+    every topic the store knows: consumequeue/ (or the RocksDB consume queue, LMQs among them),
+    batchconsumequeue/, config/topics.json and the consumer offsets (a UNIQ_KEY can match several
+    records: retries and scheduled copies keep it); a miss names the topics searched. Several IDs
     print their records in the order given; an ID with no record is noted on stderr. With --track, rows of
     (msg_id, group, offset, consumed) from config/consumerOffset.json (lmqConsumerOffset.json when the
     broker ran with enableLmq). Exits 1 when an ID is not found.
@@ -794,8 +827,8 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
             _note(text)
         if not found.records:
             missing.append(msg_id)
-            _note(f"no record with offsetMsgId or UNIQ_KEY {msg_id}"
-                  + ("" if scan or kind == "msg-id" else " in the index (try --scan)"))
+            _note(f"no record with offsetMsgId or UNIQ_KEY {msg_id}" + _searched(found.searched, scan, kind,
+                                                                                   bool(topics)))
         records += found.records
     enc = row_encoding(body, out, body_dir)
     rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in records)
@@ -813,6 +846,19 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
     end_partial(skipped)
     if missing:
         ctx.exit(ExitCode.FINDINGS)
+
+
+def _searched(topics: list[str], scan: bool, kind: str, given: bool) -> str:
+    """Where a missed UNIQ_KEY was looked for (the topics the store knows, or those --topic gave), and what
+    else there is."""
+    if kind == "msg-id":
+        return ""
+    shown = ", ".join(topics[:12]) + (f" and {len(topics) - 12} more" if len(topics) > 12 else "")
+    where = f" in the index under {len(topics)} topic(s) ({shown or 'none'})"
+    if scan:
+        return where + " nor in the commit log"
+    return where + ("; --scan reads the whole commit log" if given else "; a deleted topic is not among them: "
+                    "--topic names it, --scan reads the whole commit log")
 
 
 @cli.command("decode-id")

@@ -199,6 +199,7 @@ def entries_batch(entries: Iterable[tuple[int, Entry]], check_crc: bool = False)
         if isinstance(entry, Message):
             row["body"] = entry.body
             row["properties_raw"] = entry.properties_raw
+            row["topic_raw"] = entry.topic_raw
             row["properties"] = list(row["properties"].items())
         rows.append(row)
     schema = record_schema(check_crc)

@@ -52,11 +52,11 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
         "store_host": _hosts(data, win, "store", sys_flag & C.SysFlag.STOREHOSTADDRESS_V6),
         "reconsume_times": _int32(win["reconsume_times"]),
         "prepared_transaction_offset": _field(win, "prepared_transaction_offset"),
-        "topic": _utf8(_heap(win, 1, "topic")),
         "body_length": _int32(win["body_len"]),
         "body": _heap(win, 0, "body"),
         "properties_raw": props_raw,
     }
+    cols["topic"], cols["topic_raw"] = _topics(_heap(win, 1, "topic"))
     if ((sys_flag >> 2) & 3 == C.TransactionType.ROLLBACK >> 2).any():     # rare: look for repair's placeholders
         cols["type"] = _salvaged(cols["topic"], sys_flag, n)
     cols.update(properties_from(win.heap[2], win, props_raw))
@@ -165,6 +165,24 @@ def _copied(win: Window, buf: np.ndarray, starts: np.ndarray, last: int, type_: 
 def _heap(win: Window, k: int, part: str) -> pa.Array:
     """The bodies, topics or properties (``part``) the kernel copied into its buffer ``k``."""
     return _copied(win, win.heap[k], win[f"{part}_off"], win[f"{part}_len"][-1] if win.n else 0, pa.binary())
+
+
+def _topics(raw: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(topic, topic_raw): the text as the broker reads it (_utf8), and the stored bytes of the topics that are
+    not UTF-8 (null for the others)."""
+    text = as_text(raw)
+    if text is not None:
+        return text, pa.nulls(len(raw), pa.binary())
+    values = raw.to_pylist()
+    return _utf8(raw), pa.array([None if b is None or _is_utf8(b) else b for b in values], pa.binary())
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def _utf8(raw: pa.Array) -> pa.Array:

@@ -1,6 +1,7 @@
 """The Arrow schema of decoded commit-log records: the record fields of ``rmqtool.format.rows`` with
 native types (timestamps as timestamp[ms], ``body`` as binary, ``properties`` as map<string,string>)
-plus ``properties_raw`` (the stored bytes) and, when CRCs are checked, ``crc_ok``.
+plus ``properties_raw`` and ``topic_raw`` (the stored bytes; the topic's only where they are not UTF-8)
+and, when CRCs are checked, ``crc_ok``.
 
 ``body_encoding`` is not a column: the body is binary here; text outputs add it.
 """
@@ -39,7 +40,7 @@ _TYPES = {
     "body_length": pa.int32(),
     "body": pa.binary(),
 }
-COLUMNS = [name for name in RECORD_FIELDS if name in _TYPES or name == "properties_raw"]
+COLUMNS = [name for name in RECORD_FIELDS if name in _TYPES or name in ("properties_raw", "topic_raw")]
 
 
 def record_schema(check_crc: bool = False) -> pa.Schema:

@@ -52,10 +52,29 @@ class UniqKey:
 
 
 def decode_uniq_key(uniq_key: str) -> UniqKey:
+    """The fields of a UNIQ_KEY; the time difference unsigned, as getNearlyTimeFromID reads it (a client
+    writes it as (int) of up to 31 days of milliseconds, which passes 2^31 after day 24)."""
     raw = _hex_bytes(uniq_key, (32, 56), "UNIQ_KEY")
     ip_len = 4 if len(raw) == 16 else 16
-    pid, cl_hash, diff, counter = struct.unpack_from(">HiiH", raw, ip_len)
+    pid, cl_hash, diff, counter = struct.unpack_from(">HiIH", raw, ip_len)
     return UniqKey(str(ipaddress.ip_address(raw[:ip_len])), pid, cl_hash, diff, counter)
+
+
+def encode_uniq_key(ip: bytes, pid: int, class_loader_hash: int, created_ms: int, month_start_ms: int,
+                    counter: int) -> str:
+    """MessageClientIDSetter.createUniqID: the client's IP (4 or 16 bytes), the low 16 bits of its pid, its
+    class-loader hash (int32), (int)(created - month start), a negative one above -1,000,000 taken as 0
+    (clock steps), and the low 16 bits of the counter; upper-case hex."""
+    diff = (created_ms - month_start_ms + 2**31) % 2**32 - 2**31
+    if -1_000_000 < diff < 0:
+        diff = 0
+    return (bytes(ip) + struct.pack(">HiiH", pid & 0xFFFF, class_loader_hash, diff, counter & 0xFFFF)).hex().upper()
+
+
+def month_start_ms(ms: int) -> int:
+    """The start of the UTC month of ``ms`` (a client whose JVM runs in UTC counts from it)."""
+    day = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return _month_start_ms(day.year, day.month)
 
 
 def _month_start_ms(year: int, month: int) -> int:
@@ -66,14 +85,15 @@ def anchor_month_diff(time_diff: int, born_timestamp: int | None = None, now_ms:
     """Pick the month start M (in any UTC offset) with M + diff closest to the born time.
 
     Without a born time, use the UTC month of ``now_ms`` (the previous one if that lies in the future),
-    like MessageClientIDSetter.getNearlyTimeFromID: the caller says when now is.
+    like MessageClientIDSetter.getNearlyTimeFromID: the caller says when now is; the one before when a
+    difference longer than the previous month puts that in the future too (Java returns a future time).
     """
     if born_timestamp is None and now_ms is None:
         raise ValueError("anchor_month_diff needs a born time or now")
     anchor = now_ms if born_timestamp is None else born_timestamp
     day = dt.datetime.fromtimestamp(anchor / 1000, dt.timezone.utc)
     months = []
-    for delta in (-1, 0, 1):
+    for delta in (-2, -1, 0, 1):
         y, m = divmod(day.year * 12 + day.month - 1 + delta, 12)
         months.append(_month_start_ms(y, m + 1))
     if born_timestamp is None:

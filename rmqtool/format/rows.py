@@ -5,9 +5,10 @@ queue_offset, sys_flag, born_timestamp, born_host, store_timestamp, store_host, 
 prepared_transaction_offset, topic, properties, tags, keys, uniq_key, real_topic, real_queue_id (REAL_TOPIC
 and REAL_QID: where a delay-level, timer or half message goes or came from), msg_id, tags_code, body_length,
 body, body_encoding, properties_raw (the stored PROPERTIES bytes in base64, so that a row re-encodes
-exactly even where the parsed ``properties`` object cannot hold them, e.g. a repeated key), and crc_ok
-when checked. Timestamps are epoch milliseconds; hosts are
-"ip:port" or "[ipv6]:port".
+exactly even where the parsed ``properties`` object cannot hold them, e.g. a repeated key; tags and keys
+that are not UTF-8 are there as stored), topic_raw (the stored topic bytes in base64 when they are not
+UTF-8, where ``topic`` has U+FFFD as the broker reads it; else null), and crc_ok when checked.
+Timestamps are epoch milliseconds; hosts are "ip:port" or "[ipv6]:port".
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ RECORD_FIELDS = [
     "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
     "prepared_transaction_offset", "topic", "properties", "tags", "keys", "uniq_key", "real_topic",
     "real_queue_id", "msg_id", "tags_code",
-    "body_length", "body", "body_encoding", "properties_raw",
+    "body_length", "body", "body_encoding", "properties_raw", "topic_raw",
 ]
 CQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "physical_offset", "size", "tags_code"]
 # A batch consume-queue unit: queue_offset is its msgBaseOffset, the first of its batch_size messages.
@@ -126,6 +127,7 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         "body": None,
         "body_encoding": None,
         "properties_raw": base64.b64encode(msg.properties_raw).decode("ascii"),
+        "topic_raw": None if msg.topic_raw is None else base64.b64encode(msg.topic_raw).decode("ascii"),
     }
     row["body"], row["body_encoding"] = body_field(body, body_encoding)
     if check_crc:

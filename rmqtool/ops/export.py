@@ -38,8 +38,8 @@ PARQUET_DICTIONARY_COLUMNS = ["type", "magic_code", "topic", "born_host", "store
 PARQUET_DELTA_COLUMNS = ["physical_offset", "total_size", "queue_id", "flag", "queue_offset", "sys_flag",
                          "born_timestamp", "store_timestamp", "reconsume_times", "prepared_transaction_offset",
                          "real_queue_id", "body_length"]
-PARQUET_NO_STATISTICS = {"body", "properties_raw", "properties", "keys", "uniq_key", "msg_id", "type", "magic_code",
-                         "born_host", "store_host"}
+PARQUET_NO_STATISTICS = {"body", "properties_raw", "topic_raw", "properties", "keys", "uniq_key", "msg_id", "type",
+                         "magic_code", "born_host", "store_host"}
 ROW_GROUP_ROWS = 64 * 1024
 
 

@@ -61,8 +61,9 @@ def hit_rows(tables: Iterable[pa.Table | pa.RecordBatch | None], body_encoding: 
                 yield {k: row[k] if k in BLANK_FIELDS else None for k in fields}
                 continue
             row["properties"] = dict(row["properties"]) if row["properties"] is not None else None
-            raw = row["properties_raw"]
-            row["properties_raw"] = None if raw is None else base64.b64encode(raw).decode("ascii")
+            for name in ("properties_raw", "topic_raw"):
+                raw = row[name]
+                row[name] = None if raw is None else base64.b64encode(raw).decode("ascii")
             row["body"], row["body_encoding"] = body_field(row["body"], body_encoding)
             yield {k: row[k] for k in fields}
 

@@ -16,6 +16,7 @@ from rmqtool.format.consumequeue import decode_written_units
 from rmqtool.format.dispatch import dispatch, is_lmq
 from rmqtool.format.msgid import decode_message_id, decode_uniq_key
 from rmqtool.store.commitlog import CommitLog
+from rmqtool.store.metadata import known_topics
 from rmqtool.store.store import Store, query_index
 
 LONG_MAX = 2**63 - 1
@@ -131,6 +132,7 @@ class IdLookup:
     kind: str                                 # "offsetMsgId", "UNIQ_KEY" or "" (nothing found)
     records: list[tuple[int, Message]]
     notes: list[str] = field(default_factory=list)
+    searched: list[str] = field(default_factory=list)   # the topics a UNIQ_KEY was looked up under
 
 
 def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable[str] | None = None,
@@ -139,7 +141,8 @@ def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable
     """Find records by an offsetMsgId or a UNIQ_KEY (both are 32 or 56 hex characters).
 
     ``auto`` takes the ID as an offsetMsgId when the record at its decoded offset has exactly that
-    msgId, else as a UNIQ_KEY: looked up in the index under every topic of the store (or ``topics``),
+    msgId, else as a UNIQ_KEY: looked up in the index under every topic the store knows (known_topics) or
+    ``topics``,
     and with ``scan`` by reading the whole commit log when the index has nothing (``progress(n)`` is told
     the bytes scanned).
     """
@@ -155,22 +158,25 @@ def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable
             near = (offset, found)
             notes.append(f"the record at offset {offset} was stored by {found.store_host}, "
                          f"not by {host} as the offsetMsgId says")
+    searched: list[str] = []
     if kind in ("auto", "uniq-key"):
         decode_uniq_key(msg_id)
-        records = find_uniq_key(store, msg_id, topics=topics, scan=scan, max_num=max_num, progress=progress)
+        searched = known_topics(store) if topics is None else list(topics)
+        records = find_uniq_key(store, msg_id, topics=searched, scan=scan, max_num=max_num, progress=progress)
         if records:
             return IdLookup("UNIQ_KEY", records)
     if near is not None:
-        return IdLookup("offsetMsgId", [near], notes)
-    return IdLookup("", [], notes)
+        return IdLookup("offsetMsgId", [near], notes, searched)
+    return IdLookup("", [], notes, searched)
 
 
 def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None = None, scan: bool = False,
                   max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
                   progress: Callable[[int], None] | None = None) -> list[tuple[int, Message]]:
-    """Records whose UNIQ_KEY is ``uniq_key``, in commit-log order (retries and scheduled copies share it)."""
+    """Records whose UNIQ_KEY is ``uniq_key``, in commit-log order (retries and scheduled copies share it),
+    looked up under ``topics`` (default: every topic the store knows)."""
     found: dict[int, Message] = {}
-    for topic in (store.topics() if topics is None else topics):
+    for topic in (known_topics(store) if topics is None else topics):
         for offset, msg in lookup_key(store, topic, uniq_key, max_num=max_num, lmq_scan=False).records:
             if msg.uniq_key == uniq_key:
                 found[offset] = msg

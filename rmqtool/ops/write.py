@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import json
+import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from rmqtool import clock
 from rmqtool import constants as C
@@ -24,7 +26,8 @@ from rmqtool.format.dispatch import dispatch, is_lmq, multi_dispatch_targets
 from rmqtool.format.dledger import CurrentTerm, encode_currterm
 from rmqtool.format.hosts import Host
 from rmqtool.format.indexfile import DEFAULT_GEOMETRY, Geometry
-from rmqtool.format.java import hashmap_order
+from rmqtool.format.java import hashmap_order, java_string_hash
+from rmqtool.format.msgid import encode_uniq_key, month_start_ms
 from rmqtool.format.properties import encode_properties
 from rmqtool.format.rows import decode_body
 from rmqtool.store import layout as L
@@ -404,6 +407,118 @@ def build_message(topic: str, body: bytes, *, queue_id: int = 0, tags: str | Non
                    prepared_transaction_offset=prepared_transaction_offset, magic_code=magic_code)
 
 
+# -- a message as a producer sends it and the broker's send path stores it -------------------------------
+# MessageClientIDSetter's class-loader hash stands for the producing JVM's class loader: rmqtool's own
+# (String.hashCode of "rmqtool"), so that decode-id tells a put message from a producer's.
+CLASS_LOADER_HASH = java_string_hash("rmqtool")
+_UNIQ_COUNTER = itertools.count()       # MessageClientIDSetter.COUNTER: per process, from 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerStamp:
+    """What a store's broker puts into each record it stores, as its newest record shows it: the store host
+    (brokerIP1:listenPort), the CLUSTER property (SendMessageProcessor adds brokerClusterName), whether the
+    properties end with a separator (<= 4.9.0 and 5.2+) and the HashMap the broker re-serializes them from
+    (MessageDecoder.string2messageProperties: 16 buckets in 4.x, 128 in 5.x)."""
+
+    store_host: Host = DEFAULT_HOST
+    cluster: str | None = None
+    trailing_separator: bool = False
+    map_capacity: int = 16
+
+
+def newest_records(store: Store) -> list[Message]:
+    """The newest records the store tells cheaply: the one its newest index entry names (IndexHeader
+    endPhyOffset) and the first of the newest commit-log file that starts with one (the broker creates the
+    next file ahead, all zeros); none in an empty store."""
+    from rmqtool.errors import RmqError
+
+    cl = store.commitlog
+
+    def message_at(offset: int) -> Message | None:
+        try:
+            entry = cl.read_at(offset)
+        except RmqError:
+            return None
+        return entry if isinstance(entry, Message) else None
+
+    out = []
+    try:
+        refs = store.index_files()
+    except RmqError:
+        refs = []
+    if refs and refs[-1].header.index_count > 1 and (m := message_at(refs[-1].header.end_phy_offset)):
+        out.append(m)
+    for f in reversed(list(cl.queue)):
+        if f.length and (m := message_at(f.start + cl.entry_header_size)):
+            return out + [m]
+    return out
+
+
+def broker_stamp(store: Store) -> BrokerStamp:
+    """The store's BrokerStamp from its newest record, one the broker's send path wrote when there is one
+    (CLUSTER: the inner messages of a batch keep the client's properties); defaults in an empty store."""
+    capacity = 128 if store.is_5x else 16
+    records = newest_records(store)
+    if not records:
+        return BrokerStamp(map_capacity=capacity)
+    record = next((r for r in records if C.PROPERTY_CLUSTER in r.properties), records[0])
+    return BrokerStamp(record.store_host, record.properties.get(C.PROPERTY_CLUSTER),
+                       without_crc32(record.properties_raw).endswith(C.PROPERTY_SEPARATOR), capacity)
+
+
+def new_uniq_key(ip: bytes) -> str:
+    """MessageClientIDSetter.createUniqID in this process for a client at ``ip``: its pid, CLASS_LOADER_HASH,
+    the time (rmqtool.clock) since the UTC month start, the process's counter."""
+    now = clock.now_ms()
+    return encode_uniq_key(ip, os.getpid(), CLASS_LOADER_HASH, now, month_start_ms(now), next(_UNIQ_COUNTER))
+
+
+def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int = 0, tags: bytes | None = None,
+                 keys: Sequence[bytes] = (), properties: Sequence[tuple[bytes, bytes]] = (),
+                 born_host: Host | None = None, store_host: Host | None = None) -> Message:
+    """A message as a Java producer sends it and the broker stores it, its bytes as given.
+
+    The producer's Message map (a HashMap of 16) takes TAGS, KEYS (joined by a space), the user properties
+    and a new UNIQ_KEY (unless one is given: MessageClientIDSetter.setUniqID); the broker re-reads them into
+    its own map, adds CLUSTER when its records carry one (unless given) and drops WAIT (never added here),
+    and writes them in that map's order. The born host is the client's: the store host's address with port 0
+    unless given, the address the UNIQ_KEY names.
+    """
+    store_host = store_host or stamp.store_host
+    born_host = born_host or Host(store_host.address, 0)
+    items: dict[bytes, bytes] = {}
+    if tags:
+        items[C.PROPERTY_TAGS.encode()] = tags
+    if keys:
+        items[C.PROPERTY_KEYS.encode()] = C.KEY_SEPARATOR.encode().join(keys)
+    items.update(properties)
+    uniq = C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX.encode()
+    if uniq not in items:
+        items[uniq] = new_uniq_key(born_host.address).encode()
+    names = {name.decode("utf-8", "replace"): name for name in items}     # Java hashes the decoded name
+    if len(names) != len(items):
+        raise EncodeError("two property names differ only in bytes that are not UTF-8 (the broker reads them as "
+                          "one name)")
+    order = hashmap_order(list(names), 16)
+    if stamp.cluster and C.PROPERTY_CLUSTER.encode() not in items:
+        items[C.PROPERTY_CLUSTER.encode()] = stamp.cluster.encode()
+        names[C.PROPERTY_CLUSTER] = C.PROPERTY_CLUSTER.encode()
+        order.append(C.PROPERTY_CLUSTER)
+    for name, value in items.items():
+        if not name or any(sep in name + value for sep in (b"\x01", b"\x02")):
+            raise EncodeError(f"property {name!r}: an empty name, or a separator byte (\\x01 or \\x02) in it "
+                              "or its value")
+    raw = b"\x02".join(names[n] + b"\x01" + items[names[n]] for n in hashmap_order(order, stamp.map_capacity))
+    if stamp.trailing_separator and raw:
+        raw += b"\x02"
+    if len(raw) > C.MAX_PROPERTIES_LEN:
+        raise EncodeError(f"properties of {len(raw)} bytes exceed 32767")
+    text = safe_topic_dir(topic.decode("utf-8", "replace"))      # the name reput gives its queue directory
+    msg = build_message(text, body, queue_id=queue_id, born_host=born_host, store_host=store_host)
+    return dataclasses.replace(msg, properties_raw=raw, topic_raw=None if text.encode() == topic else topic)
+
+
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 # The integer fields of a row and their ranges (the broker's int and long fields; queueId is a directory).
@@ -423,9 +538,12 @@ def _row_int(row: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def message_from_row(row: dict[str, Any]) -> Message | None:
+def message_from_row(row: dict[str, Any], store_host: Host = DEFAULT_HOST,
+                     override_store_host: Host | None = None) -> Message | None:
     """A jsonl row as written by cat-commitlog (see rmqtool.format.rows); None for a BLANK row. Every field is
-    checked (EncodeError): nothing is guessed, truncated or dropped."""
+    checked (EncodeError): nothing is guessed, truncated or dropped. ``topic_raw`` and ``properties_raw``
+    (base64) are the stored bytes when given. A row without a store host gets ``store_host`` (and without a
+    born host, that address with port 0); ``override_store_host`` replaces every row's."""
     if not isinstance(row, dict):
         raise EncodeError(f"not a JSON object: {type(row).__name__}")
     if row.get("type") == "blank":
@@ -442,8 +560,8 @@ def message_from_row(row: dict[str, Any]) -> Message | None:
         msg = build_message(
             topic, body, queue_id=ints["queue_id"] or 0, properties=props,
             flag=ints["flag"] or 0, sys_flag=ints["sys_flag"] or 0,
-            born_host=Host.parse(row["born_host"]) if row.get("born_host") else DEFAULT_HOST,
-            store_host=Host.parse(row["store_host"]) if row.get("store_host") else DEFAULT_HOST,
+            born_host=Host.parse(row["born_host"]) if row.get("born_host") else Host(store_host.address, 0),
+            store_host=override_store_host or (Host.parse(row["store_host"]) if row.get("store_host") else store_host),
             born_timestamp=ints["born_timestamp"], store_timestamp=ints["store_timestamp"] or 0,
             reconsume_times=ints["reconsume_times"] or 0,
             prepared_transaction_offset=ints["prepared_transaction_offset"] or 0,
@@ -452,6 +570,8 @@ def message_from_row(row: dict[str, Any]) -> Message | None:
             msg = dataclasses.replace(msg, properties_raw=base64.b64decode(row["properties_raw"], validate=True))
         elif msg.properties_raw and row.get("total_size") == msg.total_size + 1:   # the row's record had a
             msg = dataclasses.replace(msg, properties_raw=msg.properties_raw + b"\x02")   # trailing \x02
+        if row.get("topic_raw") is not None:        # a stored topic that is not UTF-8
+            msg = dataclasses.replace(msg, topic_raw=base64.b64decode(row["topic_raw"], validate=True))
         return msg
     except (KeyError, TypeError, ValueError, base64.binascii.Error) as exc:
         raise EncodeError(f"bad message row: {type(exc).__name__}: {exc}") from None

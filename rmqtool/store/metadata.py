@@ -157,6 +157,25 @@ def batch_cq_topics(store: Store) -> set[str]:
     return out | {name for name, conf in table.items() if conf.queue_type == "BatchCQ"}
 
 
+def known_topics(store: Store) -> list[str]:
+    """Every topic the store knows, sorted: its consume queues (``consumequeue/`` directories or the RocksDB
+    consume queue, LMQs among them), ``batchconsumequeue/``, the topic table and the consumer offsets
+    (``lmqConsumerOffset.json`` names LMQs); an unreadable config file adds none. A topic deleted from all
+    of them (AdminBrokerProcessor.deleteTopic) keeps its records and index entries but is not known."""
+    names = set(store.topics()) | set(store.batch_topics())
+    try:
+        names |= set(topic_table(store) or ())
+    except RmqError:
+        pass
+    try:
+        offsets = consumer_offsets(store)
+    except RmqError:
+        offsets = None
+    if offsets is not None:
+        names |= {topic for topic, _ in offsets.value.entries}
+    return sorted(names)
+
+
 # -- consume-queue max offsets ----------------------------------------------------------------------
 
 

@@ -74,13 +74,20 @@ class ConsumeQueue:
         return (first, count) if count else (0, 0)
 
 
-def queue_of_path(path: str | os.PathLike) -> tuple[Path, str, int] | None:
-    """(store root, topic, queue id) of a queue file or directory,
-    ``<root>/consumequeue|batchconsumequeue/<topic>/<queueId>[/<file>]``; None for another path."""
+def queue_of_path(path: str | os.PathLike) -> tuple[Path, str, str, int] | None:
+    """(store root, kind, topic, queue id) of a queue file or directory,
+    ``<root>/<kind>/<topic>/<queueId>[/<file>]`` with kind ``consumequeue`` or ``batchconsumequeue``, or
+    ``<root>/compaction/compactionCq/<topic>/<queueId>[/<file>]`` (kind ``compactionCq``); None for another
+    path."""
     path = Path(path)
     qdir = path.parent if path.is_file() else path
-    if qdir.parent.parent.name in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE) and qdir.name.isdigit():
-        return qdir.parent.parent.parent, qdir.parent.name, int(qdir.name)
+    kind_dir = qdir.parent.parent
+    if not qdir.name.isdigit():
+        return None
+    if kind_dir.name in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE):
+        return kind_dir.parent, kind_dir.name, qdir.parent.name, int(qdir.name)
+    if kind_dir.name == L.COMPACTION_CQ and kind_dir.parent.name == L.COMPACTION:
+        return kind_dir.parent.parent, kind_dir.name, qdir.parent.name, int(qdir.name)
     return None
 
 
