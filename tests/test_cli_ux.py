@@ -138,7 +138,7 @@ def test_tsv_escapes_tab_newline_and_backslash_instead_of_quoting(tmp_path):
     body = 'a\tb\nc\r\\d "q",e'
     assert run("init", root, "--commitlog-file-size", "65536", "--cq-file-size", "200", "--slots", "16",
                "--max-entries", "64").exit_code == 0
-    assert run("put", root, "--topic", "T", "--tag", "t\tx", "--body", body).exit_code == 0
+    assert run("put", root, "--topic", "T", "--tag", "t\tx", "--body", body, "--apply").exit_code == 0
     out = run("cat-commitlog", root, "-f", "tsv", "--body-encoding", "text", "--fields", "topic,tags,body").stdout
     head, row = out.splitlines()
     assert out.count("\n") == 2 and head == "topic\ttags\tbody"

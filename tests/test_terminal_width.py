@@ -35,7 +35,7 @@ COMMANDS = [
     ["stats", SAMPLE], ["stats", SAMPLE, "--by", "topic"], ["stats", SAMPLE, "--by", "queue"],
     ["stats", SAMPLE, "--by", "hour"], ["stats", SAMPLE, "--by", "group"], ["stats", SAMPLE, "--by", "store"],
     ["verify", CRASH_TORN], ["verify", TIMER, "--now", "2026-12-01T00:00:00Z"],
-    ["repair", CRASH_TORN], ["rebuild-index", SAMPLE, "--dry-run"],
+    ["repair", CRASH_TORN], ["rebuild-index", SAMPLE, "--slots", "32", "--max-entries", "128"],
     ["put", SAMPLE, "--topic", "T", "--body", "x", "--dry-run"],
     ["topics", CONFIG], ["groups", CONFIG], ["offsets", CONFIG], ["topic-status", CONFIG, "TopicA"],
     ["config", CONFIG], ["delay-offsets", CONFIG], ["transactions", SAMPLE, "--all"],
@@ -117,7 +117,7 @@ def test_every_table_fits_80_columns(args):
 @pytest.mark.parametrize("args,field", [
     (["verify", CRASH_TORN], "message"), (["verify", TIMER, "--now", "2026-12-01T00:00:00Z"], "message"),
     (["verify", store_path("dev-sample-5x-crash-torn")], "message"), (["repair", CRASH_TORN], "detail"),
-    (["rebuild-index", SAMPLE, "--dry-run"], "detail"),
+    (["rebuild-index", SAMPLE, "--slots", "32", "--max-entries", "128"], "detail"),
 ])
 def test_a_finding_is_never_cut(args, field):
     """What a finding or a plan says prints whole on an 80-column terminal (wrapped, never ending in '…')."""
