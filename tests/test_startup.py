@@ -7,11 +7,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, store_path
+from helpers_install import fresh_install
 
 _PROBE = """
 import json, runpy, sys
@@ -159,25 +159,6 @@ def _cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert proc.returncode == 0, proc.stderr.decode()[-1000:]
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-
-
-def fresh_install(tmp_path) -> Path:
-    """A new venv with rmqtool installed from a wheel of this tree (not editable; its dependencies taken
-    from the running environment's site-packages, offline): its ``rmqtool`` script."""
-    import sysconfig
-
-    wheels, venv = tmp_path / "wheels", tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                    "--ignore-installed", "-q", *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    return venv / "bin" / "rmqtool"
 
 
 @pytest.mark.slow

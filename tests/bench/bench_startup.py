@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from helpers_install import fresh_install  # noqa: E402  (after the path)
 BARE_SPARK = ("from pyspark.sql import SparkSession\n"
               "s = SparkSession.builder.master('local[*]').config('spark.ui.enabled', 'false').getOrCreate()\n"
               "s.range(1).count()\ns.stop()")
@@ -86,24 +88,6 @@ def startup(rmqtool: list[str], store: str, repeat: int, env: dict[str, str]) ->
         verdict = "met" if r["ratio"] <= 2.5 else "MISSED"
         print(f"   {name:24} {r['wall']:6.3f}s {r['cpu']:6.3f}s {r['ratio']:11.2f}x {r['cpu_ratio']:5.2f}x  {verdict}",
               flush=True)
-
-
-def fresh_install(tmp: Path) -> Path:
-    """A new venv with a wheel of this tree installed (not editable), dependencies from this environment."""
-    import sysconfig
-
-    wheels, venv = tmp / "wheels", tmp / "venv"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    Path(site, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                    "--ignore-installed", "-q", *map(str, wheels.glob("*.whl"))], check=True, capture_output=True,
-                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    return venv / "bin" / "rmqtool"
 
 
 def first_run(store: str, repeat: int) -> None:
