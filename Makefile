@@ -21,16 +21,11 @@ install: $(BIN)/rmqtool
 
 # The main job: a Spark export of a bundled 5.3.3 broker's store to Parquet, then per-topic statistics on
 # Spark (both in an embedded local[*] session), then the store summary. README.md shows what it prints.
-# The three commands run in one process: the Spark jobs share one session (starting one takes seconds,
-# most of the demo's time).
-DEMO = export $(STORE) --to build/demo/messages --engine spark; \
-       stats $(STORE) --by topic --engine spark --format plain --fields topic,messages,bytes,queue_type; \
-       info $(STORE) --format plain --fields store,messages,topics,max_store_timestamp,abort,lock
 demo: install
 	rm -rf build/demo
-	$(BIN)/python -c 'import sys; from rmqtool.cli import cli; \
-	  sys.exit(max(cli.main(c.split(), "rmqtool", standalone_mode=False) or 0 for c in sys.argv[1].split(";")))' \
-	  '$(DEMO)'
+	$(BIN)/rmqtool export $(STORE) --to build/demo/messages --engine spark
+	$(BIN)/rmqtool stats $(STORE) --by topic --engine spark --format plain --fields topic,messages,bytes,queue_type
+	$(BIN)/rmqtool info $(STORE) --format plain --fields store,messages,topics,max_store_timestamp,abort,lock
 
 test: install
 	$(BIN)/python -m pytest -q

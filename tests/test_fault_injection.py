@@ -305,6 +305,11 @@ def test_sigkill_at_random_points(command, tmp_path, rows_file):
 
 
 # -- 3. ENOSPC and EIO in-process ------------------------------------------------------------------------
+def _numba_cache(path) -> bool:
+    """numba's cache files (written when compiled code is first used): not the store layer's calls."""
+    return not isinstance(path, int) and (".nbi" in str(path) or ".nbc" in str(path))
+
+
 class _Faults:
     """Count (or fail) the calls the store layer makes: file writes, fsync, rename, unlink."""
 
@@ -335,11 +340,13 @@ class _Faults:
 
         def fake_open(file, mode="r", *args, **kw):
             fh = real_open(file, mode, *args, **kw)
-            return Writer(fh, file) if any(c in mode for c in "wa+") and not isinstance(file, int) else fh
+            return Writer(fh, file) if any(c in mode for c in "wa+") and not isinstance(file, int) \
+                and not _numba_cache(file) else fh
 
         def wrap(kind, real):
             def call(*args, **kw):
-                faults.hit(kind, args[0] if args else None)
+                if not (args and _numba_cache(args[0])):
+                    faults.hit(kind, args[0] if args else None)
                 return real(*args, **kw)
             return call
 

@@ -38,6 +38,7 @@ LOCAL_ONLY = pytest.mark.parametrize("spark", ["local[2]"], indirect=True)   # t
 def spark(request, tmp_path_factory):
     from rmqtool.spark.session import get_session, stop_session
 
+    stop_session()            # a session an earlier module left (get_session reuses a running one as it is)
     cluster = None
     saved = os.environ.get("SPARK_LOCAL_IP")
     if request.param == "standalone":

@@ -88,8 +88,8 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
 
     \b
     Parquet fields:
-      type                         string  message, salvaged_record (rmqtool repair's placeholder)
-                                           or blank (with --include-blank)
+      type                         string  message, salvaged_record (repair's),
+                                           blank (with --include-blank)
       physical_offset              int64   commit-log offset of the record
       total_size                   int32   record size in bytes
       magic_code                   string  hex: 0xdaa320a7 (v1), 0xdaa320ab (v2)
@@ -120,7 +120,7 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
       body_length                  int32   body size in bytes
       body                         binary  body as stored
       properties_raw               binary  properties as stored
-      topic_raw                    binary  topic as stored where not UTF-8 (else null)
+      topic_raw                    binary  topic as stored, where not UTF-8
       crc_ok                       bool    body CRC verdict (with --check-crc)
       store                        string  the store as named on the command line
       commitlog_file               string  commit-log file the record came from

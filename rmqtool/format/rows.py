@@ -98,8 +98,9 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         tags_code = msg.tags_code()
     except ValueError:           # a malformed DELAY: the broker rejects such a record
         tags_code = None
+    salvaged = msg.topic == C.SALVAGED_TOPIC and msg.transaction_type is C.TransactionType.ROLLBACK
     row = {
-        "type": "message",
+        "type": "salvaged_record" if salvaged else "message",      # rmqtool repair's placeholder
         "physical_offset": physical_offset,
         "total_size": msg.total_size,
         "magic_code": f"0x{msg.effective_magic:08x}",
