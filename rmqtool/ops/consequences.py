@@ -91,10 +91,10 @@ class _Records:
 
     def hashes(self, rows: np.ndarray) -> np.ndarray:
         """The index key hashes of the records at ``rows``."""
-        if not len(rows):
-            return np.empty(0, np.int32)
-        idx = np.concatenate([np.arange(self.key_starts[r], self.key_starts[r + 1]) for r in rows.tolist()])
-        return self.key_hashes[idx.astype(np.int64)] if len(idx) else np.empty(0, np.int32)
+        counts = self.keys[rows]
+        before = np.cumsum(counts) - counts                 # each row's first key among the ones gathered
+        idx = np.repeat(self.key_starts[rows] - before, counts) + np.arange(int(counts.sum()))
+        return self.key_hashes[idx]
 
 
 def _lenient(f, at: int) -> Message | None:
