@@ -104,6 +104,22 @@ def test_verify_counts_what_the_brokers_start_cost(name):
     assert last.endswith(f"run `rmqtool repair {FIXTURES / name / 'store'}`")
 
 
+@pytest.mark.parametrize("name", CLASSIC_DAMAGE + DLEDGER_DAMAGE)
+def test_verify_checks_the_crcs_a_start_checks(name):
+    """Without --check-crc, verify still checks the body CRCs of the files a broker start's recovery reads
+    (checkCRCOnRecover): each damaged set gets the same exit status and broker_start counts as with it, so
+    `verify && start` never meets a CRC stop verify did not see."""
+    def said(*flags):
+        result = run("verify", FIXTURES / name / "store", *flags, "-f", "jsonl")
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        return result.exit_code, sorted(json.dumps(r.get("counts")) for r in rows if r["kind"] == "broker_start"), \
+            [r["kind"] for r in rows if r["severity"] == "error"]
+
+    exit_code, counts, errors = said()
+    assert exit_code == 1 and errors, errors
+    assert (exit_code, counts) == said("--check-crc")[:2]
+
+
 @pytest.mark.parametrize("name", DLEDGER_DAMAGE)
 def test_dledger_damaged_body_is_an_error(name):
     """The broker keeps and dispatches a DLedger entry with a damaged body (both versions): it serves the

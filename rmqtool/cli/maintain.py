@@ -125,8 +125,9 @@ def _store(path: str, *, write: bool, force: bool = False):
 
 @cli.command()
 @click.argument("stores", metavar="STORE...", nargs=-1, required=True, type=click.Path(), callback=recognized)
-@check_crc_option(aliases=("--deep",), help="Also check every body's CRC, and the 5.2+ whole-record "
-                                            "CRC property (__CRC32#) where the store writes it.")
+@check_crc_option(aliases=("--deep",), help="Check every body's CRC, and the 5.2+ whole-record CRC property "
+                                            "(__CRC32#) where the store writes it. Without it, verify checks "
+                                            "the body CRCs of the files a broker start's recovery reads.")
 @click.option("--strict", is_flag=True, help="Warnings count too: exit 1 when there is any finding.")
 @jobs_option
 @engine_options
@@ -151,7 +152,9 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
     from --now (default: the system clock) and names it. Commit-log files are checked in parallel: in
     worker processes, or one Spark task per file with --engine spark. A RocksDB consume queue is compared
     with what the commit log dispatches; compaction topics' logs with their commit-log records, the
-    newest-per-key rule and their sparse queues.
+    newest-per-key rule and their sparse queues. Body CRCs are checked where the broker's start checks
+    them (checkCRCOnRecover): the files its recovery reads (the last three of a 4.9.7 store, from the
+    queues' end on 5.x, from the checkpoint's file after a crash); --check-crc checks every file.
 
     \b
     Examples:

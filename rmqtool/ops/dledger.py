@@ -77,22 +77,47 @@ def check_dledger(store: Store, *, deep: bool = False) -> list[Finding]:
         return []
     walk = walk_ledger(cl)
     out = list(walk.findings)
-    out += _record_findings(walk, deep)
+    out += _record_findings(walk, 0 if deep else _recovery_crc_from(store, walk))
     out += _stray_bytes(cl, walk)
     out += index_findings(store, walk)
     out += _text_findings(store, walk)
     return out
 
 
-def _record_findings(walk: LedgerWalk, deep: bool) -> list[Finding]:
-    """The RocketMQ record inside each entry (what DLedgerCommitLog.checkMessageAndReturnSize reads)."""
+def _recovery_crc_from(store: Store, walk: LedgerWalk) -> int | None:
+    """Where a 5.x broker's crash recovery starts checking body CRCs (checkCRCOnRecover, default true):
+    DLedgerCommitLog.dledgerRecoverAbnormally walks from the newest data file whose first record was stored
+    by the checkpoint's minTimestamp (isMmapFileMatchedRecover, file mode), else the first. None without an
+    abort file: dledgerRecoverNormally reads no record."""
+    if not store.abort_path.exists() or not walk.entries:
+        return None
+    cp = store.checkpoint()
+    firsts = {}
+    for le in walk.entries:
+        firsts.setdefault(le.file.start, le)
+    for start, le in sorted(firsts.items(), reverse=True):
+        buf = le.buf if le.buf is not None else le.file.read()
+        at = le.pos - le.file.start + D.HEADER_SIZE
+        try:
+            msg = decode_entry(memoryview(buf)[at:at + le.header.body_size], 0)
+        except FormatError:
+            continue
+        if cp is not None and not isinstance(msg, Blank) and 0 != msg.store_timestamp <= cp.min_timestamp:
+            return start
+    return walk.entries[0].file.start
+
+
+def _record_findings(walk: LedgerWalk, crc_from: int | None) -> list[Finding]:
+    """The RocketMQ record inside each entry (what DLedgerCommitLog.checkMessageAndReturnSize reads), body
+    CRCs checked in the files from ``crc_from`` on."""
     out = []
     for le in walk.entries:
         buf = le.buf if le.buf is not None else le.file.read()
         at = le.pos - le.file.start + D.HEADER_SIZE
         path = str(le.file.path)
         try:
-            msg = decode_entry(memoryview(buf)[at:at + le.header.body_size], 0, check_crc=deep)
+            msg = decode_entry(memoryview(buf)[at:at + le.header.body_size], 0,
+                               check_crc=crc_from is not None and le.file.start >= crc_from)
         except FormatError as exc:
             kind = "dledger_crc_mismatch" if "CRC" in exc.message else "dledger_record_invalid"
             out.append(Finding(ERROR, kind, path, le.pos + D.HEADER_SIZE, exc.message))

@@ -36,6 +36,7 @@ from rmqtool.ops.workers import default_jobs, process_map
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import pending_journal
 from rmqtool.store.broker_model import (DAMAGE_KINDS, V5, VERSIONS, FileSummary, abnormal_recovery_start, level_of,
+                                        normal_recovery_start,
                                         refused_files, start_outcome)
 from rmqtool.store.filequeue import FileQueue, QueueFile, first_nonzero, read_exact
 from rmqtool.store.recognition import refused_entries
@@ -418,8 +419,20 @@ def _salvaged(facts: FileFacts, names: QueueNames, path: str) -> Iterator[Findin
                       "message is lost, the records around it kept; the broker's dispatch skips it")
 
 
-def _check_item(item: tuple[QueueFile, int], progress: Progress | None, **kw) -> FileResult:
-    return check_file(item[0], item[1], progress=progress, **kw)
+def _check_item(item: tuple[QueueFile, int, bool], progress: Progress | None, **kw) -> FileResult:
+    return check_file(item[0], item[1], deep=item[2], progress=progress, **kw)
+
+
+def recovery_reads_from(store: Store, files: list[QueueFile], queues: list[QueuePlan]) -> int:
+    """Index of the first commit-log file a broker start's recovery reads, with body CRCs checked
+    (checkCRCOnRecover, true by default in 4.9.7 and 5.3.3): CommitLog.recoverNormally's start, or
+    recoverAbnormally's with an abort file; the earliest over the versions the store may be. Verify checks
+    those files' CRCs even without --check-crc: a CRC mismatch there is where the broker truncates."""
+    if store.abort_path.exists():
+        return abnormal_recovery_start(store)
+    cq_max_phy = max((seg.last_phy for q in queues for seg in q.segments), default=-1)
+    versions = [store.broker_version] if store.broker_version in VERSIONS else list(VERSIONS)
+    return min(normal_recovery_start([f.start for f in files], v, cq_max_phy) for v in versions)
 
 
 def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, names: QueueNames,
@@ -603,7 +616,9 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
         or [(QueueFile(store.path(L.COMMITLOG), 0, 0), _NO_END)]    # no commit log: every unit points past its end
     ledger = bool(store.commitlog.entry_header_size)
     batch = frozenset(batch_cq_topics(store))
-    check = partial(_check_item, queues=queues, index=index, min_offset=min_offset, deep=deep, ledger=ledger,
+    crc_from = 0 if deep else recovery_reads_from(store, files, queues)
+    items = [(f, hi, i >= crc_from) for i, (f, hi) in enumerate(items)]
+    check = partial(_check_item, queues=queues, index=index, min_offset=min_offset, ledger=ledger,
                     batch_topics=batch)
     if run_files is not None:
         results = run_files(lambda item: check(item, None), items)
