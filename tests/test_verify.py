@@ -215,3 +215,33 @@ def test_the_cut_of_queue_and_index_files_by_offset_finds_what_a_filter_finds(lo
         with monkeypatch.context() as m:
             m.setattr(verify, "_pick", lambda seg, *a: pick(dataclasses.replace(seg, ordered=False), *a))
             assert list(verify_store(root, deep=True, jobs=1)) == want
+
+
+@pytest.mark.parametrize("main,backup,kind,exit_code,last", [
+    ("{", "keep", "config_fallback", 0, "4.9.7: safe to start; 5.3.3: safe to start"),
+    (None, "keep", "config_fallback", 0, "4.9.7: safe to start; 5.3.3: safe to start"),
+    ("{", None, "config_empty_table", 1, "4.9.7: not safe to start (1 error(s))"),
+    ("{", "{", "config_refused", 1, "4.9.7: refuses to start; 5.3.3: refuses to start"),
+])
+def test_config_files_are_judged_as_the_broker_loads_them(main, backup, kind, exit_code, last, store_copy):
+    """ConfigManager.load: a config file that does not load falls back to its .bak (a warning); with no .bak
+    the broker starts with an empty table (an error: offsets lost), and a .bak that does not decode makes it
+    refuse to start. repair writes no config file and says so (exit 1)."""
+    root = store_copy("dev-config-5x")
+    path = root / "config" / "consumerOffset.json"
+    bak = path.with_name(path.name + ".bak")
+    for f, text in ((path, main), (bak, backup)):
+        if text is None:
+            f.unlink()
+        elif text != "keep":
+            f.write_text(text)
+    result = run("verify", root, "-f", "plain")
+    assert result.exit_code == exit_code, result.output
+    rows = [json.loads(line) for line in run("verify", root, "-f", "jsonl").stdout.splitlines()]
+    found = [r for r in rows if r["kind"].startswith("config_")]
+    assert [(r["kind"], r["path"].rsplit("/", 1)[1]) for r in found] == \
+        [(kind, bak.name if kind == "config_refused" else path.name)]
+    assert result.stderr.splitlines()[-1].startswith(last)
+    if exit_code:
+        repaired = run("repair", root, "-f", "plain")
+        assert repaired.exit_code == 1 and "repair does not rewrite config files" in repaired.stderr

@@ -59,6 +59,10 @@ LEFT_TO = {
     "timer_bad_chain": "repair does not rewrite the timer store",
     "dledger_crc_mismatch": "repair does not rewrite a DLedger entry: copy it from another replica of the group "
                             "(its data file), or accept that message's loss",
+    "config_empty_table": "repair does not rewrite config files: restore this one from a backup, or accept "
+                          "an empty table",
+    "config_refused": "repair does not rewrite config files: restore the file and its .bak from a backup (a "
+                      "missing .bak gives an empty table)",
     "timer_read_moved": "no offline fix: any start this late skips those slots; rmqtool timer lists their "
                         "messages to send again",
 }

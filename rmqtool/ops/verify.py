@@ -654,10 +654,30 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     if store.is_store_root:
         from rmqtool.ops.timer import timer_findings
         yield from timer_findings(store)
+        yield from _config_findings(store)
+
+
+def _config_findings(store: Store) -> Iterator[Finding]:
+    """config/*.json as the broker loads them (rule config_load): a fallback to the .bak, an empty table, a
+    refused load."""
+    from rmqtool.store.metadata import CONFIG_FILES, load
+
+    for name in CONFIG_FILES:
+        try:
+            loaded = load(store, name)
+        except FormatError as exc:
+            kind = "config_refused" if exc.path and exc.path.endswith(".bak") else "config_empty_table"
+            yield Finding(ERROR, kind, exc.path or str(store.path(L.config_file(name))), exc.offset, exc.message)
+            continue
+        if loaded is not None and loaded.fallback is not None:
+            path = store.path(L.config_file(name))
+            yield Finding(WARNING, "config_fallback", str(path), None,
+                          loaded.fallback.removeprefix(f"{path}: "))
 
 
 ONLY_IN = {k: V5 for k in ("timer_read_moved", "timer_bad_chain", "timer_bad_unit", "timer_load")}   # 5.x stores
-REFUSED = ("wrong_file_size", "empty_last_file", "missing_file", "stray_file", "cq_file_size", "timer_load")
+REFUSED = ("wrong_file_size", "empty_last_file", "missing_file", "stray_file", "cq_file_size", "timer_load",
+           "config_refused")
 
 
 def verdict(rows: list[dict], versions: list[str]) -> list[str]:

@@ -41,6 +41,10 @@ RULES = [
          "MappedFileQueue.load"),
     Rule("cq_file_size", "both", "a consume-queue file whose length is not the queue's file size: load fails",
          "ConsumeQueue.load -> MappedFileQueue.load"),
+    Rule("config_load", "both", "config/*.json (topics, subscription groups, consumer and delay offsets): a "
+         "file that is missing, empty or does not decode is replaced by its .bak (the previous content); with no "
+         ".bak the table starts empty (topics and offsets lost), and a .bak that does not decode fails the load "
+         "(refuses to start)", "ConfigManager.load, ConfigManager.loadBak, BrokerController.initialize"),
     Rule("checkpoint", "both", "the checkpoint is mapped one OS page READ_WRITE at load: a short file is extended "
          "with zeros and the fields it lacks read 0 (after a crash a zero time makes recovery start at the first "
          "file and drop every index file), the next flush writes every field; the broker starts: a warning, and "
@@ -422,6 +426,12 @@ LEVELS: dict[str, tuple[str, str]] = {
                                      "what that costs); repair rewrites the size"),
     "wrong_file_size": (ERROR, "the broker refuses to load the store: MappedFileQueue.load"),
     "empty_last_file": (ERROR, "the broker refuses to load the store: MappedFileQueue.load"),
+    "config_fallback": (WARNING, "the broker loads the .bak, the previous content (ConfigManager.loadBak); its "
+                                 "next persist writes the file again"),
+    "config_empty_table": (ERROR, "the broker starts with an empty table (ConfigManager.loadBak finds no .bak): "
+                                  "its topics or offsets are lost; restore the file from a backup"),
+    "config_refused": (ERROR, "the broker refuses to start: ConfigManager.loadBak fails, "
+                              "BrokerController.initialize returns false"),
     "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "
                             "newest file the checkpoint vouches for"),
     "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue/BatchConsumeQueue."
