@@ -245,3 +245,14 @@ def test_config_files_are_judged_as_the_broker_loads_them(main, backup, kind, ex
     if exit_code:
         repaired = run("repair", root, "-f", "plain")
         assert repaired.exit_code == 1 and "repair does not rewrite config files" in repaired.stderr
+
+
+@pytest.mark.parametrize("sub", ["commitlog", "commitlog/00000000000000065536"])
+def test_a_commit_log_alone_is_checked_without_a_start_verdict(sub):
+    """verify STORE/commitlog (or one of its files) checks the records it was given: no finding about the
+    store's consume queues, which it did not read, and no claim that a broker starts safely."""
+    result = run("verify", FIXTURES / "dev-sample" / "store" / sub, "-f", "plain")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "" and result.stderr.splitlines() == [
+        "no problems found", "the commit log reads whole (no start verdict without its store: verify the store "
+        "directory)"]

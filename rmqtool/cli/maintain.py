@@ -191,6 +191,8 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
         findings += rows
         says = verdict(rows, [st.broker_version] if st.broker_version in VERSIONS else list(VERSIONS))
         unsafe = any(not v.endswith("safe to start") for v in says)
+        if not st.is_store_root and not unsafe:     # no queues, index or checkpoint seen: no start verdict
+            says = ["the commit log reads whole (no start verdict without its store: verify the store directory)"]
         verdicts.append(f"{path}: " * (len(opened) > 1) + "; ".join(says)
                         + (f": run `rmqtool repair {path}`" if unsafe else ""))
     out = resolve_format(fmt)

@@ -640,7 +640,7 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     if store.consumequeue_is_rocksdb:
         from rmqtool.ops.rocksdbcq import rocksdb_findings
         yield from rocksdb_findings(store, end)
-    else:
+    elif store.is_store_root:           # a commit-log directory or file alone: its records, not their queues
         yield from _queue_findings(store, queues, results, end, min_offset)
     if store.compaction is not None:
         from rmqtool.ops.compaction import compaction_findings
