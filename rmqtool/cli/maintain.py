@@ -372,6 +372,21 @@ _BROKER_VERSION = click.option("--broker-version", type=click.Choice(["4.9.7", "
                                help="The broker --as-broker mirrors [default: as the store shows].")
 
 
+_REBUILD_READ_ANYWAY = read_anyway_option(
+    help="Rebuild from a commit log the broker refuses to load (a file of the wrong size, one named between the "
+         "others' starts, a missing one) instead of refusing it (exit 4): from the other files, then a warning "
+         "naming the records and bytes left out (exit 3). --as-broker refuses such a store: the broker has no "
+         "result to reproduce.")
+
+
+def _rebuild_skips(st, read_anyway: bool, as_broker: bool) -> tuple:
+    """What a rebuild reads of the store's commit log as every reader reads it (store.readable): refused
+    unless ``read_anyway``; --as-broker leaves the refusal to the rebuild, which names the broker's rule."""
+    from rmqtool.store.readable import commitlog_view
+
+    return () if as_broker else commitlog_view(st.commitlog, read_anyway)[1]
+
+
 def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
     """Plan rows naming the records a rebuild leaves out: never a silent drop."""
     rows = [{"action": "skip_record", "path": "commitlog", "detail": f"{kind} at offset {at} ({size} bytes stepped "
@@ -419,10 +434,11 @@ def _misplaced_rows(misplaced: list, as_broker: bool) -> list[dict]:
 @_BACKUP
 @_FORCE
 @jobs_option
+@_REBUILD_READ_ANYWAY
 @output_options
 def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out: Path | None,
                cq_file_size: int | None, bcq_file_size: int | None, as_broker: bool, broker_version: str | None,
-               apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None,
+               apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None, read_anyway: bool,
                fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
 
@@ -462,6 +478,7 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
         raise click.UsageError("--out writes a new directory: it needs no --apply")
 
     with _store(store, write=not (dry_run or out), force=force) as st:
+        skipped = _rebuild_skips(st, read_anyway, as_broker)
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topics=topics, out=out, cq_file_size=cq_file_size,
                                          bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
@@ -480,10 +497,13 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
             if res.queues and (res.backup or out is not None) else []
     rows += _skipped_rows(res.damaged, res.cut) + _misplaced_rows(res.misplaced, as_broker)
     show_plan(rows, fmt, tablefmt, "consume queues")
+    if not res.backup:
+        end_partial(skipped)
     if dry_run:
         end_dry_run(rows, idle="nothing to change")
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
+        end_partial(skipped)
     elif out is None:
         click.echo("nothing to change: the queues are as rebuilt", err=True)
 
@@ -501,10 +521,11 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 @_BACKUP
 @_FORCE
 @jobs_option
+@_REBUILD_READ_ANYWAY
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
                   broker_version: str | None, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
-                  jobs: int | None,
+                  jobs: int | None, read_anyway: bool,
                   fmt: str | None, tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
 
@@ -527,6 +548,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     dry_run = plan_only(apply_, dry_run)
 
     with _store(store, write=not dry_run, force=force) as st:
+        skipped = _rebuild_skips(st, read_anyway, as_broker)
         before = {ref.name for ref in st.index_files()}
         plan = DispatchPlan(version_of(st, broker_version) if as_broker else None, jobs=jobs)
         with _progress(st, "rebuilding index") as progress:
@@ -538,10 +560,13 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
              for name in sorted(before - {name for name, _, _ in files})]
     rows += _skipped_rows(plan.damaged, plan.cut)
     show_plan(rows, fmt, tablefmt, "index files")
+    if not saved:
+        end_partial(skipped)
     if dry_run:
         end_dry_run(rows, idle="nothing to change")
     if saved:
         say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
+        end_partial(skipped)
     else:
         click.echo("nothing to change", err=True)
 

@@ -35,9 +35,9 @@ class Rule(NamedTuple):
 RULES = [
     # -- load checks: what makes the broker refuse to start ------------------------------------------
     Rule("commitlog_file_size", "both", "a commit-log file whose length is not the configured file size (a "
-         "stray file, a truncated one): load fails (refuses to start); rebuild-cq/rebuild-index --as-broker "
-         "refuse too, the default rebuild leaves a wrong-size file before the last out and says so, put and "
-         "import refuse to append",
+         "stray file, a truncated one): load fails (refuses to start); every reader and rebuild refuses it too "
+         "(rebuild-cq/rebuild-index --read-anyway leave a wrong-size file before the last out and say so; "
+         "--as-broker has no result to reproduce), put and import refuse to append",
          "MappedFileQueue.load"),
     Rule("cq_file_size", "both", "a consume-queue file whose length is not the queue's file size: load fails",
          "ConsumeQueue.load -> MappedFileQueue.load"),
