@@ -4,6 +4,7 @@ compaction-log record, sparse-queue unit, look-up and the consumer view; the cod
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from hypothesis import given, strategies as st
@@ -365,3 +366,18 @@ def test_dataset_export_of_a_compaction_topic(tmp_path):
 def _jsonl_file(path) -> list[dict]:
     import json
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_unreadable_position_checkpoint_is_what_the_broker_ignores(store_copy):
+    """CompactionPositionMgr is a ConfigManager whose constructor drops load()'s result: a position-checkpoint
+    that does not decode (bytes appended, not UTF-8) and has no usable .bak leaves the broker with no position,
+    so it compacts again: a warning naming the file, never an internal error."""
+    root = store_copy("dev-compaction-5x")
+    checkpoint = root / "compaction" / "position-checkpoint"
+    for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
+        path.write_bytes(path.read_bytes() + b"\xe1\x01garbage")
+    result = run("verify", root, "-f", "jsonl")
+    assert result.exit_code == 0, result.output
+    found = [json.loads(line) for line in result.stdout.splitlines() if "compaction_checkpoint" in line]
+    assert [(r["severity"], r["kind"]) for r in found] == [("warning", "compaction_checkpoint_unread")]
+    assert found[0]["path"].endswith("position-checkpoint.bak")

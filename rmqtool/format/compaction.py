@@ -58,6 +58,14 @@ def decode_position_checkpoint(text: str) -> dict[tuple[str, int], int]:
     {"empty":..., "queueOffsetMap":{"<topic>_<queueId>": queue offset compacted up to}}."""
     try:
         doc = json.loads(text)
+    except ValueError as exc:
+        raise FormatError(f"not a compaction position checkpoint: {exc}") from None
+    return decode_position_table(doc)
+
+
+def decode_position_table(doc) -> dict[tuple[str, int], int]:
+    """The parsed JSON of a position checkpoint (decode_position_checkpoint) as its table."""
+    try:
         table = doc.get("queueOffsetMap") or {}
         out = {}
         for key, value in table.items():

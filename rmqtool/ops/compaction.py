@@ -17,7 +17,7 @@ from rmqtool import constants as C
 from rmqtool.errors import RmqError
 from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.commitlog import Message
-from rmqtool.ops.findings import ERROR, Finding
+from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.compaction import CompactionQueue
 from rmqtool.store.store import Store
 
@@ -242,9 +242,13 @@ def compaction_findings(store: Store) -> Iterator[Finding]:
     comp = store.compaction
     try:
         checkpoint = comp.position_checkpoint() or {}
-    except RmqError as exc:
-        yield Finding(ERROR, "compaction_checkpoint", str(comp.checkpoint_path), None, str(exc))
-        checkpoint = {}
+    except RmqError as exc:             # CompactionPositionMgr's constructor ignores a failed load
+        yield Finding(WARNING, "compaction_checkpoint_unread", exc.path or str(comp.checkpoint_path), exc.offset,
+                      f"{exc.message}: the broker starts with no compaction position and compacts again (what "
+                      "the compaction must have kept is not checked)")
+        checkpoint = None
+    known = checkpoint is not None
+    checkpoint = checkpoint or {}
     queues = comp.queues()
     for key in sorted(set(checkpoint) - {(q.topic, q.queue_id) for q in queues}):
         yield Finding(ERROR, "compaction_checkpoint", str(comp.checkpoint_path), None,
@@ -258,10 +262,10 @@ def compaction_findings(store: Store) -> Iterator[Finding]:
             continue
         readable.append(facts)
     for f in compaction_facts(store, readable):
-        yield from _queue_findings(f, checkpoint.get((f.queue.topic, f.queue.queue_id)))
+        yield from _queue_findings(f, checkpoint.get((f.queue.topic, f.queue.queue_id)), known)
 
 
-def _queue_findings(f: QueueFacts, checkpoint: int | None) -> Iterator[Finding]:
+def _queue_findings(f: QueueFacts, checkpoint: int | None, position_known: bool) -> Iterator[Finding]:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -295,6 +299,8 @@ def _queue_findings(f: QueueFacts, checkpoint: int | None) -> Iterator[Finding]:
         yield Finding(ERROR, "compaction_log_differs", where, f.first_differ,
                       f"{name}: {f.differ} compaction-log record(s) differ from their commit-log record "
                       "beyond the PHYSICALOFFSET field")
+    if not position_known:
+        return
     keyed_qo, keys = f.keyed()
     kept = log.column("queue_offset").to_numpy()
     cut = checkpoint if checkpoint is not None else -1

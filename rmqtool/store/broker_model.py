@@ -432,6 +432,8 @@ LEVELS: dict[str, tuple[str, str]] = {
                                   "its topics or offsets are lost; restore the file from a backup"),
     "config_refused": (ERROR, "the broker refuses to start: ConfigManager.loadBak fails, "
                               "BrokerController.initialize returns false"),
+    "compaction_checkpoint_unread": (WARNING, "CompactionPositionMgr's constructor ignores a failed "
+                                              "ConfigManager.load"),
     "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "
                             "newest file the checkpoint vouches for"),
     "cq_unit_past_end": (WARNING, "the broker drops it on every load: ConsumeQueue/BatchConsumeQueue."

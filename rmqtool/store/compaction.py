@@ -21,9 +21,10 @@ from rmqtool.errors import FormatError, StoreError
 from rmqtool import constants as C
 from rmqtool.format.batchcq import BatchCqUnit, valid_units
 from rmqtool.format.commitlog import Entry
-from rmqtool.format.compaction import decode_position_checkpoint, decode_sparse_units, lookup_from
+from rmqtool.format.compaction import decode_position_table, decode_sparse_units, lookup_from
 from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog, Located
+from rmqtool.store.config import load_config
 from rmqtool.store.filequeue import FileQueue, QueueFile
 
 LOG_DIR, CQ_DIR, POSITION_CHECKPOINT = L.COMPACTION_LOG, L.COMPACTION_CQ, L.POSITION_CHECKPOINT
@@ -167,11 +168,8 @@ class Compaction:
         return self.root / POSITION_CHECKPOINT
 
     def position_checkpoint(self) -> dict[tuple[str, int], int] | None:
-        """CompactionPositionMgr.load: the checkpoint, else its .bak; None when neither exists."""
-        for path in (self.checkpoint_path, self.checkpoint_path.with_name(POSITION_CHECKPOINT + ".bak")):
-            if path.is_file():
-                try:
-                    return decode_position_checkpoint(path.read_text("utf-8"))
-                except FormatError as exc:
-                    raise exc.at(path=str(path)) from None
-        return None
+        """CompactionPositionMgr.load (a ConfigManager): the checkpoint, else its .bak; None when neither holds
+        anything. A FormatError names the file that does not decode: the broker ignores the failed load and
+        starts with no position (its constructor drops load()'s result)."""
+        loaded = load_config(self.checkpoint_path, decode_position_table)
+        return loaded.value if loaded is not None else None
