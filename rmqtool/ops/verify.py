@@ -38,7 +38,7 @@ from rmqtool.store.atomic import pending_journal
 from rmqtool.store.broker_model import (DAMAGE_KINDS, V5, VERSIONS, FileSummary, abnormal_recovery_start, level_of,
                                         refused_files, start_outcome)
 from rmqtool.store.filequeue import FileQueue, QueueFile, first_nonzero, read_exact
-from rmqtool.store.readable import commitlog_view
+from rmqtool.store.readable import commitlog_view, unread_spans
 from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
@@ -599,7 +599,7 @@ def _findings(store: Store, whole: FileQueue, skipped, deep: bool, progress: Pro
     for f, problem in stray:    # not a file the broker maps there: reported, the rest checked without it
         kind = "wrong_file_size" if f.length != queue.file_size else "missing_file"
         yield Finding(ERROR, kind, str(f.path), f.start, problem, queue.file_size, f.length)
-    cut = _Cut(skipped, {str(f.path) for f, _ in stray})
+    cut = _Cut(skipped)
     for f, problem in queue.problems():
         kind = "empty_last_file" if "empty" in problem else \
             "missing_file" if "missing" in problem else "wrong_file_size"
@@ -893,14 +893,15 @@ def _index_findings(index: list[IndexPlan], results: list[FileResult], cut: "_Cu
 
 
 class _Cut:
-    """What reading a store the broker refuses skips (rmqtool.store.readable.Skipped) in the commit log's
-    offsets: a file's bytes past its last whole record, a missing file (a file off the grid, ``left_out``, is
-    a finding of its own). One finding each, with the consume-queue units and index entries pointing into it
+    """What reading a store the broker refuses skips in the commit log's offsets (rmqtool.store.readable.
+    unread_spans: a file's bytes past its last whole record, a missing file; a file off the grid is a
+    finding of its own). One finding each, with the consume-queue units and index entries pointing into it
     counted there, not reported one by one."""
 
-    def __init__(self, skipped, left_out: set[str]):
-        self.skipped = [s for s in skipped if s.where not in left_out]
-        self.spans = [(s.offset, s.offset + s.bytes) for s in self.skipped]
+    def __init__(self, skipped):
+        spans = unread_spans(skipped)
+        self.skipped = [s for s, _, _ in spans]
+        self.spans = [(lo, hi) for _, lo, hi in spans]
         self.counts = [{"units": 0, "index_entries": 0} for _ in self.skipped]
 
     def holds(self, phy: int, what: str | None = None) -> bool:
