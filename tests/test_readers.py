@@ -136,12 +136,18 @@ def test_a_missing_file_and_a_file_off_the_grid(store_copy):
     assert result.exit_code == 3 and json.loads(result.stdout)["messages"] == sum(per_file) - per_file[2]
     assert f"skipped 0 record(s) and 65536 bytes: {gone.name}: 65536 bytes from offset {int(gone.name)} " \
            "(missing file(s))" in result.stderr
+    found = [json.loads(r) for r in run("verify", root, "-f", "jsonl", "--read-anyway").stdout.splitlines()]
+    assert [(f["kind"], f["offset"]) for f in found] == [("missing_file", int(files[3].name)),
+                                                        ("skipped_part", int(gone.name))]
+    assert found[1]["counts"]["units"] == sum(1 for u in _units(BASE) if int(gone.name) <= u[3] < int(files[3].name))
     shutil.copy(gone.with_name(files[0].name), gone.with_name("00000000000000012345"))
     stray = gone.with_name("00000000000000012345")
     result = run("cat-commitlog", root, "-f", "jsonl", "--read-anyway")
     assert result.exit_code == 3 and len(result.stdout.splitlines()) == sum(per_file) - per_file[2]
     whole = sum(1 for r in readback(BASE)["commitlogRecords"] if r["physicalOffset"] < 65536 and r["type"] == "MESSAGE")
     assert f"{stray}: 65536 bytes from offset 12345 (a file off the grid of file names)" in result.stderr
+    found = [json.loads(r) for r in run("verify", root, "-f", "jsonl", "--read-anyway").stdout.splitlines()]
+    assert [(f["kind"], f["path"]) for f in found][:2] == [("missing_file", str(stray)), ("missing_file", str(files[3]))]
     assert f"skipped {whole} record(s) and {65536 + 65536} bytes" in result.stderr
 
 
