@@ -136,12 +136,18 @@ def test_a_missing_file_and_a_file_off_the_grid(store_copy):
     assert result.exit_code == 3 and json.loads(result.stdout)["messages"] == sum(per_file) - per_file[2]
     assert f"skipped 0 record(s) and 65536 bytes: {gone.name}: 65536 bytes from offset {int(gone.name)} " \
            "(missing file(s))" in result.stderr
+    found = [json.loads(r) for r in run("verify", root, "-f", "jsonl", "--read-anyway").stdout.splitlines()]
+    assert [(f["kind"], f["offset"]) for f in found] == [("missing_file", int(files[3].name)),
+                                                        ("skipped_part", int(gone.name))]
+    assert found[1]["counts"]["units"] == sum(1 for u in _units(BASE) if int(gone.name) <= u[3] < int(files[3].name))
     shutil.copy(gone.with_name(files[0].name), gone.with_name("00000000000000012345"))
     stray = gone.with_name("00000000000000012345")
     result = run("cat-commitlog", root, "-f", "jsonl", "--read-anyway")
     assert result.exit_code == 3 and len(result.stdout.splitlines()) == sum(per_file) - per_file[2]
     whole = sum(1 for r in readback(BASE)["commitlogRecords"] if r["physicalOffset"] < 65536 and r["type"] == "MESSAGE")
     assert f"{stray}: 65536 bytes from offset 12345 (a file off the grid of file names)" in result.stderr
+    found = [json.loads(r) for r in run("verify", root, "-f", "jsonl", "--read-anyway").stdout.splitlines()]
+    assert [(f["kind"], f["path"]) for f in found][:2] == [("missing_file", str(stray)), ("missing_file", str(files[3]))]
     assert f"skipped {whole} record(s) and {65536 + 65536} bytes" in result.stderr
 
 
@@ -225,3 +231,185 @@ def test_refused_before_the_heavy_modules_are_imported(tmp_path):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert done.returncode == 4 and done.stderr.splitlines()[-1] == "[]", done.stderr
+
+
+# -- every other reader of commit-log records: the same refusal, the same partial answer ---------------
+# (set, commit-log file cut, bytes kept): built once per module, read only
+CUTS = {"dev-sample": (1, CUT_AT), "dev-sample-5x": (1, CUT_AT), "dev-config-5x": (0, 30_000),
+        "dev-timer-5x": (0, CUT_AT)}
+
+
+@pytest.fixture(scope="module")
+def cuts(tmp_path_factory):
+    """Per set: (root, victim, [lo, hi): the physical offsets readers leave unread, the intact store)."""
+    out = {}
+    for name, (which, keep) in CUTS.items():
+        root = tmp_path_factory.mktemp(name) / "store"
+        shutil.copytree(FIXTURES / name / "store", root)
+        victim = sorted((root / "commitlog").iterdir())[which]
+        os.truncate(victim, keep)
+        _, _, skipped = _expected(name, which, keep)
+        start, size = int(victim.name), readback(name)["commitlogFiles"][which]["fileSize"]
+        out[name] = root, victim, (start + size - skipped, start + size), FIXTURES / name / "store"
+    return out
+
+
+def _units(name: str, queue=None) -> list[tuple[str, int, int, int]]:
+    """(topic, queue id, queue offset, physical offset) of the set's consume-queue units (the readback's)."""
+    return [(q["topic"], q["queueId"], u[0], u[1]) for q in readback(name)["consumeQueues"]
+            if queue in (None, (q["topic"], q["queueId"])) for u in q["units[queueOffset,commitLogOffset,size,tagsCode]"]]
+
+
+def _rows(result) -> list[dict]:
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def _refused_then_partial(args: list, victim, keep: int, size: int = 65536):
+    """``args`` without --read-anyway: the one refusal line of every reader (exit 4, no output); with it:
+    exit 3, ending with the warning naming the cut. Returns the partial run."""
+    line = (f"rmqtool: error: {victim}: file is {keep} bytes, expected {size}: a broker refuses to load this "
+            "store (rule commitlog_file_size, MappedFileQueue.load); --read-anyway reads what is readable\n")
+    refused = run(*args)
+    assert (refused.exit_code, refused.stdout, refused.stderr) == (4, "", line), args
+    partial = run(*args, "--read-anyway")
+    assert partial.exit_code == 3 and partial.stderr.splitlines()[-1].startswith(
+        "rmqtool: warning: partial: skipped ") and f"{victim}: " in partial.stderr.splitlines()[-1], partial.stderr
+    return partial
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+def test_cat_cq_reads_what_export_reads(name, cuts, tmp_path):
+    """cat-cq --message, --resolve and its plain listing (which checks the trailing units against the commit
+    log): refused; read anyway, --message prints the records export --read-anyway exports for that queue,
+    --resolve marks unread exactly the units whose record lies in the part not read."""
+    root, victim, (lo, hi), _ = cuts[name]
+    exported = run("export", root, "--to", tmp_path / "all.jsonl", "--read-anyway")
+    assert exported.exit_code == 3
+    records = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    in_cut = [u for u in _units(name) if lo <= u[3] < hi]
+    topic, qid = max({u[:2] for u in in_cut}, key=lambda q: sum(u[:2] == q for u in in_cut))
+    listed = _refused_then_partial(["cat-cq", root, topic, qid, "-f", "jsonl"], victim, CUTS[name][1])
+    assert len(_rows(listed)) == len(_units(name, (topic, qid)))
+    messages = _refused_then_partial(["cat-cq", root, topic, qid, "--message", "-f", "jsonl"], victim, CUTS[name][1])
+    assert [r["physical_offset"] for r in _rows(messages)] == \
+        [r["physical_offset"] for r in records if (r["topic"], r["queue_id"]) == (topic, qid)]
+    resolved = _refused_then_partial(["cat-cq", root, topic, qid, "--resolve", "-f", "jsonl"], victim, CUTS[name][1])
+    status = {r["queue_offset"]: r["status"] for r in _rows(resolved)}
+    assert status == {u[2]: "unread" if lo <= u[3] < hi else "ok" for u in _units(name, (topic, qid))}
+    assert "disagree" not in resolved.stderr
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+def test_query_id_scan_reads_past_the_cut(name, cuts):
+    """query-id --scan (a UNIQ_KEY no index lookup finds: --topic names none of its topics): refused; read
+    anyway, a record after the cut is found, one in the part not read is not (both partial: exit 3)."""
+    root, victim, (lo, hi), _ = cuts[name]
+    records = [r for r in readback(name)["commitlogRecords"] if r["type"] == "MESSAGE" and r["uniqKey"]]
+    after = next(r for r in records if r["physicalOffset"] >= hi)
+    lost = next(r for r in records if lo <= r["physicalOffset"] < hi)
+    args = ["query-id", root, "--kind", "uniq-key", "--topic", "NoSuchTopic", "--scan", "-f", "jsonl"]
+    found = _refused_then_partial(args + [after["uniqKey"]], victim, CUTS[name][1])
+    assert [r["physical_offset"] for r in _rows(found)] == \
+        [r["physicalOffset"] for r in records if r["uniqKey"] == after["uniqKey"]]
+    missed = _refused_then_partial(args + [lost["uniqKey"]], victim, CUTS[name][1])
+    assert all(r["physical_offset"] < lo or r["physical_offset"] >= hi for r in _rows(missed))
+
+
+def test_query_id_scan_reads_past_a_damaged_record():
+    """--read-anyway takes query-id --scan past a damaged record (the rest of its file skipped), as it takes
+    query-key --scan; without it the damage is the error."""
+    name = "dev-damage-midfile-magic-497"
+    damage = json.loads((FIXTURES / name / "damage.json").read_text())
+    size = damage["geometry"]["mappedFileSizeCommitLog"]
+    at = damage["damagedRecord"]["physicalOffset"]
+    later = next(r for r in readback(damage["baseSet"])["commitlogRecords"]
+                 if r["type"] == "MESSAGE" and r["uniqKey"] and r["physicalOffset"] >= at - at % size + size)
+    args = ["query-id", FIXTURES / name / "store", later["uniqKey"], "--kind", "uniq-key", "--topic", "NoSuchTopic",
+            "--scan", "-f", "jsonl"]
+    assert run(*args).exit_code == 3 and "rmqtool: error: " in run(*args).stderr
+    found = run(*args, "--read-anyway")
+    assert found.exit_code == 3 and f"offset {at}: " in found.stderr and "the rest of that file was skipped" in found.stderr
+    assert later["physicalOffset"] in [r["physical_offset"] for r in _rows(found)]
+
+
+def test_offsets_topic_status_and_delay_offsets(cuts):
+    """The mqadmin views read records (times) and report what the broker's load leaves: refused; read
+    anyway, the intact store's rows, a time empty exactly where its record lies in the part not read."""
+    name = "dev-config-5x"
+    root, victim, (lo, hi), intact = cuts[name]
+    phy = {(t, q, o): p for t, q, o, p in _units(name)}
+    emptied = 0
+    for command, at in (("offsets", lambda r: (r["topic"], r["queue_id"], r["offset"] - 1)),
+                        ("topic-status", lambda r: (r["topic"], r["queue_id"], r["max_offset"] - 1)),
+                        ("delay-offsets", None)):
+        got = _rows(_refused_then_partial([command, root, "-f", "jsonl"], victim, CUTS[name][1]))
+        want = _rows(run(command, intact, "-f", "jsonl"))
+        if at is not None:
+            time = "last_consumed_timestamp" if command == "offsets" else "last_updated_timestamp"
+            cut_off = [lo <= phy.get(at(r), -1) < hi for r in want]
+            emptied += sum(cut_off)
+            want = [{**r, time: None} if off else r for r, off in zip(want, cut_off)]
+        assert got == want, command
+    assert emptied
+    del_ = _rows(_refused_then_partial(["delay-offsets", cuts["dev-sample"][0], "-f", "jsonl"], cuts["dev-sample"][1],
+                                       CUT_AT))
+    assert del_ == _rows(run("delay-offsets", cuts["dev-sample"][3], "-f", "jsonl"))
+
+
+def test_timer_resolves_what_is_readable(cuts):
+    """timer's pending list resolves each unit's record: refused; read anyway, a unit whose record lies in
+    the part not read is message-missing, every other row as on the intact store (but a message whose recall
+    was cut off: no longer cancelled). --units and --slots read the timer store alone: as intact."""
+    root, victim, (lo, hi), intact = cuts["dev-timer-5x"]
+    args = ["--now", "2026-11-23T07:00:00Z", "-f", "jsonl"]
+    got = _rows(_refused_then_partial(["timer", root, *args], victim, CUT_AT))
+    want = _rows(run("timer", intact, *args))
+    assert len(got) == len(want) and any(lo <= w["physical_offset"] < hi for w in want)
+    for g, w in zip(got, want):
+        if lo <= w["physical_offset"] < hi:
+            assert g["state"] == "message-missing" and g["real_topic"] is None
+        elif w["state"] != "cancelled-by-delete":
+            assert g == w
+    for view in ("--units", "--slots"):
+        assert run("timer", root, view, *args).stdout == run("timer", intact, view, *args).stdout
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+def test_verify_reads_the_short_file_and_names_the_cut(name, cuts):
+    """verify --read-anyway walks the short file's whole records like every reader: what it finds on the
+    intact store (nothing), the file's size, and one skipped_part finding counting the records on disk there
+    and the units pointing into the part not read; no error per unit or index entry, no missing file."""
+    root, victim, (lo, hi), intact = cuts[name]
+    assert run("verify", intact, "-f", "jsonl").stdout == ""
+    result = _refused_then_partial(["verify", root, "-f", "jsonl"], victim, CUTS[name][1])
+    rows = _rows(result)
+    assert [(r["kind"], r["path"], r["offset"]) for r in rows] == [("wrong_file_size", str(victim), int(victim.name)),
+                                                                  ("skipped_part", str(victim), lo)]
+    _, torn, skipped = _expected(name, *CUTS[name])
+    counts = rows[1]["counts"]
+    assert (counts["records"], counts["bytes"]) == (torn, skipped) == (1, hi - lo)
+    assert counts["units"] == sum(1 for u in _units(name) if lo <= u[3] < hi) > 0 and counts["index_entries"] > 0
+
+
+def test_repairs_placeholder_is_no_message_to_any_reader(store_copy, tmp_path):
+    """A store repair salvaged (a damaged record replaced by a placeholder, type salvaged_record): every
+    reader counts the messages of the undamaged set but the damaged one; the record listings (cat-commitlog,
+    export) show the placeholder as a salvaged_record row, and export says records and messages apart."""
+    name = "dev-damage-midfile-magic-497"
+    g = json.loads((FIXTURES / name / "damage.json").read_text())
+    root = store_copy(name)
+    repaired = run("repair", root, "--apply", "--backup", tmp_path / "bk", "--cq-file-size",
+                   g["geometry"]["mappedFileSizeConsumeQueue"], "--slots", g["geometry"]["maxHashSlotNum"],
+                   "--max-entries", g["geometry"]["maxIndexNum"])
+    assert repaired.exit_code == 0, repaired.stderr
+    messages = sum(1 for r in readback(g["baseSet"])["commitlogRecords"] if r["type"] == "MESSAGE") - 1
+    info = json.loads(run("info", root, "-f", "json").stdout)
+    stats = json.loads(run("stats", root, "-f", "jsonl").stdout)
+    assert info["messages"] == stats["messages"] == len(run("grep", root, "-f", "jsonl").stdout.splitlines()) == messages
+    assert info["min_store_timestamp"] == stats["min_store_timestamp"] > 0
+    assert sum(r["messages"] for r in _rows(run("stats", root, "--by", "topic", "-f", "jsonl"))) == messages
+    listed = [r["type"] for r in _rows(run("cat-commitlog", root, "-f", "jsonl"))]
+    exported = run("export", root, "--to", tmp_path / "o.jsonl")
+    rows = [json.loads(line)["type"] for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert listed == rows and rows.count("salvaged_record") == 1 and len(rows) == messages + 1
+    assert f"exported {messages + 1} records ({messages} messages)" in exported.stderr

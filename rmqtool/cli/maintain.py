@@ -132,8 +132,10 @@ def _store(path: str, *, write: bool, force: bool = False):
 @jobs_option
 @engine_options
 @read_anyway_option(help="Check a store the broker refuses to load (a commit-log file of the wrong size, one named "
-                         "between the others' starts, a missing one) instead of refusing it (exit 4): its findings, "
-                         "then a warning naming the records and bytes readers skip (exit 3).")
+                         "between the others' starts, a missing one) instead of refusing it (exit 4), as every "
+                         "reader reads it (each file up to its last whole record): its findings, each part not read "
+                         "one skipped_part finding (the units and index entries pointing into it counted there), "
+                         "then a warning naming the records and bytes skipped (exit 3).")
 @output_options
 def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | None, engine: str,
            master: str | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:

@@ -18,7 +18,7 @@ from rmqtool.cli.output import (TIMESTAMP, Format, format_timestamp, output_opti
                                 write_rows)
 from rmqtool.errors import StoreError
 from rmqtool.store import layout as L
-from rmqtool.store.readable import open_readable
+from rmqtool.store.readable import commitlog_view, open_readable
 from rmqtool.store.store import Store
 
 PEOPLE = (Format.TABLE, Format.PLAIN)
@@ -134,10 +134,11 @@ def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
 @click.option("--topic", "-t", "topics", multiple=True, help="Only this topic (repeatable: any of them).")
 @click.option("--by", type=click.Choice(["queue", "topic", "group"]), default="queue", show_default=True,
               help="One row per queue, or lag summed per group and topic, or per group.")
+@read_anyway_option()
 @output_options
 @click.pass_context
 def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tuple[str, ...], by: str,
-            fmt: str | None, tablefmt: str) -> None:
+            read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """Consumer offsets with lag (as mqadmin consumerProgress): the committed offset of each group, topic
     and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
     files (batchconsumequeue for BatchCQ topics). A broker with enableLmq keeps every group's offsets in
@@ -149,7 +150,8 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
     committed offset (mqadmin's LastTime). Groups that never committed have no rows. Exits 1 when nothing
-    matches.
+    matches. Max offsets are what the broker's load leaves, and times are read from the commit log: a store
+    the broker refuses to load is refused (exit 4) unless --read-anyway (exit 3).
 
     \b
     Examples:
@@ -159,26 +161,29 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
     """
     from rmqtool.ops.metadata import OFFSET_FIELDS, offset_rows, totals
 
-    st = Store.open(store)
+    st, skipped = open_readable(store, read_anyway)
     rows = offset_rows(_loaded(st, "consumerOffset.json"), st, groups=set(groups), topics=set(topics),
                        phy_end=_crash_end(st))
     if by != "queue":
         rows = totals(rows, ("group", "topic") if by == "topic" else ("group",))
     _write(ctx, rows, resolve_format(fmt), tablefmt, OFFSET_FIELDS if by == "queue" else None,
-           "no committed offsets" + (" match" if groups or topics else ""))
+           "no committed offsets" + (" match" if groups or topics else ""), skipped)
 
 
 @cli.command("topic-status")
 @click.argument("store", type=click.Path())
 @click.argument("topics", metavar="[TOPIC]...", nargs=-1)
+@read_anyway_option()
 @output_options
 @click.pass_context
-def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: str | None, tablefmt: str) -> None:
+def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], read_anyway: bool, fmt: str | None,
+                 tablefmt: str) -> None:
     """Per queue of each topic (as mqadmin topicStatus): min and max offset and the store time of the last
     message (last_updated_timestamp), from the consume-queue files (batchconsumequeue for BatchCQ topics).
 
     Without TOPIC, every topic with queue files. With an abort file present (a crash), max offsets are
-    what the broker's recovery keeps, with a warning (as in offsets). Exits 1 when no queue matches.
+    what the broker's recovery keeps, with a warning (as in offsets). Exits 1 when no queue matches. A
+    store the broker refuses to load is refused (exit 4) unless --read-anyway (exit 3), as in offsets.
 
     \b
     Examples:
@@ -187,9 +192,10 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], fmt: s
     """
     from rmqtool.ops.mqadmin import TOPIC_STATUS_FIELDS, topic_status_rows
 
-    st = Store.open(store)
+    st, skipped = open_readable(store, read_anyway)
     names = topics or sorted(set(st.topics()) | set(st.batch_topics()))
-    _write(ctx, topic_status_rows(st, names, _crash_end(st)), resolve_format(fmt), tablefmt, TOPIC_STATUS_FIELDS, "no queues")
+    _write(ctx, topic_status_rows(st, names, _crash_end(st)), resolve_format(fmt), tablefmt, TOPIC_STATUS_FIELDS,
+           "no queues", skipped)
 
 
 @cli.command()
@@ -231,13 +237,16 @@ def transactions(ctx: click.Context, store: str, everything: bool, read_anyway: 
 @click.argument("store", type=click.Path())
 @click.option("--levels", default=C.DEFAULT_DELAY_LEVELS, show_default=True, metavar="SPEC",
               help="The broker's messageDelayLevel, for delay_ms.")
+@read_anyway_option()
 @output_options
 @click.pass_context
-def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, tablefmt: str) -> None:
+def delay_offsets(ctx: click.Context, store: str, levels: str, read_anyway: bool, fmt: str | None,
+                  tablefmt: str) -> None:
     """Delay-level progress (config/delayOffset.json): per level, the SCHEDULE_TOPIC_XXXX queue
     (level - 1), the offset the schedule service delivered up to, the queue's max offset (after a crash:
     what the broker's recovery keeps, with a warning), and the messages still waiting (pending). Exits 1
-    when the table is empty.
+    when the table is empty. A store the broker refuses to load is refused (exit 4) unless --read-anyway
+    (exit 3), as in offsets.
 
     \b
     Examples:
@@ -251,9 +260,9 @@ def delay_offsets(ctx: click.Context, store: str, levels: str, fmt: str | None, 
         parse_delay_levels(levels)
     except (KeyError, ValueError, IndexError):
         raise click.BadParameter(f"not a delay-level list: {levels!r}", param_hint="--levels") from None
-    st = Store.open(store)
+    st, skipped = open_readable(store, read_anyway)
     rows = delay_rows(_loaded(st, "delayOffset.json"), st, levels, _crash_end(st))
-    _write(ctx, rows, resolve_format(fmt), tablefmt, DELAY_FIELDS, "no delay-level offsets")
+    _write(ctx, rows, resolve_format(fmt), tablefmt, DELAY_FIELDS, "no delay-level offsets", skipped)
 
 
 @cli.command("config")
@@ -290,10 +299,11 @@ def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str)
               help="The broker's timerPrecisionMs [default: read from the wheel, else 1000].")
 @click.option("--since", type=TIMESTAMP,
               help="List slots from this time (ISO-8601 or epoch ms) [default: the checkpoint's lastReadTimeMs].")
+@read_anyway_option()
 @output_options
 @click.pass_context
 def timer(ctx: click.Context, store: str, view: str | None, precision: int | None, since: int | None,
-          fmt: str | None, tablefmt: str) -> None:
+          read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """List the timer messages (5.x timerWheelEnable) the broker has still to deliver, in delivery order.
 
     Every wheel slot at or after the checkpoint's read time is walked from its last unit back, as the
@@ -304,7 +314,10 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
     cancelled-by-delete for the message a recall in the same slot cancels; message-missing when the record
     is gone. The wheel file is read only where it holds data. Exits 1 when nothing is listed, a slot's
     chain is broken, or a broker started now (--now) skips listed slots: its dequeue starts at most 7 days
-    back (TimerMessageStore.recover), so their messages are never delivered.
+    back (TimerMessageStore.recover), so their messages are never delivered. Listing them reads their
+    commit-log records: a store the broker refuses to load is refused (exit 4) unless --read-anyway (a
+    record in a part not read is message-missing; exit 3). --units, --slots, --check and --metrics read
+    the timer store alone.
 
     \b
     Examples:
@@ -346,6 +359,7 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
     if view == "slots":
         _write(ctx, T.slot_rows(ts), out, tablefmt, T.SLOT_FIELDS, "no used timer-wheel slots")
         return
+    st.commitlog, unread = commitlog_view(st.commitlog, read_anyway)      # the units' records are read
     problems: list[str] = []
     now = clock.now_ms()
     _, start = T.read_start(ts, now)
@@ -367,5 +381,6 @@ def timer(ctx: click.Context, store: str, view: str | None, precision: int | Non
         _note(f"problem: {problems[-1]}")
     if n == 0:
         _note("no pending timer messages")
+    end_partial(unread)
     if n == 0 or problems:
         ctx.exit(ExitCode.FINDINGS)

@@ -146,7 +146,8 @@ def _nothing(ctx: click.Context, text: str, skipped=()) -> None:
 def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
     """Summarise a store: commit-log files and records, topics and queues, index files, checkpoint,
     abort/lock state and hints about the broker version that wrote it. messages counts as the broker
-    does (an inner-batch record of a BatchCQ topic holds INNER_NUM messages).
+    does (an inner-batch record of a BatchCQ topic holds INNER_NUM messages; repair's placeholder for a
+    damaged record is none, as in stats).
 
     Exits 1 when the commit log holds a damaged record (the counts stop there; with --read-anyway the rest
     of its file is skipped and the count goes on, exit 3); a store the broker refuses to load is refused
@@ -369,12 +370,13 @@ def cat_commitlog(ctx: click.Context, path: str, offset: int | None, count: int 
 @click.option("--compaction", is_flag=True,
               help="A compaction topic as its consumers read it: the compaction queue (compaction/), not "
                    "its consume queue.")
+@read_anyway_option()
 @record_options
 @output_options
 @click.pass_context
 def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int, count: int | None,
-           resolve: bool, message: bool, compaction: bool, body: str | None, charset: str, decompress: bool,
-           body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
+           resolve: bool, message: bool, compaction: bool, read_anyway: bool, body: str | None, charset: str,
+           decompress: bool, body_dir: str | None, fmt: str | None, tablefmt: str) -> None:
     """Print the units of one consume queue with their queue offsets, or with --message the records
     they point at (mqadmin queryMsgByOffset).
 
@@ -391,6 +393,10 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     compaction-log offset), with --message the compaction-log records from the first retained offset at
     or after --offset. A RocksDB consume queue (storeType=defaultRocksDB) is read from the database,
     read-only (needs the rocksdb extra).
+
+    Reading records (--resolve, --message, and a consume queue's trailing units, checked against the
+    commit log), a store the broker refuses to load is refused (exit 4) unless --read-anyway: then a unit
+    whose record lies in a part not read is listed as unread (with --message left out), exit 3.
 
     \b
     Examples:
@@ -410,6 +416,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
 
     from rmqtool.format.commitlog import Blank
     from rmqtool.ops.query import dirty_tail_start, unit_problems
+    from rmqtool.store.readable import commitlog_view, is_unread
     from rmqtool.store.store import queue_of_path
 
     if message and resolve:
@@ -445,16 +452,21 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
         _cat_compaction(ctx, st, topic, queue_id, start, count, resolve, message, out, tablefmt,
                         (body, charset, decompress, body_dir))
         return
+    skipped = ()
+    if resolve or message or not (batch or st.consumequeue_is_rocksdb):     # commit-log records are read
+        st.commitlog, skipped = commitlog_view(st.commitlog, read_anyway)
     if compaction_topic and qfile is None:
         _note(f"{topic} is a compaction topic: its consumers read the compaction log (--compaction shows it)")
     if batch:
-        _cat_bcq(ctx, st, topic, queue_id, start, count, resolve, out, tablefmt)
+        _cat_bcq(ctx, st, topic, queue_id, start, count, resolve, out, tablefmt, skipped)
         return
     if st.consumequeue_is_rocksdb:
         cq, cut = st.rocksdb_consumequeue.existing_queue(topic, queue_id), None
     else:
         cq = _consume_queue(st, topic, queue_id)
         cut = dirty_tail_start(cq, st.commitlog)
+        if cut is not None and skipped and is_unread(skipped, next(cq.iter_units(cut))[1].physical_offset):
+            cut = None              # its records lie in a part not read, not past the commit log's end
     bad = 0
 
     def units() -> Iterator[tuple[int, object]]:
@@ -470,15 +482,17 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
             if resolve:
                 problems = [] if unit.is_filler else unit_problems(st.commitlog, topic, queue_id,
                                                                     queue_offset, unit)
-                bad += bool(problems)
-                row["status"] = "filler" if unit.is_filler else ("mismatch" if problems else "ok")
+                unread = bool(problems) and is_unread(skipped, unit.physical_offset)
+                bad += bool(problems) and not unread
+                row["status"] = "filler" if unit.is_filler else "unread" if unread else \
+                    ("mismatch" if problems else "ok")
                 row["problems"] = problems
             yield row
 
     def messages() -> Iterator[dict]:
         enc = row_encoding(body, out, body_dir)
         for queue_offset, unit in units():
-            if unit.is_filler:
+            if unit.is_filler or is_unread(skipped, unit.physical_offset):
                 continue
             entry = st.commitlog.read_at(unit.physical_offset)
             if not isinstance(entry, Blank):
@@ -492,14 +506,18 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
         _note(f"units from queue offset {cut} on point past the end of the commit log and are left out "
               "(the broker drops them on load)")
     if n == 0:
-        _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}")
+        _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}", skipped)
     if bad:
         _note(f"{bad} unit(s) disagree with their records")
+    end_partial(skipped)
+    if bad:
         ctx.exit(ExitCode.FINDINGS)
 
 
 def _cat_bcq(ctx: click.Context, st: Store, topic: str, queue_id: int, start: int, count: int | None,
-             resolve: bool, out: Format, tablefmt: str) -> None:
+             resolve: bool, out: Format, tablefmt: str, skipped) -> None:
+    from rmqtool.store.readable import is_unread
+
     from rmqtool.ops.query import batch_unit_problems
 
     queues = [q.queue_id for q in st.batch_consume_queues(topic)]
@@ -516,14 +534,17 @@ def _cat_bcq(ctx: click.Context, st: Store, topic: str, queue_id: int, start: in
                                          u.size, u.tags_code, u.store_time, u.compacted_offset)))
         if resolve:
             problems = batch_unit_problems(st.commitlog, topic, queue_id, u)
-            bad += bool(problems)
-            row["status"] = "mismatch" if problems else "ok"
+            unread = bool(problems) and is_unread(skipped, u.physical_offset)
+            bad += bool(problems) and not unread
+            row["status"] = "unread" if unread else "mismatch" if problems else "ok"
             row["problems"] = problems
         rows.append(row)
     if write_rows(iter(rows), out, tablefmt=tablefmt) == 0:
-        _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}")
+        _nothing(ctx, f"no units in {topic}/{queue_id} from queue offset {start}", skipped)
     if bad:
         _note(f"{bad} unit(s) disagree with their records")
+    end_partial(skipped)
+    if bad:
         ctx.exit(ExitCode.FINDINGS)
 
 
@@ -818,11 +839,13 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
         _check_id(msg_id)
     out = resolve_format(fmt)
     st, skipped = open_readable(store, read_anyway)
+    damage = Damage() if read_anyway else None
     records, missing = [], []
     for msg_id in dict.fromkeys(ids):
         with progress_bar(sum(f.length for f in st.commitlog.queue) if scan else 0, f"scanning for {msg_id}") \
                 as progress:
-            found = lookup_id(st, msg_id, kind=kind, topics=topics or None, scan=scan, progress=progress)
+            found = lookup_id(st, msg_id, kind=kind, topics=topics or None, scan=scan, progress=progress,
+                              on_damage=damage)
         for text in found.notes:
             _note(text)
         if not found.records:
@@ -844,6 +867,8 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
     elif records:
         write_records(rows, out, tablefmt, ID_COLUMNS, body=body, charset=charset, body_dir=body_dir)
     end_partial(skipped)
+    if damage is not None:
+        damage.exit(ExitCode.FINDINGS if missing else ExitCode.OK)
     if missing:
         ctx.exit(ExitCode.FINDINGS)
 

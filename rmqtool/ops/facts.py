@@ -311,7 +311,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     path = str(f.path)
     mm = map_file(f.path)
     buf = pa.py_buffer(mm)
-    data = np.frombuffer(mm, np.uint8)
+    data = np.frombuffer(mm, np.uint8, min(len(mm), f.readable))     # a file cut to what is readable
     data64 = words(data)
     pos = released = 0
     while True:
@@ -327,7 +327,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
         size, magic = peek_header(buf, pos)
         if size == 0 and magic == 0:
             facts.stop = "zero"
-            hit = first_nonzero(f.path, pos)             # holes not read
+            hit = first_nonzero(f.path, pos, f.readable)     # holes not read
             if hit is not None:
                 facts.findings.append(Finding(ERROR, "torn_tail", path, f.start + hit,
                                               f"non-zero bytes after the end of written data at {f.start + pos} "

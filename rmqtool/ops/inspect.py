@@ -135,16 +135,18 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
                 win = scan_window(data, pos, pos + WINDOW_BYTES, data64=data64)
                 good = win.n
                 if good:
-                    ts = win["store_timestamp"]
+                    salvaged = _salvaged(data, win, good)
+                    ts = win["store_timestamp"][:good][~salvaged]
                     props_len = win["props_len"]
-                    out["messages"] += good + _extra_inner_messages(data, win, good)
+                    out["messages"] += good - int(salvaged.sum()) + _extra_inner_messages(data, win, good)
                     if progress:
                         progress(int(win["total"].sum()))
                     out["v2"] += int(win["v2"].sum())
                     out["trailing"] += int(((props_len > 0) & (data[win["props_pos"] + props_len - 1] == 2)).sum())
-                    lo, hi = int(ts.min()), int(ts.max())
-                    out["first_ts"] = lo if out["first_ts"] is None else min(out["first_ts"], lo)
-                    out["last_ts"] = hi if out["last_ts"] is None else max(out["last_ts"], hi)
+                    if len(ts):
+                        lo, hi = int(ts.min()), int(ts.max())
+                        out["first_ts"] = lo if out["first_ts"] is None else min(out["first_ts"], lo)
+                        out["last_ts"] = hi if out["last_ts"] is None else max(out["last_ts"], hi)
                     out["end"] = f.start + int(win.next if win.bad < 0 else win.bad)
                     if win.bad < 0:
                         pos = win.next
@@ -163,6 +165,21 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
 
 
 _PAST_DAMAGE = {False: "records after it were not read", True: "the rest of that file was skipped"}
+
+
+def _salvaged(data, parts, good: int):
+    """Which of the walked records are rmqtool repair's placeholders (a rollback-type record on
+    C.SALVAGED_TOPIC, type ``salvaged_record``): not messages, as stats, grep and export count. Only
+    rollback-type records have their topic read."""
+    import numpy as np
+
+    out = np.zeros(good, bool)
+    name = C.SALVAGED_TOPIC.encode()
+    rollback = (parts["sys_flag"][:good] & C.TransactionType.ROLLBACK) == C.TransactionType.ROLLBACK
+    for i in np.flatnonzero(rollback):
+        pos, n = int(parts["topic_pos"][i]), int(parts["topic_len"][i])
+        out[i] = data[pos:pos + n].tobytes() == name
+    return out
 
 
 def _extra_inner_messages(data, parts, good: int) -> int:

@@ -137,14 +137,14 @@ class IdLookup:
 
 def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable[str] | None = None,
               scan: bool = False, max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
-              progress: Callable[[int], None] | None = None) -> IdLookup:
+              progress: Callable[[int], None] | None = None, on_damage=None) -> IdLookup:
     """Find records by an offsetMsgId or a UNIQ_KEY (both are 32 or 56 hex characters).
 
     ``auto`` takes the ID as an offsetMsgId when the record at its decoded offset has exactly that
     msgId, else as a UNIQ_KEY: looked up in the index under every topic the store knows (known_topics) or
     ``topics``,
     and with ``scan`` by reading the whole commit log when the index has nothing (``progress(n)`` is told
-    the bytes scanned).
+    the bytes scanned; ``on_damage``: as iter_record_batches, default: a damaged record raises).
     """
     msg_id = msg_id.strip().upper()
     notes: list[str] = []
@@ -162,7 +162,8 @@ def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable
     if kind in ("auto", "uniq-key"):
         decode_uniq_key(msg_id)
         searched = known_topics(store) if topics is None else list(topics)
-        records = find_uniq_key(store, msg_id, topics=searched, scan=scan, max_num=max_num, progress=progress)
+        records = find_uniq_key(store, msg_id, topics=searched, scan=scan, max_num=max_num, progress=progress,
+                                on_damage=on_damage)
         if records:
             return IdLookup("UNIQ_KEY", records)
     if near is not None:
@@ -171,8 +172,8 @@ def lookup_id(store: Store, msg_id: str, *, kind: str = "auto", topics: Iterable
 
 
 def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None = None, scan: bool = False,
-                  max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH,
-                  progress: Callable[[int], None] | None = None) -> list[tuple[int, Message]]:
+                  max_num: int = C.INDEX_MAX_MSGS_NUM_BATCH, progress: Callable[[int], None] | None = None,
+                  on_damage=None) -> list[tuple[int, Message]]:
     """Records whose UNIQ_KEY is ``uniq_key``, in commit-log order (retries and scheduled copies share it),
     looked up under ``topics`` (default: every topic the store knows)."""
     found: dict[int, Message] = {}
@@ -183,7 +184,8 @@ def find_uniq_key(store: Store, uniq_key: str, *, topics: Iterable[str] | None =
     if not found and scan:
         from rmqtool.ops.filters import RecordFilter, filtered_batches
 
-        for batch in filtered_batches(store.commitlog, RecordFilter(keys=(uniq_key,)), progress=progress):
+        for batch in filtered_batches(store.commitlog, RecordFilter(keys=(uniq_key,)), progress=progress,
+                                      on_damage=on_damage):
             for offset in batch.column("physical_offset").to_pylist():
                 msg = _read_message(store.commitlog, offset)
                 if msg is not None and msg.uniq_key == uniq_key:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import RmqError
@@ -37,8 +37,10 @@ def dispatched_units(store: Store) -> dict[tuple[str, int], list[tuple[int, int,
     return out
 
 
-def rocksdb_findings(store: Store, end: int) -> Iterator[Finding]:
-    """Findings on the RocksDB consume queue of ``store``; ``end``: the commit log's written end."""
+def rocksdb_findings(store: Store, end: int, cut: Callable[[int, str], bool] = lambda phy, what: False) \
+        -> Iterator[Finding]:
+    """Findings on the RocksDB consume queue of ``store``; ``end``: the commit log's written end; ``cut(phy,
+    "units")``: whether a unit points into a part of the commit log not read (counted there, not reported)."""
     from rmqtool.store.metadata import topic_table
 
     db = store.rocksdb_consumequeue
@@ -66,10 +68,11 @@ def rocksdb_findings(store: Store, end: int) -> Iterator[Finding]:
     for topic, qid in sorted(set(want) | set(db.units)):
         if (topic, qid) in absent:
             continue
-        yield from _queue_findings(store, topic, qid, want.get((topic, qid), []), behind, path)
+        yield from _queue_findings(store, topic, qid, want.get((topic, qid), []), behind, path, cut)
 
 
-def _queue_findings(store: Store, topic: str, qid: int, want: list, behind: int, path: str) -> Iterator[Finding]:
+def _queue_findings(store: Store, topic: str, qid: int, want: list, behind: int, path: str,
+                    cut: Callable[[int, str], bool]) -> Iterator[Finding]:
     q = store.rocksdb_consumequeue.queue(topic, qid)
     have = {u.queue_offset: u for u in q.units}
     wanted = {w[0]: w for w in want}
@@ -84,7 +87,7 @@ def _queue_findings(store: Store, topic: str, qid: int, want: list, behind: int,
         yield Finding(WARNING, "rocksdb_dispatch_behind", path, late[0][1],
                       f"{len(late)} record(s) of {name} past the database's dispatch checkpoint {behind} have no "
                       "unit yet (the broker dispatches them on start)", late[0][0], None)
-    stray = [u for qo, u in have.items() if qo not in wanted]
+    stray = [u for qo, u in have.items() if qo not in wanted and not cut(u.physical_offset, "units")]
     if stray:
         yield Finding(ERROR, "rocksdb_stray_unit", path, stray[0].physical_offset,
                       f"{len(stray)} unit(s) of {name} match no record the commit log dispatches; first: queue "

@@ -39,6 +39,7 @@ from rmqtool.store.broker_model import (DAMAGE_KINDS, V5, VERSIONS, FileSummary,
                                         normal_recovery_start,
                                         refused_files, start_outcome)
 from rmqtool.store.filequeue import FileQueue, QueueFile, first_nonzero, read_exact
+from rmqtool.store.readable import commitlog_view, unread_spans
 from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
@@ -559,10 +560,13 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
     broker refuses the store or leaves data unreachable; warning: the broker handles it on start), and
     per broker version what starting it will do. The per-file step runs in ``jobs`` worker processes
     (default: one per core for a large store), or through ``run_files(fn, items)`` (one Spark task per
-    commit-log file)."""
+    commit-log file). A store the broker refuses to load is checked as every reader reads it anyway
+    (rmqtool.store.readable): its files cut to their whole records, those off the grid left out."""
     store = Store.open(path)
+    whole = store.commitlog.queue
+    store.commitlog, skipped = commitlog_view(store.commitlog, read_anyway=True)
     facts: dict = {}
-    for f in _findings(store, deep, progress, run_files, jobs, facts):
+    for f in _findings(store, whole, skipped, deep, progress, run_files, jobs, facts):
         level, says = level_of(f.kind, f.offset if f.kind in _MISSING else None, facts.get("reput_from", 0))
         if f.kind == "index_entry_no_record" and facts.get("abnormal") and f.actual >= facts["end"]:
             level, says = level_of("index_past_end_after_crash")
@@ -579,10 +583,11 @@ def verify_store(path, deep: bool = False, progress: Progress | None = None,
 _MISSING = ("cq_missing_unit", "cq_missing_queue", "index_missing_entry")     # the broker adds them only from reput on
 
 
-def _findings(store: Store, deep: bool, progress: Progress | None, run_files: FileRunner | None,
-              jobs: int | None, facts: dict) -> Iterator[Finding]:
+def _findings(store: Store, whole: FileQueue, skipped, deep: bool, progress: Progress | None,
+              run_files: FileRunner | None, jobs: int | None, facts: dict) -> Iterator[Finding]:
     """The findings as the checks make them (all errors but the few they mark), and ``facts``: the
-    dispatch start and the broker's predicted actions."""
+    dispatch start and the broker's predicted actions. ``whole``: the commit log's files as they are,
+    ``store.commitlog`` as readers read them, ``skipped`` what that skips (rmqtool.store.readable)."""
     root = store.root
     if pending_journal(root):
         yield Finding(ERROR, "interrupted_write", str(pending_journal(root)), None,
@@ -596,11 +601,18 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     if store.is_store_root:
         yield from _stray_files(store)
     queue = store.commitlog.queue
-    stray = [(f, problem) for f, problem in refused_files(queue) if f is not queue.files[-1]]
-    if stray:      # not a file the broker maps there (rule commitlog_file_size): reported, the rest checked without it
-        for f, problem in stray:
-            yield Finding(ERROR, "wrong_file_size", str(f.path), f.start, problem, queue.file_size, f.length)
+    if skipped:             # a store the broker refuses, read anyway: files off the grid left out, reported
+        kept = {f.path for f in queue}
+        stray = [(f, f"file is {f.length} bytes, expected {queue.file_size}" if f.length != queue.file_size else
+                  f"named at offset {f.start}, between the starts of {queue.file_size}-byte files (it overlaps "
+                  "its neighbours)") for f in whole if f.path not in kept]
+    else:
+        stray = [(f, problem) for f, problem in refused_files(queue) if f is not queue.files[-1]]
         queue = FileQueue([f for f in queue.files if all(f is not g for g, _ in stray)], queue.file_size)
+    for f, problem in stray:    # not a file the broker maps there: reported, the rest checked without it
+        kind = "wrong_file_size" if f.length != queue.file_size else "missing_file"
+        yield Finding(ERROR, kind, str(f.path), f.start, problem, queue.file_size, f.length)
+    cut = _Cut(skipped)
     for f, problem in queue.problems():
         kind = "empty_last_file" if "empty" in problem else \
             "missing_file" if "missing" in problem else "wrong_file_size"
@@ -639,16 +651,17 @@ def _findings(store: Store, deep: bool, progress: Progress | None, run_files: Fi
     end = data_end(results)
     if store.consumequeue_is_rocksdb:
         from rmqtool.ops.rocksdbcq import rocksdb_findings
-        yield from rocksdb_findings(store, end)
+        yield from rocksdb_findings(store, end, cut.holds)
     elif store.is_store_root:           # a commit-log directory or file alone: its records, not their queues
-        yield from _queue_findings(store, queues, results, end, min_offset)
+        yield from _queue_findings(store, queues, results, end, min_offset, cut)
     if store.compaction is not None:
         from rmqtool.ops.compaction import compaction_findings
         yield from compaction_findings(store)
     if batch or any(t.startswith(C.LMQ_PREFIX) for t in store.topics()):
-        yield from feature_queue_findings(store, batch, end)
+        yield from feature_queue_findings(store, batch, end, cut)
     yield from index_findings
-    yield from _index_findings(index, results)
+    yield from _index_findings(index, results, cut)
+    yield from cut.findings()
     yield from _unindexed_findings(store, results)
     yield from _verify_checkpoint(store, max((r.latest for r in results), default=0), end)
     if store.is_store_root:
@@ -785,23 +798,26 @@ def data_end(results: list[FileResult]) -> int:
 
 
 def _commitlog_sequence(results: list[FileResult]) -> Iterator[Finding]:
-    """Per-file findings, plus files that end early while later files hold data."""
+    """Per-file findings, plus files that end early while later files hold data (not a file cut to what is
+    readable: its cut is a finding of its own, _Cut)."""
     last_data = max((i for i, r in enumerate(results) if r.has_records or r.stop == "blank"), default=-1)
     for i, r in enumerate(results):
         yield from r.findings
-        if i < last_data and r.salvaged_stop != "blank":
+        if i < last_data and r.salvaged_stop != "blank" and r.file.limit is None:
             nxt = results[i + 1].file
             yield Finding(ERROR, "data_after_end", str(nxt.path), nxt.start,
                           f"later files hold records, but the data of the file before ends at {r.stop_offset}")
 
 
 def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileResult], end: int,
-                    min_offset: int) -> Iterator[Finding]:
+                    min_offset: int, cut: "_Cut") -> Iterator[Finding]:
     for q in queues:
         name = (q.topic, q.queue_id)
         units, past = [], set()
         for r in results:
             for phy, size, qoff, finding in r.unit_findings.get(name, ()):
+                if finding.kind == "cq_unit_no_record" and cut.holds(phy, "units"):
+                    continue
                 if phy + size > end:        # checked first, as recovery would: one finding per unit
                     if (finding.path, finding.offset) in past:
                         continue
@@ -841,7 +857,8 @@ def _queue_findings(store: Store, queues: list[QueuePlan], results: list[FileRes
                       f"{count} record(s) of {topic}/{qid} but no consume queue")
 
 
-def feature_queue_findings(store: Store, batch_topics: frozenset, end: int = _NO_END) -> Iterator[Finding]:
+def feature_queue_findings(store: Store, batch_topics: frozenset, end: int = _NO_END,
+                           cut: "_Cut | None" = None) -> Iterator[Finding]:
     """Batch queues (batchconsumequeue/) and LMQ queues compared, file by file, with what the broker's
     dispatch writes for the commit log (rebuilt into a temporary directory: a second walk of the commit
     log, for stores that use these features). A batch unit whose record starts at or after the data's
@@ -863,10 +880,10 @@ def feature_queue_findings(store: Store, batch_topics: frozenset, end: int = _NO
                 queues |= {p.relative_to(have_root) for p in have_root.glob("*/*") if p.is_dir()
                            and (kind == L.BATCHCONSUMEQUEUE or p.parent.name.startswith(C.LMQ_PREFIX))}
             for q in sorted(queues, key=str):
-                yield from _compare_queue(want_root / q, have_root / q, kind, end)
+                yield from _compare_queue(want_root / q, have_root / q, kind, end, cut)
 
 
-def _compare_queue(want: Path, have: Path, kind: str, end: int) -> Iterator[Finding]:
+def _compare_queue(want: Path, have: Path, kind: str, end: int, cut: "_Cut | None") -> Iterator[Finding]:
     unit = C.BCQ_STORE_UNIT_SIZE if kind == L.BATCHCONSUMEQUEUE else C.CQ_STORE_UNIT_SIZE
     if not have.is_dir():
         yield Finding(ERROR, "cq_missing_queue", str(have), None, "the commit log dispatches to this queue, "
@@ -881,6 +898,9 @@ def _compare_queue(want: Path, have: Path, kind: str, end: int) -> Iterator[Find
             continue
         at = next(i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i])
         at -= at % unit
+        if cut is not None and len(b) >= at + unit and cut.holds(struct.unpack_from(">q", b, at)[0]):
+            cut.count(np.ndarray((len(b) // unit,), ">i8", b, 0, (unit,)), "units")
+            continue                    # the first unit that differs points into a part not read: counted there
         if kind == L.BATCHCONSUMEQUEUE and not a[at:at + unit].strip(b"\0") and len(b) >= at + unit:
             phy = struct.unpack_from(">q", b, at)[0]
             if phy >= end:
@@ -892,7 +912,7 @@ def _compare_queue(want: Path, have: Path, kind: str, end: int) -> Iterator[Find
                       a[at:at + unit].hex() or None, b[at:at + unit].hex() or None)
 
 
-def _index_findings(index: list[IndexPlan], results: list[FileResult]) -> Iterator[Finding]:
+def _index_findings(index: list[IndexPlan], results: list[FileResult], cut: "_Cut") -> Iterator[Finding]:
     for plan in index:
         path = str(plan.ref.path)
         yield from plan.findings
@@ -902,8 +922,44 @@ def _index_findings(index: list[IndexPlan], results: list[FileResult]) -> Iterat
         if ts is not None and ts != plan.ref.header.end_timestamp:
             yield Finding(ERROR, "index_header_mismatch", path, 0, "header end_timestamp disagrees with the entries",
                           ts, plan.ref.header.end_timestamp)
-        entries = [f for r in results for f in r.entry_findings.get(path, ())]
+        entries = [f for r in results for f in r.entry_findings.get(path, ())
+                   if not (f.kind == "index_entry_no_record" and cut.holds(f.actual, "index_entries"))]
         yield from sorted(entries, key=lambda f: f.offset)
+
+
+class _Cut:
+    """What reading a store the broker refuses skips in the commit log's offsets (rmqtool.store.readable.
+    unread_spans: a file's bytes past its last whole record, a missing file; a file off the grid is a
+    finding of its own). One finding each, with the consume-queue units and index entries pointing into it
+    counted there, not reported one by one."""
+
+    def __init__(self, skipped):
+        spans = unread_spans(skipped)
+        self.skipped = [s for s, _, _ in spans]
+        self.spans = [(lo, hi) for _, lo, hi in spans]
+        self.counts = [{"units": 0, "index_entries": 0} for _ in self.skipped]
+
+    def holds(self, phy: int, what: str | None = None) -> bool:
+        """Whether ``phy`` lies in a skipped part (one of ``what`` counted there)."""
+        for (lo, hi), counts in zip(self.spans, self.counts):
+            if lo <= phy < hi:
+                if what is not None:
+                    counts[what] += 1
+                return True
+        return False
+
+    def count(self, phys: np.ndarray, what: str) -> None:
+        """Count those of ``phys`` (units' physical offsets) that lie in a skipped part as ``what``."""
+        for (lo, hi), counts in zip(self.spans, self.counts):
+            counts[what] += int(((phys >= lo) & (phys < hi)).sum())
+
+    def findings(self) -> Iterator[Finding]:
+        for s, counts in zip(self.skipped, self.counts):
+            yield Finding(ERROR, "skipped_part", s.where, s.offset,
+                          f"{s.bytes} bytes from offset {s.offset} not read ({s.why}): {s.records} record(s) on "
+                          f"disk there; {counts['units']} consume-queue unit(s) and {counts['index_entries']} "
+                          "index entries point into them", actual=s.bytes,
+                          counts={"records": s.records, "bytes": s.bytes, **counts})
 
 
 def _unindexed_findings(store: Store, results: list[FileResult]) -> Iterator[Finding]:

@@ -25,6 +25,7 @@ READ_ANYWAY = "--read-anyway"
 _HEAD = struct.Struct(">iI")
 _SMALLEST = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
+_OFF_GRID = "a file off the grid of file names"
 
 # A gap or an overlap among the file names: MappedFileQueue.load maps every file, and findMappedFileByOffset
 # picks a file by (offset - first start) / file size, so the offsets after it are read in the wrong file.
@@ -86,7 +87,7 @@ def readable(parts: Sequence[Part], file_size: int | None, read: Callable[[str],
             problems.append((p.where, f"named at offset {p.start}, between the starts of {file_size}-byte files: "
                                       f"it overlaps its neighbours: {_MISPLACED}"))
             _, records, torn = _walk(read(p.where), p.length)
-            skipped.append(Skipped(p.where, p.start, p.length, records + torn, "a file off the grid of file names"))
+            skipped.append(Skipped(p.where, p.start, p.length, records + torn, _OFF_GRID))
             continue
         if previous is not None and p.start > previous + file_size:
             gap = previous + file_size
@@ -125,6 +126,17 @@ def _walk(buf, length: int) -> tuple[int, int, int]:
         records += 1
     torn = any(bytes(buf[pos:length]))
     return (pos if torn else length), records, int(torn)
+
+
+def unread_spans(skipped: Sequence[Skipped]) -> list[tuple[Skipped, int, int]]:
+    """(part, lo, hi): the physical offsets [lo, hi) a read of ``skipped`` leaves unread (a file's bytes past its
+    last whole record, a missing file). A file off the grid has none: its offsets are other files'."""
+    return [(s, s.offset, s.offset + s.bytes) for s in skipped if s.why != _OFF_GRID]
+
+
+def is_unread(skipped: Sequence[Skipped], offset: int) -> bool:
+    """Whether the physical ``offset`` lies in what a read of ``skipped`` leaves unread (unread_spans)."""
+    return any(lo <= offset < hi for _, lo, hi in unread_spans(skipped))
 
 
 def skipped_line(skipped: Sequence[Skipped], what: str = "") -> str:
