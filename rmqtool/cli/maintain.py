@@ -386,7 +386,10 @@ def _rebuild_skips(st, read_anyway: bool, as_broker: bool) -> tuple:
     unless ``read_anyway``; --as-broker leaves the refusal to the rebuild, which names the broker's rule."""
     from rmqtool.store.readable import commitlog_view
 
-    return () if as_broker else commitlog_view(st.commitlog, read_anyway)[1]
+    if as_broker:
+        return ()
+    st.commitlog, skipped = commitlog_view(st.commitlog, read_anyway)
+    return skipped
 
 
 def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:

@@ -72,8 +72,10 @@ def loaded_files(store: Store, as_broker: str | None) -> list[QueueFile]:
     for f, problem in refused:
         warnings.warn(StoreWarning(f"{f.path}: {refusal(problem)} until it is "
                                    + ("restored to its size (repair)" if f is last else
+                                      f"restored to its size; the rebuild reads its {f.limit} readable byte(s)"
+                                      if f.limit is not None else
                                       "moved out of the commit-log directory; the rebuild leaves it out")))
-    left_out = {f.path for f, _ in refused if f is not last}
+    left_out = {f.path for f, _ in refused if f is not last and f.limit is None}   # cut by store.readable: read
     return [f for f in queue.files if f.length and f.path not in left_out]
 
 
