@@ -5,8 +5,20 @@ every installed top-level module whose name starts with ``pyspark_`` (pyspark/sq
 lookup_data_sources.py). An editable install (``pip install -e``) hides this module from that look-up
 unless made with ``--config-settings editable_mode=compat``; there, call
 ``rmqtool.spark.session.setup(spark)`` once.
+
+The look-up, and the planning of every Python data source, runs in a Python worker the driver's JVM
+starts with ``$PYSPARK_DRIVER_PYTHON``, else ``$PYSPARK_PYTHON``, else the ``python3`` on PATH: a script
+run as ``.venv/bin/python job.py`` without an activated virtualenv (cron) gets an interpreter without
+rmqtool, and Spark's bare DATA_SOURCE_NOT_FOUND. Importing this module before the session starts, with
+neither variable set, pins those workers to the importing interpreter.
 """
 
+import os
+import sys
+
 from rmqtool.spark.datasource import RocketMQDataSource as DefaultSource
+
+if not (os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON")):
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 __all__ = ["DefaultSource"]

@@ -222,3 +222,18 @@ def test_the_readme_shows_what_make_demo_prints(tmp_path):
     printed = "".join(line + "\n" + sh(line.replace(".venv/bin/rmqtool", "rmqtool")) for line in make_demo())
     assert normalise(printed, "") == normalise(shown, "")
     assert "arning" not in printed
+
+
+def test_readme_outputs_fit_a_terminal():
+    """Every table row a README console block shows fits 80 columns (`plain` is as wide as its widest value:
+    the examples choose fields, or `-f record`, that a terminal shows). Exempt, as the terminal wraps them
+    whole and a narrower line would cut them: a line with no column gap (two spaces: a one-line message or
+    a JSON line) and a `-f record` line (``field: value``, the layout for long values). PERFORMANCE.md shows
+    no console output."""
+    from rich.cells import cell_len
+
+    record = re.compile(r"^\w+: +\S")
+    wide = [(line, command, row) for line, _, sessions in README_BLOCKS for command, out in sessions
+            for row in out.splitlines() if cell_len(row) > 80 and "  " in row.strip() and not record.match(row)]
+    assert not wide
+    assert not console_blocks((ROOT / "PERFORMANCE.md").read_text("utf-8"))

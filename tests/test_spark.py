@@ -349,24 +349,56 @@ print(get_session().read.format("rocketmq").load(sys.argv[1]).count())
 """
 
 
-@pytest.mark.slow
-def test_without_an_activated_venv_and_without_warnings(tmp_path):
-    """Run as cron runs it (`.venv/bin/python job.py`, PATH without the venv, whose `python3` here cannot
-    import rmqtool): rmqtool's session pins Spark's Python workers to its own interpreter, and neither the job
-    nor `make demo`'s command print a warning (PySpark's pandas-3 FutureWarning included)."""
+# The README's plain session: one import makes it work without an activated virtualenv.
+PLAIN_JOB = """
+import sys
+import pyspark_rocketmq  # noqa: F401
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+print(spark.read.format("rocketmq").load(sys.argv[1]).count())
+"""
+
+
+def cron_env(tmp_path) -> dict:
+    """The environment cron gives `.venv/bin/python job.py`: PATH without the venv, whose `python3` here
+    cannot import rmqtool."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text("#!/bin/sh\necho 'not the interpreter rmqtool is installed in' >&2\nexit 1\n")
     (bin_dir / "python3").chmod(0o755)
-    (tmp_path / "job.py").write_text(COUNT_JOB)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "VIRTUAL_ENV"))}
     env.update(PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(ROOT))
+    return env
+
+
+def messages(name: str) -> int:
+    return sum(r["type"] != "BLANK" for r in readback(name)["commitlogRecords"])
+
+
+@pytest.mark.slow
+def test_without_an_activated_venv_and_without_warnings(tmp_path):
+    """Run as cron runs it: rmqtool's session pins Spark's Python workers to its own interpreter, and
+    neither the job nor `make demo`'s command print a warning (PySpark's pandas-3 FutureWarning included)."""
+    (tmp_path / "job.py").write_text(COUNT_JOB)
+    env = cron_env(tmp_path)
     store = str(store_path("dev-sample"))
     job = subprocess.run([sys.executable, "job.py", store], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=600)
     assert job.returncode == 0, job.stderr[-3000:]
-    assert int(job.stdout) == sum(r["type"] != "BLANK" for r in readback("dev-sample")["commitlogRecords"])
+    assert int(job.stdout) == messages("dev-sample")
     demo = subprocess.run([sys.executable, "-m", "rmqtool", "stats", store, "--by", "topic", "--engine", "spark",
                            "-f", "plain"], env=env, capture_output=True, text=True, timeout=600)
     assert demo.returncode == 0 and demo.stdout.startswith("topic ")
     assert demo.stderr == "" and "Warning" not in job.stderr, demo.stderr + job.stderr
+
+
+@pytest.mark.slow
+def test_a_plain_session_without_an_activated_venv(tmp_path):
+    """A session the script builds itself, run as cron runs it: `import pyspark_rocketmq` before the session
+    pins the workers that look up and plan Python data sources (else Spark's bare DATA_SOURCE_NOT_FOUND)."""
+    (tmp_path / "job.py").write_text(PLAIN_JOB)
+    store = str(store_path("dev-sample"))
+    job = subprocess.run([sys.executable, "job.py", store], cwd=tmp_path, env=cron_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert int(job.stdout) == messages("dev-sample")

@@ -18,7 +18,7 @@ import click
 from rmqtool import __version__, clock
 from rmqtool.cli.exitcodes import EXIT_STATUS_HELP, ExitCode
 from rmqtool.cli.output import CALENDAR_TIME
-from rmqtool.errors import EncodeError, FormatError, RmqError, StoreWarning
+from rmqtool.errors import EncodeError, FormatError, RmqError, StoreError, StoreWarning, UnsafeWrite
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 80}
 
@@ -79,7 +79,7 @@ NOW_OPTION = {"type": CALENDAR_TIME, "metavar": "TIME", "is_eager": True, "expos
 class RmqCommand(click.Command):
     """A command whose options given twice are refused (click keeps the last value silently); options
     that take several values say so (``multiple=True``) and match any of them; an unknown option is
-    answered with the documented options it is close to. An OSError that names no
+    answered with the documented options it is close to. An OSError or a PATH_ERRORS error that names no
     file names the command's path argument: every error line names its path. Every command takes the
     global --now too, after its name."""
 
@@ -114,9 +114,16 @@ class RmqCommand(click.Command):
             if exc.filename is None and not isinstance(exc, RmqError):   # library): the path it worked on
                 exc.filename = _path_argument(self, ctx)
             raise
+        except PATH_ERRORS as exc:  # bytes or a store its raiser could not place (a decoder, a writer's size
+            raise exc.at(path=_path_argument(self, ctx))    # check): the path the command worked on
         finally:                    # a RocksDB consume queue's private directory goes with the command
             if "rmqtool.store.rocksdbcq" in sys.modules:
                 sys.modules["rmqtool.store.rocksdbcq"].close_all()
+
+
+# The errors about a file or a store (not about an argument, an encoding or the environment): each line names
+# its path, the raiser's file or else the command's path argument.
+PATH_ERRORS = (FormatError, StoreError, UnsafeWrite)
 
 
 def _path_argument(command: click.Command, ctx: click.Context) -> str | None:

@@ -203,9 +203,9 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
     commit-log files, as ``scan.readable_files`` gives them.
     """
     if fmt not in DATASET_FORMATS:
-        raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}")
+        raise StoreError(f"a dataset directory holds {' or '.join(DATASET_FORMATS)} parts, not {fmt}", path=str(to))
     if partition_by and fmt != "parquet":
-        raise StoreError(f"--partition-by writes Parquet (Hive partitions), not {fmt}")
+        raise StoreError(f"--partition-by writes Parquet (Hive partitions), not {fmt}", path=str(to))
     from pyarrow import fs
 
     to = os.fspath(to)

@@ -151,7 +151,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
 
     to = Path(to)
     if fmt not in FORMATS:
-        raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
+        raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
     if to.exists() and not overwrite:
         raise StoreError("output exists (use --force to replace it)", path=str(to))
     if to.is_dir():

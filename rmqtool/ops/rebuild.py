@@ -69,12 +69,7 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
-    sizes = (store.cq_file_size(cq_file_size), store.bcq_file_size(bcq_file_size))
-    for size, unit, rel, given in ((sizes[0], C.CQ_STORE_UNIT_SIZE, L.CONSUMEQUEUE, cq_file_size),
-                                   (sizes[1], C.BCQ_STORE_UNIT_SIZE, L.BATCHCONSUMEQUEUE, bcq_file_size)):
-        if size <= 0 or size % unit:
-            raise StoreError(f"file size {size} ({'given' if given else 'what most files here share'}) is not a "
-                             f"positive multiple of {unit}", path=str(store.root / rel))
+    sizes = store.queue_file_sizes(cq_file_size, bcq_file_size)
     batch = batch_cq_topics(store)
     topics = list(dict.fromkeys(topics))
     for t in topics:

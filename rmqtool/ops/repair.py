@@ -284,13 +284,20 @@ def plan_repair(store: Store, *, salvage: bool = True, as_broker: bool = False, 
         writers[name] = CqWriter.load(cq, size)
         originals[name] = {f.start: bytes(f.read()) for f in cq.queue}
     batch_queues = {n for n in names.names if n[0] in batch}
+
+    def dispatch(records, **kw) -> None:      # a queue new to the store gets files of cq_size
+        try:
+            _dispatch(records, names, writers, cq_size, skip=untouched | batch_queues, **kw)
+        except StoreError as exc:
+            raise exc.at(path=str(store.path(L.CONSUMEQUEUE))) from None
+
     if abnormal:
-        _dispatch(scanned, names, writers, cq_size, skip=untouched | batch_queues)
+        dispatch(scanned)
     if ranges:    # beyond the broker: every record at its queue offset, a blank unit where a salvaged one was,
         #           so that no start's dispatch appends them at another queue offset (rule reput_misplaced)
         for w in writers.values():
             w.fill_gaps = True
-        _dispatch(older + scanned, names, writers, cq_size, skip=untouched | batch_queues, fill_gaps=True)
+        dispatch(older + scanned, fill_gaps=True)
         for w in writers.values():
             w.finish()
         if set(writers) - set(originals) and not (cq_file_size or store.cq_file_size_known):

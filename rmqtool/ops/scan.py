@@ -48,6 +48,14 @@ class StoreFile:
     def name(self) -> str:
         return posixpath.basename(self.uri)
 
+    @property
+    def shown(self) -> str:
+        """The file as messages name it: under the store as the user named it (a URI as it is)."""
+        if "://" in self.uri:
+            return self.uri
+        rel = os.path.relpath(self.uri, os.path.abspath(self.store))
+        return self.store if rel == "." else self.uri if rel.startswith("..") else os.path.join(self.store, rel)
+
 
 def filesystem(uri: str):
     """(pyarrow FileSystem, path inside it) for a local path or a URI."""
@@ -214,10 +222,10 @@ def readable_files(files: list[StoreFile], read_anyway: bool = False) -> tuple[l
     kept: dict[str, StoreFile | None] = {}
     skipped: list = []
     for group in by_store.values():
-        named = {f.uri: f for f in group}
-        parts = [Part(f.uri, f.start, f.size) for f in group]
-        verdict = readable(parts, infer_file_size(parts), lambda uri: read_bytes(named[uri])).check(read_anyway)
-        kept.update({f.uri: replace(f, size=verdict.limits[f.uri]) if f.uri in verdict.limits else None
+        named = {f.shown: f for f in group}          # the verdict names each file as messages do
+        parts = [Part(f.shown, f.start, f.size) for f in group]
+        verdict = readable(parts, infer_file_size(parts), lambda name: read_bytes(named[name])).check(read_anyway)
+        kept.update({f.uri: replace(f, size=verdict.limits[f.shown]) if f.shown in verdict.limits else None
                      for f in group})
         skipped += verdict.skipped
     out = [kept.get(f.uri, f) if f.kind == "commitlog" else f for f in files]
@@ -257,7 +265,7 @@ def _copies(f: StoreFile, fsys, listing) -> Iterator[str]:
                 with fsys.open_input_stream(source) as src, open(os.path.join(tmp, name), "wb") as dst:
                     shutil.copyfileobj(src, dst, _COPY_CHUNK)
         except OSError as exc:
-            raise StoreError(f"cannot read: {exc}", path=f.uri) from None
+            raise StoreError(f"cannot read: {exc}", path=f.shown) from None
         yield tmp
 
 
@@ -272,7 +280,7 @@ def read_bytes(f: StoreFile):
         with fsys.open_input_file(path) as fh:
             return fh.read_buffer()
     except OSError as exc:
-        raise StoreError(f"cannot read: {exc}", path=f.uri) from None
+        raise StoreError(f"cannot read: {exc}", path=f.shown) from None
 
 
 def first_store_timestamp(f: StoreFile) -> int | None:
@@ -327,7 +335,7 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
                    on_damage: Callable[[FormatError], None] | None = None,
                    progress: Callable[[int], None] | None = None) -> Iterator:
     """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
-    ``f.uri``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
+    ``f.shown``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
     ``progress(n)`` is told the bytes scanned after each batch (the whole file in all). A compaction-log
     file (kind ``compactionlog``) gives what a consumer of its queue reads: ``consumer_view``."""
     import pyarrow.compute as pc
@@ -337,8 +345,8 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
     counted = BytesCounter(f.start, progress)
     named = consumer_view(f) if f.kind == "compactionlog" else None
 
-    def relabel(exc: FormatError) -> FormatError:
-        exc.path = f.uri
+    def relabel(exc: RmqError) -> RmqError:
+        exc.path = f.shown
         return exc
 
     with local_path(f) as path:
@@ -351,6 +359,8 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
                 yield decompress_bodies(batch) if decompress else batch
         except FormatError as exc:
             raise relabel(exc) from None
+        except StoreError as exc:       # the file refused as it was opened (rmqtool.store.recognition)
+            raise (relabel(exc) if exc.path == path else exc) from None
     counted.finish(f.size)
 
 

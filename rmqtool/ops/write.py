@@ -133,11 +133,10 @@ class StoreWriter:
         self.commitlog = None if self.ledger is not None else \
             CommitLogAppender(self.file_size, _written_end(store, self.index_refs), self._commitlog_sink)
         self.prop_crc = uses_crc32(store)
-        self.cq_file_size = store.cq_file_size(cq_file_size)
+        self.cq_file_size, self.bcq_file_size = store.queue_file_sizes(cq_file_size, bcq_file_size)
         self.queues: dict[tuple[str, int], CqFileWriter] = {}
         # BatchCQ topics: the store's batchconsumequeue/ topics, queue.type=BatchCQ in config/topics.json, given
         self.batch_topics = batch_cq_topics(store) | set(batch_topics)
-        self.bcq_file_size = store.bcq_file_size(bcq_file_size)
         self.batch_queues: dict[tuple[str, int], BcqFileWriter] = {}
         self.lmq_next: dict[str, int] = {}       # the broker's LMQ offset table during this session
         self.geometry = geometry or store.index_geometry()

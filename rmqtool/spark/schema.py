@@ -172,7 +172,7 @@ def index_batch(f: scan.StoreFile) -> pa.RecordBatch:
         header = decode_header(buf)
         geometry = infer_geometry(buf) if header.index_count > 1 else None
     except FormatError as exc:
-        raise exc.at(path=f.uri) from None
+        raise exc.at(path=f.shown) from None
     if geometry is not None:
         count = min(header.index_count, geometry.index_num) - 1
         start = geometry.entry_pos(1)

@@ -259,6 +259,17 @@ class Store:
         return (explicit or (max(set(sizes), key=sizes.count) if sizes else None)
                 or self.saved_sizes.get("mappedFileSizeConsumeQueue") or C.DEFAULT_CQ_FILE_SIZE)
 
+    def queue_file_sizes(self, cq: int | None = None, bcq: int | None = None) -> tuple[int, int]:
+        """``cq_file_size(cq)`` and ``bcq_file_size(bcq)`` for a write, each refused unless a positive multiple
+        of its unit (a damaged file can make up most of a small store's queue files)."""
+        sizes = (self.cq_file_size(cq), self.bcq_file_size(bcq))
+        for size, unit, rel, given in ((sizes[0], C.CQ_STORE_UNIT_SIZE, L.CONSUMEQUEUE, cq),
+                                       (sizes[1], C.BCQ_STORE_UNIT_SIZE, L.BATCHCONSUMEQUEUE, bcq)):
+            if size <= 0 or size % unit:
+                raise StoreError(f"file size {size} ({'given' if given else 'what most files here share'}) is not "
+                                 f"a positive multiple of {unit}", path=str(self.root / rel))
+        return sizes
+
     @property
     def cq_file_size_known(self) -> bool:
         """Whether a consume-queue file or the sizes chosen at init tell mappedFileSizeConsumeQueue."""
