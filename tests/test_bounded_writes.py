@@ -96,6 +96,31 @@ def test_a_flipped_first_queue_offset_loses_units_only_as_the_broker(tmp_path, n
     assert result.exit_code == 1 and "consumequeue/TopicA/3" in result.stderr and "skips" in result.stderr
 
 
+@pytest.mark.parametrize("name", [name for name, _, _ in CASES])
+def test_a_wrong_possible_offset_on_a_queues_last_unit_is_appended_as_the_broker_does(tmp_path, name):
+    """The last unit of TopicA/3 stores its queue offset + 32 (still possible for its record): nothing confirms the
+    gap (no record was skipped), so it goes at the queue's end, as ConsumeQueue.putMessagePositionInfo appends it
+    ('[BUG]logic queue order maybe wrong'): the queues equal the undamaged store's, no blank unit is written."""
+    rows = [json.loads(line) for line in run("cat-commitlog", FIXTURES / name / "store", "-f", "jsonl").stdout.splitlines()]
+    last = [r for r in rows if r["type"] == "message" and r["topic"] == "TopicA" and r["queue_id"] == 3][-1]
+    root = tmp_path / name
+    shutil.copytree(FIXTURES / name / "store", root)
+    first = last["physical_offset"] // 65536 * 65536
+    log = root / "commitlog" / f"{first:020d}"
+    data = bytearray(log.read_bytes())
+    data[last["physical_offset"] - first + 27] ^= 0x20         # queue offset (bytes 20-27) + 32
+    log.write_bytes(bytes(data))
+    want = {k: v for k, v in snapshot(FIXTURES / name / "store").items() if k.startswith("consumequeue/")}
+    for extra in ((), ("--as-broker",)):
+        out = tmp_path / f"out{len(extra)}"
+        result = run("rebuild-cq", root, "--out", out, "-f", "jsonl", *extra)
+        assert result.exit_code == 0, result.stderr
+        assert _by_queue(out) == want
+        assert f"stores queue offset {last['queue_offset'] + 32}" in result.stdout
+        assert f"offset {last['queue_offset']}" in result.stdout
+    assert b"write_cq" not in _cli("rebuild-cq", root, "-f", "jsonl").stdout    # the store's queues are right
+
+
 # -- every write bounded: damage with extreme values under every write command ---------------------------------
 _EXTREME = st.sampled_from([2**63 - 1, -(2**63), -1, 2**31 - 1, -(2**31), 2**31 + 3, 2**32, 10**12])
 _RECORD_FIELDS = {"totalsize": (0, 4), "magic": (4, 4), "bodycrc": (8, 4), "queueid": (12, 4), "flag": (16, 4),

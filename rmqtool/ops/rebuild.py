@@ -238,6 +238,7 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
             w = writers[code] = kind(sizes[is_batch], directory(t, qid, is_batch))
             if not is_batch and plan is not None and plan.as_broker is None and not is_lmq(t):
                 w.fill_gaps = True           # LMQ offsets are the broker's dispatch, not the record's own
+                w.skipped_before = partial(_skipped_before, plan.damaged)
         return w
 
     with closing(records):                   # stops the workers before the caller cleans up
@@ -261,6 +262,11 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
     for w in writers.values():
         w.flush()
     return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})
+
+
+def _skipped_before(damaged: list[tuple[int, int, str]], phy: int) -> int:
+    """The records the dispatch stepped over before commit-log offset ``phy`` (CqWriter.skipped_before)."""
+    return sum(1 for at, _, _ in damaged if at < phy)
 
 
 def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topics: set[str] | None,

@@ -15,9 +15,11 @@ pure). Every byte it plans comes from a store helper (``cut_copy``, ``patched``,
 
 from __future__ import annotations
 
+import bisect
 import struct
 import tempfile
 import warnings
+from functools import partial
 from itertools import chain
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -284,9 +286,11 @@ def plan_repair(store: Store, *, salvage: bool = True, as_broker: bool = False, 
         _dispatch(scanned, names, writers, cq_size, skip=untouched | batch_queues)
     if ranges:    # beyond the broker: every record at its queue offset, a blank unit where a salvaged one was,
         #           so that no start's dispatch appends them at another queue offset (rule reput_misplaced)
+        salvaged = sorted(at for at, _ in ranges)
         for w in writers.values():
             w.fill_gaps = True
-        _dispatch(older + scanned, names, writers, cq_size, skip=untouched | batch_queues, fill_gaps=True)
+        _dispatch(older + scanned, names, writers, cq_size, skip=untouched | batch_queues, fill_gaps=True,
+                  skipped_before=partial(bisect.bisect_left, salvaged))
         for w in writers.values():
             w.finish()
         if set(writers) - set(originals) and not (cq_file_size or store.cq_file_size_known):
@@ -672,7 +676,7 @@ def _untouched(cq, file_size: int, process: int, reach: int) -> bool:
 
 
 def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[str, int], CqWriter],
-              file_size: int, skip: set, fill_gaps: bool = False) -> None:
+              file_size: int, skip: set, fill_gaps: bool = False, skipped_before=None) -> None:
     """CommitLogDispatcherBuildConsumeQueue over the re-read records, one queue's run at a time."""
     for facts in scanned:
         cols = facts.columns
@@ -688,6 +692,8 @@ def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[s
                 safe_topic_dir(name[0], int(cols["offset"][run[0]]))
                 w = writers[name] = CqWriter(file_size)
                 w.fill_gaps = fill_gaps
+            if skipped_before is not None:
+                w.skipped_before = skipped_before
             w.put_many(cols["offset"][run], cols["size"][run], cols["tags_code"][run], cols["queue_offset"][run])
 
 
