@@ -230,3 +230,49 @@ def test_a_write_without_room_is_refused_before_it_writes(store_copy, tmp_path, 
     assert result.exit_code == 4 and "free: nothing written" in result.stderr, result.stderr
     assert snapshot(root) == before and not (tmp_path / "new").exists()
     assert not list(tmp_path.glob("*rmqtool-backup*")) and not list(root.parent.glob("*rmqtool-backup*"))
+
+
+# -- the bound: a plan far larger than its store plus its input is refused (exit 4, nothing written) -----------
+def _rows_file(tmp_path: Path) -> Path:
+    rows = run("cat-commitlog", FIXTURES / "dev-sample" / "store", "-n", "3", "-f", "jsonl").stdout
+    (tmp_path / "rows.jsonl").write_text(rows)
+    return tmp_path / "rows.jsonl"
+
+
+_WRITES = {"rebuild-cq": ("rebuild-cq", "{s}", "--cq-file-size", "160"),
+           "rebuild-cq --out": ("rebuild-cq", "{s}", "--out", "{new}"),
+           "rebuild-index": ("rebuild-index", "{s}", "--slots", "32", "--max-entries", "128"),
+           "repair": ("repair", "{s}"), "put": ("put", "{s}", "--topic", "TopicA", "--body", "x"),
+           "import": ("import", "{s}", "{rows}")}
+
+
+@pytest.mark.parametrize("command", sorted(_WRITES))
+def test_a_plan_beyond_its_bound_is_refused_unless_allowed(store_copy, tmp_path, monkeypatch, command):
+    """With the bound made tiny (store.bounds' factor and slack 0), each write's plan is beyond it: the dry run
+    shows the plan and its total and says it would be refused, the write is refused (exit 4) in one line naming
+    the directory that drives it, nothing written; --allow-large writes it."""
+    from rmqtool.store import bounds
+
+    root = store_copy("dev-sample-crash" if command == "repair" else "dev-sample")
+    if command.startswith("rebuild-cq"):
+        shutil.rmtree(root / "consumequeue")
+    before = snapshot(root)
+    args = [str(a).format(s=root, new=tmp_path / "new", rows=_rows_file(tmp_path)) for a in _WRITES[command]]
+    writes = ["--backup", tmp_path / "bk"] if "--out" not in args else []
+    monkeypatch.setattr(bounds, "FACTOR", 0)
+    monkeypatch.setattr(bounds, "SLACK_FILES", 0)
+    monkeypatch.setattr(bounds, "SLACK_BYTES", 0)
+    if "--out" not in args:
+        plan = run(*args, "-f", "jsonl")
+        assert plan.exit_code == 4 and "would be refused" in plan.stderr, plan.stderr
+        total = [json.loads(line) for line in plan.stdout.splitlines()][-1]
+        assert total["action"] == "total" and "files new" in total["detail"] and len(total["detail"]) < 70
+    result = run(*args, *(["--apply"] if "--out" not in args else []), *writes)
+    err = result.stderr.strip().splitlines()
+    assert result.exit_code == 4 and "--allow-large writes it anyway: nothing written" in err[-1], result.stderr
+    assert err[-1].startswith("rmqtool: error: ") and len([e for e in err if "error" in e]) == 1
+    assert snapshot(root) == before and not (tmp_path / "bk").exists()
+    assert not (tmp_path / "new").exists() or not any((tmp_path / "new").iterdir())
+    result = run(*args, *(["--apply"] if "--out" not in args else []), *writes, "--allow-large")
+    assert result.exit_code in (0, 1) and "beyond the bound" not in result.stderr, result.stderr
+    assert snapshot(root) != before or "--out" in args
