@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import FIXTURES, run
 from helpers_maintain import run_process, snapshot
+from rmqtool.store.bounds import Bound
 
 # (fixture, the record TopicA/3 queue offset 3, the record TopicA/3 queue offset 0)
 CASES = [("dev-sample", 39996, 4938), ("dev-sample-5x", 31484, 2573)]
@@ -159,7 +160,8 @@ def base_rows():
 def test_no_write_outgrows_its_store(tmp_path_factory, base_rows, data):
     """A commit-log header field, an index header count or a consume-queue unit overwritten with an extreme value
     (or import rows carrying one), then one write command: it ends within the time bound, without a traceback,
-    and creates no more than a bound of files and bytes beyond the store's own."""
+    and either creates no more than the bound (store.bounds) of files and bytes beyond the store's own, or is
+    refused beyond it (exit 4) having written nothing."""
     tmp = tmp_path_factory.mktemp("bounded")
     root = tmp / "store"
     shutil.copytree(FIXTURES / BASE / "store", root)
@@ -198,11 +200,16 @@ def test_no_write_outgrows_its_store(tmp_path_factory, base_rows, data):
             "repair": ["repair", root, "--apply", "--accept-loss"],
             "put": ["put", root, "--topic", "TopicA", "--queue-id", str(value), "--body", "x", "--apply"],
             "import": ["import", root, lines, "--apply"]}[command]
-    before = _usage([root])
+    before, stored = _usage([root]), snapshot(root)
+    bound = Bound.of(root, len(rows), lines.stat().st_size)      # what the CLI's bound allows at least
     result = _cli(*args, "--backup", tmp / "bk") if command != "rebuild-cq --out" else _cli(*args)
     err = result.stderr.decode(errors="replace")
     assert "Traceback" not in err and result.returncode in (0, 1, 2, 3, 4), err
     files, allocated, apparent = _usage([root, out])
+    if result.returncode == 4 and "beyond the bound" in err:       # refused: nothing written
+        assert snapshot(root) == stored and _usage([out])[0] == 0, err
+    else:                                                           # else within the bound
+        assert files - before[0] <= bound.files and allocated - before[1] <= bound.data, (command, err)
     assert files <= 2 * before[0] + 50, (command, files, before)
     assert allocated <= 3 * before[1] + 2**24, (command, allocated, before)
     assert apparent <= 3 * before[2] + 2**28, (command, apparent, before)
@@ -211,12 +218,15 @@ def test_no_write_outgrows_its_store(tmp_path_factory, base_rows, data):
 
 @pytest.mark.parametrize("args", [("repair", "{s}", "--apply"), ("rebuild-index", "{s}", "--slots", "32",
                                                                    "--max-entries", "128", "--apply"),
-                                  ("rebuild-cq", "{s}", "--cq-file-size", "400", "--apply"), ("init", "{new}")])
+                                  ("rebuild-cq", "{s}", "--cq-file-size", "400", "--apply"), ("init", "{new}"),
+                                  ("put", "{s}", "--topic", "TopicA", "--body", "x", "--apply"),
+                                  ("import", "{s}", "{rows}", "--apply")])
 def test_a_write_without_room_is_refused_before_it_writes(store_copy, tmp_path, monkeypatch, args):
     """A plan needing more bytes or inodes than the file system has free is refused (exit 4), nothing written."""
     import os
 
-    root = store_copy("dev-sample-crash")
+    rows = _rows_file(tmp_path)
+    root = store_copy("dev-sample" if args[0] in ("put", "import") else "dev-sample-crash")
     before = snapshot(root)
     real = os.statvfs
 
@@ -226,7 +236,7 @@ def test_a_write_without_room_is_refused_before_it_writes(store_copy, tmp_path, 
                                   fs.f_namemax))
 
     monkeypatch.setattr(os, "statvfs", full)
-    result = run(*[str(a).format(s=root, new=tmp_path / "new") for a in args])
+    result = run(*[str(a).format(s=root, new=tmp_path / "new", rows=rows) for a in args])
     assert result.exit_code == 4 and "free: nothing written" in result.stderr, result.stderr
     assert snapshot(root) == before and not (tmp_path / "new").exists()
     assert not list(tmp_path.glob("*rmqtool-backup*")) and not list(root.parent.glob("*rmqtool-backup*"))
@@ -276,3 +286,34 @@ def test_a_plan_beyond_its_bound_is_refused_unless_allowed(store_copy, tmp_path,
     result = run(*args, *(["--apply"] if "--out" not in args else []), *writes, "--allow-large")
     assert result.exit_code in (0, 1) and "beyond the bound" not in result.stderr, result.stderr
     assert snapshot(root) != before or "--out" in args
+
+
+def test_a_loop_in_an_index_chain_ends_every_walk(tmp_path):
+    """The oldest entry of a slot's chain linked back to its newest: query-key (whose broker walk would loop for
+    ever on a key of that slot that matches nothing), verify, cat-index and rebuild-index all end."""
+    import struct
+
+    from rmqtool.format.indexfile import ENTRY, decode_header, index_key_hash
+    from rmqtool.store.store import Store
+
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES / "dev-sample" / "store", root)
+    ref = Store.open(root).index_files()[0]
+    g, buf = ref.geometry, bytearray(ref.path.read_bytes())
+    count = decode_header(buf).index_count
+    for slot in range(g.hash_slot_num):
+        head = struct.unpack_from(">i", buf, g.slot_pos(slot))[0]
+        chain = [head]
+        while 0 < chain[-1] < count:
+            chain.append(ENTRY.unpack_from(buf, g.entry_pos(chain[-1]))[3])
+        if len(chain) > 2:
+            break
+    oldest = chain[-2]                        # its prev is 0: the chain's end
+    struct.pack_into(">i", buf, g.entry_pos(oldest) + 16, head)
+    ref.path.write_bytes(bytes(buf))
+    key = next(f"k{i}" for i in range(10**6) if index_key_hash(f"TopicA#k{i}") % g.hash_slot_num == slot)
+    result = _cli("query-key", root, "TopicA", key, "--raw")
+    assert result.returncode == 1 and b"Traceback" not in result.stderr       # nothing found, and it ended
+    for args in (("verify", root), ("cat-index", root, "--slots"), ("rebuild-index", root)):
+        result = _cli(*args)
+        assert result.returncode in (0, 1, 3) and b"Traceback" not in result.stderr, (args, result.stderr)
