@@ -317,3 +317,28 @@ def test_a_loop_in_an_index_chain_ends_every_walk(tmp_path):
     for args in (("verify", root), ("cat-index", root, "--slots"), ("rebuild-index", root)):
         result = _cli(*args)
         assert result.returncode in (0, 1, 3) and b"Traceback" not in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.parametrize("case", ["config", "config-text", "put-queue-id", "import-queue-id", "import-negative"])
+def test_a_given_or_stored_number_out_of_range_is_refused_before_anything_is_written(tmp_path, case):
+    """Sizes in config/rmqtool.json (init's) drive file sizes: one that is not a Java int above 0 is refused (exit
+    4); a queue id beyond a Java int is a usage error for put (exit 2), a bad row for import (exit 3)."""
+    root = tmp_path / "store"
+    assert run("init", root, "--commitlog-file-size", "65536", "--cq-file-size", "160", "--slots", "16",
+               "--max-entries", "64").exit_code == 0
+    sizes = root / "config" / "rmqtool.json"
+    if case.startswith("config"):
+        sizes.write_text(json.dumps({**json.loads(sizes.read_text()),
+                                     "mappedFileSizeConsumeQueue": 10**15 if case == "config" else "big"}))
+    before = snapshot(root)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"topic": "T", "body": "eA==", "queue_id": 2**63 - 1 if case == "import-queue-id"
+                                else -1}) + "\n")
+    args = {"put-queue-id": ("put", root, "--topic", "T", "--body", "x", "--queue-id", 2**63 - 1, "--apply")}.get(
+        case, ("import", root, rows, "--apply") if case.startswith("import") else
+        ("put", root, "--topic", "T", "--body", "x", "--apply"))
+    result = run(*args, "--backup", tmp_path / "bk")
+    assert result.exit_code == {"put-queue-id": 2, "import-queue-id": 3, "import-negative": 3}.get(case, 4), \
+        result.stderr
+    assert "Traceback" not in result.stderr and (case == "put-queue-id" or len(result.stderr.splitlines()) == 1)
+    assert snapshot(root) == before
