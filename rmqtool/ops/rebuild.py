@@ -27,7 +27,7 @@ from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, keeps_walk
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, present
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
-from rmqtool.store.bounds import PlanSize
+from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.broker_model import possible_queue_offset
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
@@ -219,8 +219,7 @@ def _tree_changes(store: Store, built: dict[str, Path]) -> PlanSize:
                 size.changed += not same_content(p, theirs / name)
                 have.discard(name)
             else:
-                st = p.stat()
-                size.create(f"{rel}/{name}", st.st_blocks * 512, st.st_size)
+                size.create(f"{rel}/{name}", *file_data(p))
         size.deleted += len(have)
     return size
 
@@ -480,8 +479,7 @@ def _index_size(size: PlanSize, built: Path, files: list[tuple[str, int, bool]],
         if name in have:
             size.changed += not same
         else:
-            st = (built / name).stat()
-            size.create(L.index_file(name), st.st_blocks * 512, st.st_size)
+            size.create(L.index_file(name), *file_data(built / name))
     size.deleted += len(have - {name for name, _, _ in files})
 
 

@@ -38,7 +38,7 @@ from rmqtool.ops.dispatch_plan import valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file, scan_files
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, failed, remove_scratch
-from rmqtool.store.bounds import PlanSize
+from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
 from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, patched
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
@@ -114,12 +114,12 @@ class RepairPlan:
         """What the plan creates (files new to the store), changes and deletes (store.bounds)."""
         size = PlanSize()
         for rel, data in self.writes.items():
-            n = data.stat().st_blocks * 512 if isinstance(data, Path) else memoryview(data).nbytes
+            n, length = file_data(data) if isinstance(data, Path) else (memoryview(data).nbytes,) * 2
             if self.store.path(rel).exists():
                 size.changed += 1
                 size.data += n
             else:
-                size.create(rel, n, data.stat().st_size if isinstance(data, Path) else n)
+                size.create(rel, n, length)
         size.deleted = len(self.deletes)
         return size
 

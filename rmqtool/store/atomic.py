@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from rmqtool import clock
 from rmqtool.errors import RmqError, UnsafeWrite, WriteFailed
-from rmqtool.store.bounds import PlanSize
+from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.filequeue import data_extents, read_exact
 
 JOURNAL = ".rmqtool-journal.json"
@@ -525,8 +525,7 @@ def restore_size(backup: Path, root: Path, rows: list[dict]) -> PlanSize:
             if kept.is_dir():
                 size.add_tree(kept, rel)
             elif kept.is_file():
-                st = kept.stat()
-                size.create(rel, st.st_blocks * 512, st.st_size)
+                size.create(rel, *file_data(kept))
     return size
 
 

@@ -22,10 +22,22 @@ from pathlib import Path
 from rmqtool.errors import UnsafeWrite
 from rmqtool.store import layout as L
 from rmqtool.store.broker_model import MIN_RECORD_SIZE
+from rmqtool.store.filequeue import data_extents
 
 FACTOR = 2
 SLACK_FILES = 64
 SLACK_BYTES = 64 << 20
+
+
+def file_data(path) -> tuple[int, int]:
+    """(bytes of data, size) of a file: its data extents (SEEK_DATA; holes of a sparse file left out), which
+    unlike allocated blocks do not vary with the file system's pre-allocation."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        return sum(hi - lo for lo, hi in data_extents(fd, 0, size)), size
+    finally:
+        os.close(fd)
 
 
 class TooLarge(UnsafeWrite):
@@ -64,9 +76,8 @@ class PlanSize:
         """Every file under ``root`` created, named as under ``rel``."""
         for d, _, names in os.walk(root):
             for name in names:
-                st = os.lstat(os.path.join(d, name))
                 here = os.path.relpath(os.path.join(d, name), root)
-                self.create(os.path.join(rel, here) if rel else here, st.st_blocks * 512, st.st_size)
+                self.create(os.path.join(rel, here) if rel else here, *file_data(os.path.join(d, name)))
 
     def line(self) -> str:
         """The plan's total, short enough for one line of a table beside the 'total' action."""
