@@ -7,8 +7,9 @@ swap them in atomically, and end by saying how to undo it (``rmqtool restore BAC
 
 The write rule: a command that changes an existing store (repair, restore, rebuild-cq, rebuild-index, put,
 import) only prints its plan unless ``--apply`` (``--dry-run`` says so explicitly), in one format, the rows
-``action, path, detail``, and exits 0 when there is nothing to do, 1 when there is. Writing a new directory
-(``rebuild-cq --out``, ``init``) needs no ``--apply``.
+``action, path, detail`` ending in the plan's ``total`` (store.bounds), and exits 0 when there is nothing to
+do, 1 when there is. Writing a new directory (``rebuild-cq --out``, ``init``) needs no ``--apply``. A plan
+beyond its bound (store.bounds: the store plus the input) is refused, exit 4, unless ``--allow-large``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def show_plan(rows: list[dict], fmt: str | None, tablefmt: str, title: str = "pl
 
 def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt: str, title: str, size) -> None:
     """The plan's first ``shown`` rows (repair --limit) and its total, and how many more rows there are."""
-    show_plan(_with_total(shown, size) if rows else shown, fmt, tablefmt, title)
+    show_plan(_with_total(shown, size), fmt, tablefmt, title)
     if len(shown) < len(rows):
         click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
 
