@@ -1,4 +1,4 @@
-"""How large a write may grow (#37): a plan's size (the files and bytes it creates, replaces and deletes),
+"""How large a write may grow (#37): a plan's size (the files and bytes it creates, changes and deletes),
 stated in every write command's plan, checked against the room the file system has (atomic.check_room) and
 against a bound derived from the store's own size plus the input given.
 
@@ -7,10 +7,11 @@ The bound (``Bound``): a plan may create at most
     files: 2 x (the store's files + the records its commit log can hold + the input's items) + 64
     bytes: 2 x (the store's allocated bytes + the input's bytes) + 64 MiB
 
-The records a commit log can hold (its bytes / MIN_RECORD_SIZE, 92 for a 1-byte topic) bound the queues and
-units any dispatch makes: every queue and index file a rebuild needs comes from one of them. Bytes are those
-written (pre-allocated files are sparse: their holes take no room, and are stated apart). A plan beyond the
-bound is refused (``TooLarge``, exit 4, nothing written) unless the caller allows it (``--allow-large``).
+The records a commit log (or a DLedger node's data) can hold (its bytes / MIN_RECORD_SIZE, 92 for a 1-byte
+topic) bound the queues and units any dispatch makes: every queue and index file a rebuild needs comes from
+one of them. A plan's bytes are its data (pre-allocated files are sparse: their holes take no room, and are
+stated apart). A plan beyond the bound is refused (``TooLarge``, exit 4, nothing written) unless the caller
+allows it (``--allow-large``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def file_data(path) -> tuple[int, int]:
         return sum(hi - lo for lo, hi in data_extents(fd, 0, size)), size
     finally:
         os.close(fd)
+
+
+def _is_commitlog(rel: str) -> bool:
+    """Whether the store directory ``rel`` holds commit-log data (``commitlog/``, a DLedger node's ``data/``)."""
+    head, _, tail = rel.partition(os.sep)
+    return rel == L.COMMITLOG or (head.startswith(L.DLEDGER_PREFIX) and tail == L.DLEDGER_DATA)
 
 
 class TooLarge(UnsafeWrite):
@@ -105,7 +112,7 @@ class Bound:
             for name in names:
                 st = os.lstat(os.path.join(d, name))
                 files, data = files + 1, data + st.st_blocks * 512
-                if os.path.relpath(d, root) == L.COMMITLOG:
+                if _is_commitlog(os.path.relpath(d, root)):
                     log += st.st_size
         records = log // MIN_RECORD_SIZE + 1
         said = f"the store's {files} files, {_human(data)}, {records} possible records"
