@@ -156,6 +156,9 @@ def test_rebuild_cq_dry_run_lists_only_the_queues_that_would_change(store_copy):
     shutil.rmtree(root / "consumequeue" / "TopicB")
     result = run("rebuild-cq", root, "--dry-run", "-f", "jsonl")
     assert result.exit_code == 1
-    assert sorted(json.loads(line)["path"] for line in result.stdout.splitlines()) == \
-        ["consumequeue/TopicB/0", "consumequeue/TopicB/1"]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(r["path"] for r in rows[:-1]) == ["consumequeue/TopicB/0", "consumequeue/TopicB/1"]
+    gone = [v for k, v in before.items() if k.startswith("consumequeue/TopicB/")]     # full files: all data
+    assert rows[-1] == {"action": "total", "path": "", "detail": f"{len(gone)} files new, 0 changed, 0 deleted; "
+                        f"{sum(map(len, gone))} bytes"}
     assert snapshot(root) == {k: v for k, v in before.items() if not k.startswith("consumequeue/TopicB/")}

@@ -33,7 +33,7 @@ def test_restore_after_repair_gives_the_identical_tree(name, store_copy):
     plan = run("restore", backup, root, "-f", "jsonl")             # a dry run first: the plan, no change
     assert plan.exit_code == 1 and plan.stdout and tree(root) != before
     assert {json.loads(line)["action"] for line in plan.stdout.splitlines()} <= {"restore_file", "restore_dir",
-                                                                                "delete"}
+                                                                                "delete", "total"}
     result = run(*undo)
     assert result.exit_code == 0, result.stderr
     assert tree(root) == before

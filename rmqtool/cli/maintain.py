@@ -7,8 +7,9 @@ swap them in atomically, and end by saying how to undo it (``rmqtool restore BAC
 
 The write rule: a command that changes an existing store (repair, restore, rebuild-cq, rebuild-index, put,
 import) only prints its plan unless ``--apply`` (``--dry-run`` says so explicitly), in one format, the rows
-``action, path, detail``, and exits 0 when there is nothing to do, 1 when there is. Writing a new directory
-(``rebuild-cq --out``, ``init``) needs no ``--apply``.
+``action, path, detail`` ending in the plan's ``total`` (store.bounds), and exits 0 when there is nothing to
+do, 1 when there is. Writing a new directory (``rebuild-cq --out``, ``init``) needs no ``--apply``. A plan
+beyond its bound (store.bounds: the store plus the input) is refused, exit 4, unless ``--allow-large``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,36 @@ _DRY_RUN = click.option("--dry-run", is_flag=True, help="Print the plan only (th
                                                         "nothing to do, 1 when there is).")
 
 
+_ALLOW_LARGE = click.option(
+    "--allow-large", is_flag=True,
+    help="Write a plan larger than its bound (2 x the store's files and possible records plus the input's items "
+         "+ 64 files; 2 x the store's bytes plus the input's + 64 MiB) instead of refusing it (exit 4).")
+
+
+def _bound(root, what: str, allow: bool, given_items: int = 0, given_bytes: int = 0):
+    """The check (store.bounds) an operation calls with its plan's size before it writes: exit 4 beyond it."""
+    from rmqtool.store.bounds import Bound
+
+    bound = Bound.of(Path(root), given_items, given_bytes)
+    return lambda size: bound.check(size, what, allow)
+
+
+def _with_total(rows: list[dict], size) -> list[dict]:
+    """A plan's rows and, when there is any, its total row (store.bounds.PlanSize)."""
+    return rows + [{"action": "total", "path": "", "detail": size.line()}] if rows else rows
+
+
+def _refused_dry_run(check, size) -> None:
+    """A dry run whose plan the write would refuse says so (exit 4)."""
+    from rmqtool.store.bounds import TooLarge
+
+    try:
+        check(size)
+    except TooLarge as exc:
+        click.echo(f"rmqtool: error: would be refused: {exc.message.removesuffix(': nothing written')}", err=True)
+        raise click.exceptions.Exit(ExitCode.IO_ERROR) from None
+
+
 def plan_only(apply_: bool, dry_run: bool) -> bool:
     """The write rule: a command that changes an existing store plans unless --apply (--dry-run says so)."""
     if apply_ and dry_run:
@@ -60,9 +91,9 @@ def show_plan(rows: list[dict], fmt: str | None, tablefmt: str, title: str = "pl
         write_rows(rows, resolve_format(fmt), columns=PLAN_COLUMNS, tablefmt=tablefmt, title=title)
 
 
-def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt: str, title: str) -> None:
-    """The plan's first ``shown`` rows (repair --limit), and how many more there are."""
-    show_plan(shown, fmt, tablefmt, title)
+def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt: str, title: str, size) -> None:
+    """The plan's first ``shown`` rows (repair --limit) and its total, and how many more rows there are."""
+    show_plan(_with_total(shown, size), fmt, tablefmt, title)
     if len(shown) < len(rows):
         click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
 
@@ -249,11 +280,13 @@ def _in_store(path: str | None, root: Path) -> str | None:
               help="List at most N actions (0: all); the count of the rest is said.")
 @_BACKUP
 @_FORCE
+@_ALLOW_LARGE
 @jobs_option
 @output_options
 def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: bool, as_broker: bool,
            cq_file_size: int | None, slots: int | None, max_entries: int | None, limit: int,
-           backup: Path | None, force: bool, jobs: int | None, fmt: str | None, tablefmt: str) -> None:
+           backup: Path | None, force: bool, allow_large: bool, jobs: int | None, fmt: str | None,
+           tablefmt: str) -> None:
     """Do what the broker's recovery would (rmqtool.store.broker_model, per version): truncate after the
     last valid record, drop dirty consume-queue units, rebuild index entries, fix the checkpoint, remove
     abort. After a crash what is cut off is zeroed; after a clean shutdown bytes past the recovered end
@@ -297,9 +330,12 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                                           "deleted (a bad record before the torn tail; --accept-loss to carry it "
                                           "out; without --no-salvage repair keeps them)"})
             shown = rows[:limit] if limit > 0 else rows
+            size, check = plan.size(), _bound(st.root, "repair", allow_large)
             if not apply_:
-                _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})")
+                _show_limited(rows, shown, fmt, tablefmt, f"repair plan (logical end {plan.process_offset})", size)
                 plan.close()
+                if rows:
+                    _refused_dry_run(check, size)
                 left = [] if rows else left_unrepaired(st)
                 if not rows:               # what verify finds and only another command fixes (as --apply says)
                     named = [path for path, _, _ in left]
@@ -321,13 +357,14 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                            f"{plan.process_offset}; `rmqtool repair {st.root} --apply` keeps them (salvage, the "
                            "default); --accept-loss carries out the broker's cut", err=True)
                 raise click.exceptions.Exit(ExitCode.IO_ERROR)
+            check(size)
             saved = None if plan.empty else apply_plan(plan, backup)     # the change first, then the report
         except BaseException:
             with contextlib.suppress(OSError):   # the error being reported comes first
                 plan.close()
             raise
         plan.close()
-    _show_limited(rows, shown, fmt, tablefmt, f"repaired (logical end {plan.process_offset})")
+    _show_limited(rows, shown, fmt, tablefmt, f"repaired (logical end {plan.process_offset})", size)
     if saved is None:
         click.echo("nothing to repair", err=True)
     else:
@@ -438,12 +475,14 @@ def _misplaced_rows(misplaced: list, as_broker: bool) -> list[dict]:
 @_DRY_RUN
 @_BACKUP
 @_FORCE
+@_ALLOW_LARGE
 @jobs_option
 @_REBUILD_READ_ANYWAY
 @output_options
 def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out: Path | None,
                cq_file_size: int | None, bcq_file_size: int | None, as_broker: bool, broker_version: str | None,
-               apply_: bool, dry_run: bool, backup: Path | None, force: bool, jobs: int | None, read_anyway: bool,
+               apply_: bool, dry_run: bool, backup: Path | None, force: bool, allow_large: bool, jobs: int | None,
+               read_anyway: bool,
                fmt: str | None, tablefmt: str) -> None:
     """Regenerate consume queues from the commit log as the broker's dispatch does.
 
@@ -484,11 +523,13 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 
     with _store(store, write=not (dry_run or out), force=force) as st:
         skipped = _rebuild_skips(st, read_anyway, as_broker)
+        check = _bound(st.root, "rebuild-cq", allow_large)
         with _progress(st, "rebuilding consume queues") as progress:
             res = rebuild_consume_queues(st, topics=topics, out=out, cq_file_size=cq_file_size,
                                          bcq_file_size=bcq_file_size, dry_run=dry_run, backup=backup,
                                          allow_empty=allow_no_records, progress=progress, jobs=jobs,
-                                         as_broker=version_of(st, broker_version) if as_broker else None)
+                                         as_broker=version_of(st, broker_version) if as_broker else None,
+                                         check=check)
     if res.missing and not allow_no_records:
         click.echo(f"rmqtool: error: no record of topic(s) {', '.join(map(repr, res.missing))} in the commit log; "
                    f"nothing rebuilt (--allow-no-records writes an empty queue directory). Topics: "
@@ -501,16 +542,16 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
                  "detail": f"{res.queues} queue(s), {res.files} file(s), {res.units} unit(s)"}] \
             if res.queues and (res.backup or out is not None) else []
     rows += _skipped_rows(res.damaged, res.cut) + _misplaced_rows(res.misplaced, as_broker)
-    show_plan(rows, fmt, tablefmt, "consume queues")
-    if not res.backup:
-        end_partial(skipped)
+    show_plan(_with_total(rows, res.size), fmt, tablefmt, "consume queues")
     if dry_run:
+        _refused_dry_run(check, res.size)
+        end_partial(skipped)
         end_dry_run(rows, idle="nothing to change")
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
-        end_partial(skipped)
     elif out is None:
         click.echo("nothing to change: the queues are as rebuilt", err=True)
+    end_partial(skipped)
 
 
 @cli.command("rebuild-index")
@@ -525,12 +566,13 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 @_DRY_RUN
 @_BACKUP
 @_FORCE
+@_ALLOW_LARGE
 @jobs_option
 @_REBUILD_READ_ANYWAY
 @output_options
 def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_broker: bool,
                   broker_version: str | None, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
-                  jobs: int | None, read_anyway: bool,
+                  allow_large: bool, jobs: int | None, read_anyway: bool,
                   fmt: str | None, tablefmt: str) -> None:
     """Regenerate index files from the commit log as IndexService.buildIndex does.
 
@@ -549,6 +591,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     from rmqtool.ops.dispatch_plan import DispatchPlan
     from rmqtool.ops.dispatch_plan import broker_version as version_of
     from rmqtool.ops.rebuild import rebuild_index as run
+    from rmqtool.store.bounds import PlanSize
 
     dry_run = plan_only(apply_, dry_run)
 
@@ -556,24 +599,25 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
         skipped = _rebuild_skips(st, read_anyway, as_broker)
         before = {ref.name for ref in st.index_files()}
         plan = DispatchPlan(version_of(st, broker_version) if as_broker else None, jobs=jobs)
+        check, size = _bound(st.root, "rebuild-index", allow_large), PlanSize()
         with _progress(st, "rebuilding index") as progress:
             files, saved = run(st, slots=slots, max_entries=max_entries, dry_run=dry_run, backup=backup,
-                               plan=plan, progress=progress)
+                               plan=plan, progress=progress, size=size, check=check)
     rows = [{"action": "write_index", "path": L.index_file(name), "detail": f"{entries} entries"}
             for name, entries, same in files if not same]
     rows += [{"action": "delete_index", "path": L.index_file(name), "detail": "not among the rebuilt files"}
              for name in sorted(before - {name for name, _, _ in files})]
     rows += _skipped_rows(plan.damaged, plan.cut)
-    show_plan(rows, fmt, tablefmt, "index files")
-    if not saved:
-        end_partial(skipped)
+    show_plan(_with_total(rows, size), fmt, tablefmt, "index files")
     if dry_run:
+        _refused_dry_run(check, size)
+        end_partial(skipped)
         end_dry_run(rows, idle="nothing to change")
     if saved:
         say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
-        end_partial(skipped)
     else:
         click.echo("nothing to change", err=True)
+    end_partial(skipped)
 
 
 @cli.command()
@@ -606,10 +650,10 @@ def init(store: str, commitlog_file_size: int, cq_file_size: int, slots: int, ma
                                  f"{Geometry(slots, max_entries).file_size} bytes, more than the broker's "
                                  f"int file size {JAVA_INT_MAX}", param_hint="--slots/--max-entries")
 
-    init_store(Path(store), commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
-               geometry=Geometry(slots, max_entries))
+    size = init_store(Path(store), commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
+                      geometry=Geometry(slots, max_entries))
     import shlex
-    click.echo(f"created {store}; undo: rm -r {shlex.quote(store)}", err=True)
+    click.echo(f"created {store}: {size.line()}; undo: rm -r {shlex.quote(store)}", err=True)
 
 
 def _host(_ctx, param, value):
@@ -659,10 +703,11 @@ def _arg_bytes(value: str, option: str, hex_: bool) -> bytes:
 @_DRY_RUN
 @_BACKUP
 @_FORCE
+@_ALLOW_LARGE
 @output_options
 def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str, ...], properties: tuple[str, ...],
         body: str | None, body_file, body_stdin: bool, hex_: bool, born_host, store_host, apply_: bool,
-        dry_run: bool, backup: Path | None, force: bool, fmt: str | None, tablefmt: str) -> None:
+        dry_run: bool, backup: Path | None, force: bool, allow_large: bool, fmt: str | None, tablefmt: str) -> None:
     """Append one message as a producer sends it and the broker stores it (commit log, consume queue, index,
     checkpoint), in one transaction with one backup.
 
@@ -685,7 +730,7 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str
         /tmp/rmqtool-put-$$ --topic T --body hi --apply
     """
     from rmqtool.errors import EncodeError
-    from rmqtool.ops.write import StoreWriter, broker_stamp, sent_message
+    from rmqtool.ops.write import broker_stamp, sent_message
 
     dry_run = plan_only(apply_, dry_run)
 
@@ -709,15 +754,9 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str
                                keys=key_list, properties=props, born_host=born_host, store_host=store_host)
         except EncodeError as exc:
             raise click.UsageError(exc.message) from None
-        writer = StoreWriter(st, backup=backup, dry_run=dry_run)
-        try:
-            msg = writer.append(msg)
-        except BaseException:
-            writer.abort()                     # bytes already written in place are taken back
-            raise
-        if dry_run:
-            _end_write_dry_run(writer, fmt, tablefmt)
-        saved = writer.commit()
+        writer, msg, saved = _append_all(st, lambda: [msg], "put", backup=backup, dry_run=dry_run,
+                                         allow_large=allow_large, given=lambda: (1, msg.total_size),
+                                         fmt=fmt, tablefmt=tablefmt)
     with stdout_may_close():
         write_rows([{"msg_id": msg.msg_id, "uniq_key": msg.uniq_key, "topic": msg.topic, "queue_id": queue_id,
                      "physical_offset": msg.physical_offset, "queue_offset": msg.queue_offset}],
@@ -728,10 +767,38 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str
 APPENDED_COLUMNS = ["msg_id", "uniq_key", "topic", "queue_id", "physical_offset", "queue_offset"]
 
 
-def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
-    rows = writer.plan()
-    show_plan(rows, fmt, tablefmt)
-    end_dry_run(rows)
+def _append_all(st, messages, what: str, *, backup: Path | None, dry_run: bool, allow_large: bool, given, fmt,
+                tablefmt: str):
+    """Append ``messages()`` (called once per pass) in one transaction, planned first: the plan's size against
+    the free bytes and inodes (atomic.check_room) and the bound (``given()``: the input's items and bytes),
+    then written. A dry run shows the plan and ends. Returns (writer, the last message as stored, backup)."""
+    from rmqtool.ops.write import StoreWriter
+    from rmqtool.store.atomic import check_room
+
+    def run(writer):
+        stored = None
+        try:
+            for msg in messages():
+                stored = writer.append(msg)
+        except BaseException:
+            writer.abort()                     # bytes already written in place are taken back
+            raise
+        return stored
+
+    planner = StoreWriter(st, dry_run=True)
+    run(planner)
+    rows, size = planner.planned()
+    check = _bound(st.root, what, allow_large, *given())
+    if dry_run:
+        show_plan(_with_total(rows, size), fmt, tablefmt)
+        if rows:
+            _refused_dry_run(check, size)
+        end_dry_run(rows)
+    check_room(st.root, size.data, size.files + 2, f"the {what}")
+    check(size)
+    writer = StoreWriter(st, backup=backup)
+    stored = run(writer)
+    return writer, stored, writer.commit()
 
 
 @cli.command("import")
@@ -742,10 +809,10 @@ def _end_write_dry_run(writer, fmt: str | None, tablefmt: str) -> None:
 @_DRY_RUN
 @_BACKUP
 @_FORCE
+@_ALLOW_LARGE
 @output_options
 def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
-            fmt: str | None,
-            tablefmt: str) -> None:
+            allow_large: bool, fmt: str | None, tablefmt: str) -> None:
     """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl) in one
     transaction with one backup: a failure or a kill leaves none of them.
 
@@ -762,27 +829,33 @@ def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: P
         rmqtool import STORE_5X /tmp/rmqtool-five.jsonl   # exit 1
     """
     from rmqtool.errors import RmqError
-    from rmqtool.ops.write import StoreWriter, broker_stamp, message_from_row, read_rows
+    from rmqtool.ops.write import broker_stamp, message_from_row, read_rows
 
     dry_run = plan_only(apply_, dry_run)
+    name, lines = file.name, _rereadable(file)
+    rows = 0
+
+    def messages():
+        nonlocal rows
+        lines.seek(0)
+        rows = 0
+        try:
+            for n, row in read_rows(lines):
+                rows += 1
+                try:
+                    msg = message_from_row(row, default_host, store_host)
+                except RmqError as exc:
+                    raise exc.at(path=f"{name}: line {n}")
+                if msg is not None:
+                    yield msg
+        except RmqError as exc:                 # a line that is not JSON: named by the file given
+            raise exc.at(path=name)
 
     with _store(store, write=not dry_run, force=force) as st:
         default_host = broker_stamp(st).store_host
-        writer = StoreWriter(st, backup=backup, dry_run=dry_run)
-        try:
-            for n, row in read_rows(file):
-                try:
-                    msg = message_from_row(row, default_host, store_host)
-                    if msg is not None:
-                        writer.append(msg)
-                except RmqError as exc:
-                    raise exc.at(path=f"{file.name}: line {n}")
-        except BaseException:
-            writer.abort()                 # rows already written in place are taken back
-            raise
-        if dry_run:
-            _end_write_dry_run(writer, fmt, tablefmt)
-        saved = writer.commit()
+        writer, _, saved = _append_all(st, messages, "import", backup=backup, dry_run=dry_run,
+                                       allow_large=allow_large, given=lambda: (rows, lines.seek(0, 2)),
+                                       fmt=fmt, tablefmt=tablefmt)
     with stdout_may_close():
         write_rows([{"imported": writer.count}], resolve_format(fmt), columns=["imported"], tablefmt=tablefmt,
                    title="imported")
@@ -792,15 +865,28 @@ def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: P
         click.echo("nothing to import", err=True)
 
 
+def _rereadable(file):
+    """``file`` (text), or a temporary copy of it when it cannot seek (stdin): import reads it twice (plan, write)."""
+    import tempfile
+
+    if file.seekable():
+        return file
+    copy = tempfile.TemporaryFile("w+", encoding="utf-8")
+    for chunk in iter(lambda: file.read(1 << 20), ""):
+        copy.write(chunk)
+    return copy
+
+
 @cli.command()
 @click.argument("backup", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("store", required=False, type=click.Path(path_type=Path))
 @_APPLY
 @_DRY_RUN
 @_FORCE
+@_ALLOW_LARGE
 @output_options
-def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, fmt: str | None,
-            tablefmt: str) -> None:
+def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force: bool, allow_large: bool,
+            fmt: str | None, tablefmt: str) -> None:
     """Put a backup made by a write command back into its store.
 
     STORE defaults to the one the backup's manifest names. Every backed-up file and directory comes
@@ -816,7 +902,8 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
       cp -r CRASHED_STORE /tmp/rs-$$ && rmqtool repair /tmp/rs-$$ --apply \\
         --backup /tmp/rs-$$.bk; rmqtool restore /tmp/rs-$$.bk /tmp/rs-$$ --apply
     """
-    from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, undo_dir
+    from rmqtool.store.atomic import read_backup, restore_backup, restore_plan, restore_size, undo_dir
+    from rmqtool.store.bounds import PlanSize
 
     plan_only(apply_, dry_run)
     manifest = read_backup(backup)
@@ -824,12 +911,18 @@ def restore(backup: Path, store: Path | None, apply_: bool, dry_run: bool, force
     with _store(str(store or manifest["store"]), write=apply_, force=force) as st:
         root = st.root
         rows = restore_plan(backup, root)
+        size, given = restore_size(backup, root, rows), PlanSize()
+        given.add_tree(backup)                    # the input: the backup
+        check = _bound(root, "restore", allow_large, given.files, given.data)
         if not apply_:
-            show_plan(rows, fmt, tablefmt, f"restore plan ({title})")
+            show_plan(_with_total(rows, size), fmt, tablefmt, f"restore plan ({title})")
+            if rows:
+                _refused_dry_run(check, size)
             end_dry_run(rows, "run with --apply")
         if not rows:
             click.echo("nothing to restore: the store matches the backup", err=True)
             return
+        check(size)
         saved = restore_backup(backup, root, undo_dir(backup))
-    show_plan(rows, fmt, tablefmt, f"restored ({title})")
+    show_plan(_with_total(rows, size), fmt, tablefmt, f"restored ({title})")
     say_undo(f"restored {len(rows)} path(s) from {backup}", saved, root)

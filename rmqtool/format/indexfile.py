@@ -192,23 +192,28 @@ def select_phy_offsets(buf, geometry: Geometry, key: str, begin: int, end: int,
                        max_num: int, header: IndexHeader | None = None) -> list[int]:
     """IndexFile.selectPhyOffset: walk the key's chain (newest first), comparing the hash only.
 
-    Reads only the header, one slot and the chain's entries, so it is cheap on a 420 MB file.
+    Reads only the header, one slot and the chain's entries, so it is cheap on a 420 MB file. Beyond the
+    broker (whose walk never ends on a loop of links, and reads past the file for a damaged count): a link
+    past the file's entries ends the chain, and so does the walk's ``index_num``-th step (no chain is longer).
     """
     header = header or decode_header(buf)
     key_hash = index_key_hash(key)
     slot_value = _SLOT.unpack_from(buf, geometry.slot_pos(key_hash % geometry.hash_slot_num))[0]
     out: list[int] = []
-    if slot_value <= 0 or slot_value > header.index_count or header.index_count <= 1:
+    last = min(header.index_count, geometry.index_num - 1)          # a damaged count reaches no further
+    if slot_value <= 0 or slot_value > last or header.index_count <= 1:
         return out
     number = slot_value
-    while len(out) < max_num:
+    for _ in range(geometry.index_num):
+        if len(out) >= max_num:
+            break
         entry_hash, phy, time_diff, prev = ENTRY.unpack_from(buf, geometry.entry_pos(number))
         if time_diff < 0:
             break
         time_read = header.begin_timestamp + time_diff * 1000
         if entry_hash == key_hash and begin <= time_read <= end:
             out.append(phy)
-        if prev <= 0 or prev > header.index_count or prev == number or time_read < begin:
+        if prev <= 0 or prev > last or prev == number or time_read < begin:
             break
         number = prev
     return out

@@ -201,6 +201,7 @@ def _dispatched(recs: _Records, names: dict, out: Outcome, skipped: np.ndarray, 
         before = rows[recs.offset[rows] < reput_from]
         if len(before):               # already in the queue, at their offsets
             w.fill_gaps = True
+            w.skipped_before = lambda phy: phy        # the broker wrote them: a last unit's gap is kept
             w.put_many(recs.offset[before], recs.size[before], recs.tags[before], recs.queue_offset[before])
             w.finish()
             w.fill_gaps = False

@@ -14,7 +14,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,7 @@ from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, keeps_walk
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, present
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
+from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.broker_model import possible_queue_offset
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
@@ -50,12 +51,14 @@ class RebuildResult:
     misplaced: list[tuple[str, int, int, int, int | None, bool]] = field(default_factory=list)
     # units whose stored queue offset is not their place (rule reput_misplaced): (topic, queue id, record offset,
     # stored queue offset, placed at (None: skipped as repeated), first of its queue)
+    size: PlanSize = field(default_factory=PlanSize)     # what the rebuild creates, replaces, deletes
 
 
 def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Path | None = None,
                            cq_file_size: int | None = None, bcq_file_size: int | None = None, dry_run: bool = False,
                            backup: Path | None = None, allow_empty: bool = True, as_broker: str | None = None,
-                           progress: Progress | None = None, jobs: int | None = None) -> RebuildResult:
+                           progress: Progress | None = None, jobs: int | None = None,
+                           check: Callable[[PlanSize], None] | None = None) -> RebuildResult:
     """Consume queues (all, or those of ``topics``) rebuilt from the commit log as the broker's dispatch
     writes them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
     ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
@@ -65,7 +68,8 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan).
     ``jobs``: worker processes for the walk; where each unit goes at its queue offset (not ``as_broker``,
     no DLedger), they write the queue runs that go on where their queue stands, this process the rest
-    (dispatch_files' ``place``)."""
+    (dispatch_files' ``place``). ``check`` sees the plan's size before anything is swapped in (and, with
+    ``out``, before the rebuild returns; what it raises leaves ``out`` empty): store.bounds."""
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
@@ -122,10 +126,26 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     result.queues, result.files = len(writers), sum(w.created for w in writers.values())
     result.units = sum((w.write_pos - (getattr(w, "first_created", 0) or 0)) // C.CQ_STORE_UNIT_SIZE
                        for w in writers.values())
-    if scratch is not None:
-        try:
+    try:
+        if scratch is not None:
             result.changes = _queue_changes(store, scratch, list(rels.values()))
-        finally:
+            result.size = _tree_changes(store, {rel: scratch / rel for rel in rels.values()})
+        elif out is not None:
+            result.size.add_tree(out)
+        else:
+            result.size = _tree_changes(store, {rels[key]: path for key, path in built.items()})
+        for t, qid, phy, stored, _, _ in result.misplaced:
+            result.size.why[f"{t}/{qid}" if out is not None else L.queue_dir(t, qid)] = \
+                f"queue offset {stored} of the record at {phy}"
+        if check is not None and not dry_run:
+            check(result.size)
+    except BaseException:
+        _clear(written)
+        for path in built.values():
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    finally:
+        if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     if dry_run or out is not None:
         return result
@@ -181,6 +201,24 @@ def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str
     return out
 
 
+def _tree_changes(store: Store, built: dict[str, Path]) -> PlanSize:
+    """The size of swapping each built directory in for the store's directory it names: files new to the store
+    created, those it changes, the rest of its files deleted."""
+    size = PlanSize()
+    for rel, mine in built.items():
+        theirs = store.root / rel
+        have = {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} if theirs.is_dir() else set()
+        for p in (p for p in mine.rglob("*") if p.is_file()):
+            name = p.relative_to(mine)
+            if name in have:
+                size.changed += not same_content(p, theirs / name)
+                have.discard(name)
+            else:
+                size.create(f"{rel}/{name}", *file_data(p))
+        size.deleted += len(have)
+    return size
+
+
 def _same_tree(mine: Path, theirs: Path) -> bool:
     """Whether ``theirs`` is a directory holding the files under ``mine``, byte for byte."""
     names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
@@ -233,6 +271,7 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
             w = writers[code] = kind(sizes[is_batch], directory(t, qid, is_batch))
             if not is_batch and plan is not None and plan.as_broker is None and not is_lmq(t):
                 w.fill_gaps = True           # LMQ offsets are the broker's dispatch, not the record's own
+                w.skipped_before = partial(_skipped_before, plan.damaged)
         return w
 
     with closing(records):                   # stops the workers before the caller cleans up
@@ -256,6 +295,11 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
     for w in writers.values():
         w.flush()
     return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})
+
+
+def _skipped_before(damaged: list[tuple[int, int, str]], phy: int) -> int:
+    """The records the dispatch stepped over before commit-log offset ``phy`` (CqWriter.skipped_before)."""
+    return sum(1 for at, _, _ in damaged if at < phy)
 
 
 def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topics: set[str] | None,
@@ -385,22 +429,29 @@ def batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | None = None,
                   dry_run: bool = False, backup: Path | None = None, plan: DispatchPlan | None = None,
-                  progress: Progress | None = None) -> tuple[list[tuple[str, int, bool]], Path | None]:
+                  progress: Progress | None = None, size: PlanSize | None = None,
+                  check: Callable[[PlanSize], None] | None = None) -> tuple[list[tuple[str, int, bool]], Path | None]:
     """All index files rebuilt from the commit log, as (file name, entries, same as the existing file);
     swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/`` (in a
     temporary directory on a dry run). ``plan``: which records (rmqtool.ops.dispatch_plan; its damaged
-    records are listed there)."""
+    records are listed there). ``size`` gets the plan's size, which ``check`` sees before the swap."""
     geometry = store.index_geometry(slots, max_entries)
     plan = plan or DispatchPlan()
+    size = size if size is not None else PlanSize()
     if dry_run:                           # nothing in the store changes, not even a directory's time
         with tempfile.TemporaryDirectory(prefix="rmqtool-index-") as tmp:
-            return _build_index(store, geometry, Path(tmp), plan, progress)[0], None
+            files = _build_index(store, geometry, Path(tmp), plan, progress)[0]
+            _index_size(size, Path(tmp), files, store)
+            return files, None
     built = store.path(L.INDEX + BUILD)
     if built.exists():
         shutil.rmtree(built)
     built.mkdir(parents=True)
     try:
         files, builder = _build_index(store, geometry, built, plan, progress)
+        _index_size(size, built, files, store)
+        if check is not None:
+            check(size)
     except BaseException:                 # leave nothing half-built behind
         shutil.rmtree(built, ignore_errors=True)
         raise
@@ -414,6 +465,17 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
         from rmqtool.format.checkpoint import encode_checkpoint
         txn.write(L.CHECKPOINT, encode_checkpoint(cp._replace(index_msg_timestamp=builder.full_end_timestamp)))
     return files, txn.commit()
+
+
+def _index_size(size: PlanSize, built: Path, files: list[tuple[str, int, bool]], store: Store) -> None:
+    """The files a rebuild of the index creates (not among the store's), changes (differing) and deletes."""
+    have = {ref.name for ref in store.index_files()}
+    for name, _, same in files:
+        if name in have:
+            size.changed += not same
+        else:
+            size.create(L.index_file(name), *file_data(built / name))
+    size.deleted += len(have - {name for name, _, _ in files})
 
 
 def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPlan,

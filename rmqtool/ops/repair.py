@@ -15,9 +15,11 @@ pure). Every byte it plans comes from a store helper (``cut_copy``, ``patched``,
 
 from __future__ import annotations
 
+import bisect
 import struct
 import tempfile
 import warnings
+from functools import partial
 from itertools import chain
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +38,7 @@ from rmqtool.ops.dispatch_plan import valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file, scan_files
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import Transaction, failed, remove_scratch
+from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
 from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, patched
 from rmqtool.store.index_builder import IndexBuilder, continue_copies
@@ -110,6 +113,19 @@ class RepairPlan:
     @property
     def empty(self) -> bool:
         return not (self.writes or self.deletes or self.renames)
+
+    def size(self) -> PlanSize:
+        """What the plan creates (files new to the store), changes and deletes (store.bounds)."""
+        size = PlanSize()
+        for rel, data in self.writes.items():
+            n, length = file_data(data) if isinstance(data, Path) else (memoryview(data).nbytes,) * 2
+            if self.store.path(rel).exists():
+                size.changed += 1
+                size.data += n
+            else:
+                size.create(rel, n, length)
+        size.deleted = len(self.deletes)
+        return size
 
     def close(self) -> None:
         """Remove the scratch directory (an OSError names the file that could not go)."""
@@ -295,9 +311,10 @@ def plan_repair(store: Store, *, salvage: bool = True, as_broker: bool = False, 
         dispatch(scanned)
     if ranges:    # beyond the broker: every record at its queue offset, a blank unit where a salvaged one was,
         #           so that no start's dispatch appends them at another queue offset (rule reput_misplaced)
+        salvaged = sorted(at for at, _ in ranges)
         for w in writers.values():
             w.fill_gaps = True
-        dispatch(older + scanned, fill_gaps=True)
+        dispatch(older + scanned, fill_gaps=True, skipped_before=partial(bisect.bisect_left, salvaged))
         for w in writers.values():
             w.finish()
         if set(writers) - set(originals) and not (cq_file_size or store.cq_file_size_known):
@@ -683,7 +700,7 @@ def _untouched(cq, file_size: int, process: int, reach: int) -> bool:
 
 
 def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[str, int], CqWriter],
-              file_size: int, skip: set, fill_gaps: bool = False) -> None:
+              file_size: int, skip: set, fill_gaps: bool = False, skipped_before=None) -> None:
     """CommitLogDispatcherBuildConsumeQueue over the re-read records, one queue's run at a time."""
     for facts in scanned:
         cols = facts.columns
@@ -699,6 +716,8 @@ def _dispatch(scanned: list[FileFacts], names: QueueNames, writers: dict[tuple[s
                 safe_topic_dir(name[0], int(cols["offset"][run[0]]))
                 w = writers[name] = CqWriter(file_size)
                 w.fill_gaps = fill_gaps
+            if skipped_before is not None:
+                w.skipped_before = skipped_before
             w.put_many(cols["offset"][run], cols["size"][run], cols["tags_code"][run], cols["queue_offset"][run])
 
 

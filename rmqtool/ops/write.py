@@ -33,6 +33,7 @@ from rmqtool.format.rows import decode_body
 from rmqtool.store import layout as L
 from rmqtool.store.appender import CommitLogAppender
 from rmqtool.store.atomic import PatchTransaction, atomic_write, check_room, preallocate
+from rmqtool.store.bounds import PlanSize
 from rmqtool.store.broker_model import refusal, refused_files
 from rmqtool.ops.findings import ERROR
 from rmqtool.store.metadata import batch_cq_topics
@@ -59,8 +60,9 @@ _NO_UNIT = (C.TransactionType.PREPARED, C.TransactionType.ROLLBACK)
 def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FILE_SIZE,
                cq_file_size: int = C.DEFAULT_CQ_FILE_SIZE, geometry: Geometry = DEFAULT_GEOMETRY,
                dledger_self_id: str | None = None,
-               dledger_index_file_size: int = DEFAULT_INDEX_FILE_SIZE) -> None:
-    """An empty store as a broker leaves it before the first message, plus the sizes in use.
+               dledger_index_file_size: int = DEFAULT_INDEX_FILE_SIZE) -> PlanSize:
+    """An empty store as a broker leaves it before the first message, plus the sizes in use; returns what
+    it created (store.bounds.PlanSize).
 
     With ``dledger_self_id`` (enableDLegerCommitLog), the commit log is ``dledger-<id>/data`` and
     ``index`` (files created by the first append) and ``currterm`` of the node that leads term 0.
@@ -73,23 +75,32 @@ def init_store(root: Path, *, commitlog_file_size: int = C.DEFAULT_COMMITLOG_FIL
     if dledger_self_id is not None and (dledger_index_file_size <= 0 or dledger_index_file_size % 32
                                         or not dledger_self_id.isidentifier()):
         raise StoreError("the DLedger index file size must be a multiple of 32 and the node id a plain name")
-    check_room(root, 2 * C.CHECKPOINT_FILE_SIZE, 12, "init")        # the files but the sparse commit log
-    for sub in (L.CONSUMEQUEUE, L.INDEX, L.CONFIG):
-        (root / sub).mkdir(parents=True, exist_ok=True)
     sizes = {"mappedFileSizeCommitLog": commitlog_file_size, "mappedFileSizeConsumeQueue": cq_file_size,
              "maxHashSlotNum": geometry.hash_slot_num, "maxIndexNum": geometry.index_num}
-    if dledger_self_id is None:
+    files = {L.CHECKPOINT: encode_checkpoint(Checkpoint()), L.LOCK: b"lock"}
+    ledger = None if dledger_self_id is None else root / (L.DLEDGER_PREFIX + dledger_self_id)
+    if ledger is not None:
+        sizes["dledgerMappedFileSizeForEntryIndex"] = dledger_index_file_size
+        files[str((ledger / L.DLEDGER_CURRTERM).relative_to(root))] = \
+            encode_currterm(CurrentTerm(0, dledger_self_id)).encode()
+    files[L.SIZES_FILE] = json.dumps(sizes, indent=1).encode()
+    size = PlanSize()
+    for rel, data in files.items():
+        size.create(rel, len(data))
+    if ledger is None:
+        size.create(L.commitlog_file(0), 0, commitlog_file_size)
+    check_room(root, size.data, size.files + 6, "init")       # and its directories
+    for sub in (L.CONSUMEQUEUE, L.INDEX, L.CONFIG):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    if ledger is None:
         (root / L.COMMITLOG).mkdir()
         preallocate(root / L.commitlog_file(0), commitlog_file_size)
     else:
-        ledger = root / (L.DLEDGER_PREFIX + dledger_self_id)
         for sub in (L.DLEDGER_DATA, L.DLEDGER_INDEX):
             (ledger / sub).mkdir(parents=True)
-        atomic_write(ledger / L.DLEDGER_CURRTERM, encode_currterm(CurrentTerm(0, dledger_self_id)).encode())
-        sizes["dledgerMappedFileSizeForEntryIndex"] = dledger_index_file_size
-    atomic_write(root / L.CHECKPOINT, encode_checkpoint(Checkpoint()))
-    atomic_write(root / L.LOCK, b"lock")
-    atomic_write(root / L.SIZES_FILE, json.dumps(sizes, indent=1).encode())
+    for rel, data in files.items():
+        atomic_write(root / rel, data)
+    return size
 
 
 class _Queues:
@@ -300,6 +311,14 @@ class StoreWriter:
         """The dry run's rows: one per file the appends create or write."""
         self._finish()
         return self.txn.plan_rows()
+
+    def planned(self) -> tuple[list[dict], PlanSize]:
+        """A dry run's end: its rows (one per file the appends create or write) and its size (store.bounds)."""
+        try:
+            rows = self.plan()
+            return rows, self.txn.plan_size()
+        finally:
+            self._close()
 
     def commit(self) -> Path | None:
         """Make every appended message durable as one transaction; returns its backup directory (None:
@@ -579,6 +598,7 @@ def message_from_row(row: dict[str, Any], store_host: Host = DEFAULT_HOST,
 def read_rows(lines: Iterable[str]) -> Iterator[tuple[int, dict]]:
     """(line number, row) of each non-empty jsonl line; EncodeError for a line that is not a JSON object."""
     where = getattr(lines, "name", None)
+    where = where if isinstance(where, str) else None        # a temporary copy's is its descriptor
     for n, line in enumerate(lines, start=1):
         if line.strip():
             try:

@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from rmqtool import clock
 from rmqtool.errors import RmqError, UnsafeWrite, WriteFailed
+from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.filequeue import data_extents, read_exact
 
 JOURNAL = ".rmqtool-journal.json"
@@ -508,6 +509,26 @@ def restore_plan(backup: Path, root: Path) -> list[dict]:
     return rows
 
 
+def restore_size(backup: Path, root: Path, rows: list[dict]) -> PlanSize:
+    """What restoring ``rows`` (restore_plan) creates (the backed-up files absent from the store), changes and
+    deletes (store.bounds)."""
+    size = PlanSize()
+    for row in rows:
+        rel, target = row["path"], confined(Path(root), row["path"])
+        if row["action"] == "delete":
+            size.deleted += 1
+        elif target.exists() or row["action"] == "restore_ranges":
+            size.changed += 1
+        else:
+            kept = Path(backup) / rel
+            kept = kept if kept.exists() else Path(backup) / "removed" / rel
+            if kept.is_dir():
+                size.add_tree(kept, rel)
+            elif kept.is_file():
+                size.create(rel, *file_data(kept))
+    return size
+
+
 def _preimage(entry_range: list, backup: Path) -> bytes:
     offset, length, at = entry_range
     if at is None:
@@ -657,6 +678,18 @@ class PatchTransaction:
         return [{"action": "create_file" if "created" in p else "write_file", "path": rel,
                  "detail": (f"new file of {p['created']} bytes (sparse), " if "created" in p else "")
                  + f"{p['bytes']} bytes written in place"} for rel, p in sorted(self.plan.items())]
+
+    def plan_size(self) -> PlanSize:
+        """A dry run's plan as a store.bounds.PlanSize: files created (bytes written, the rest sparse), files
+        written in place (changed)."""
+        size = PlanSize()
+        for rel, p in sorted(self.plan.items()):
+            if "created" in p:
+                size.create(rel, p["bytes"], p["created"])
+            else:
+                size.changed += 1
+                size.data += p["bytes"]
+        return size
 
     @property
     def empty(self) -> bool:

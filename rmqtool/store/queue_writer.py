@@ -71,6 +71,9 @@ class CqWriter:
         self.tentative: int | None = None     # the queue offset the next unit must have (CqFileWriter.placed)
         # rule reput_misplaced: (phy, stored queue offset, placed at (None: skipped), first of its queue)
         self.misplaced: list[tuple[int, int, int | None, bool]] = []
+        # fill_gaps: how many records before a commit-log offset the dispatch skipped (damaged, salvaged): the
+        # most units a queue's last unit may leave blank before it (``_settle``)
+        self.skipped_before = lambda phy: 0
 
     @classmethod
     def load(cls, cq: ConsumeQueue, file_size: int) -> "CqWriter":
@@ -183,12 +186,17 @@ class CqWriter:
     def _settle(self, held: tuple[int, int, int, int], next_offset: int | None) -> None:
         """Place a held unit (``fill_gaps``; rule reput_misplaced): at its queue offset when the queue's next unit
         follows it (``next_offset``) or, for the last unit, when the offset is possible for its record
-        (broker_model.possible_queue_offset) -- blank units fill a gap before it (skipped damaged records);
-        otherwise it is misplaced: it goes at its queue's end (where the broker appends it), or in an empty
-        queue just before the next unit (at 0 without one), and is named in ``misplaced``."""
+        (broker_model.possible_queue_offset) and its gap no wider than the records skipped before it
+        (``skipped_before``) -- blank units fill a gap before it (skipped damaged records); otherwise it is
+        misplaced: it goes at its queue's end (where the broker appends it), or in an empty queue just
+        before the next unit (at 0 without one), and is named in ``misplaced``."""
         phy, size, tags, q = held
         end = self.write_pos // C.CQ_STORE_UNIT_SIZE if self.files else None
-        trusted = (q + 1 == next_offset if next_offset is not None else True) and possible_queue_offset(phy, q)
+        if next_offset is not None:
+            trusted = q + 1 == next_offset
+        else:             # the last unit: nothing confirms a gap but the records skipped before it
+            trusted = end is None or q <= end or q - end <= self.skipped_before(phy)
+        trusted = trusted and possible_queue_offset(phy, q)
         if trusted and end is not None and q < end:
             self.misplaced.append((phy, q, None, False))      # below the end: skipped, as the broker does
             return

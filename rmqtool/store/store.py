@@ -244,7 +244,13 @@ class Store:
     def saved_sizes(self) -> dict:
         """The sizes chosen at ``init`` (``config/rmqtool.json``; empty when absent)."""
         path = self.path(L.SIZES_FILE)
-        return (read_config(path) or {}) if self.is_store_root and path.is_file() else {}
+        sizes = (read_config(path) or {}) if self.is_store_root and path.is_file() else {}
+        if not isinstance(sizes, dict):
+            raise StoreError("not a JSON object of sizes", path=str(path))
+        for key, value in sizes.items():        # each a Java int the broker takes as a size or count
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31 - 1:
+                raise StoreError(f"{key} {value!r} is not a size (an int in 1..2147483647)", path=str(path))
+        return sizes
 
     @property
     def commitlog_file_size(self) -> int:
