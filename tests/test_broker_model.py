@@ -305,8 +305,8 @@ def test_repair_listing_is_bounded(store_copy):
     _damage_mid_log(root)
     full = run("repair", root, "-f", "jsonl", "--limit", "0")
     short = run("repair", root, "-f", "jsonl", "--limit", "2")
-    n = len(full.stdout.splitlines())
-    assert n > 3 and len(short.stdout.splitlines()) == 2
+    n = len(full.stdout.splitlines()) - 1          # the total row is always shown, last
+    assert n > 3 and len(short.stdout.splitlines()) == 3 and '"action":"total"' in short.stdout.splitlines()[-1]
     assert f"{n - 2} more action(s) not listed" in short.stderr
 
 
@@ -511,7 +511,7 @@ def test_repair_rewrites_a_mismatched_blank_in_every_file(base, over, store_copy
     root = store_copy(base)
     path, at = _blank_size(over)(root, random.Random(f"{base}/{over}"))
     dry = run("repair", root, "-f", "jsonl")
-    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    rows = [json.loads(line) for line in dry.stdout.splitlines()][:-1]       # the total row last
     assert dry.exit_code == 1 and [(r["action"], r["path"]) for r in rows] == [("fix_blank_size", path)], dry.output
     assert f"the BLANK at offset {at} " in rows[0]["detail"]
     assert run("repair", root, "--apply", "--backup", tmp_path / "bk").exit_code == 0
@@ -541,7 +541,7 @@ def test_short_checkpoint_is_read_as_the_broker_maps_it(base, length, store_copy
                             "broker reads zeros past its end and writes every field at its next flush: "
                             "StoreCheckpoint.<init>; repair rewrites it\n")
     dry = run("repair", root, "-f", "jsonl")
-    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    rows = [json.loads(line) for line in dry.stdout.splitlines()][:-1]       # the total row last
     assert dry.exit_code == 1 and [(r["action"], r["path"]) for r in rows] == [("checkpoint", "checkpoint")]
     assert rows[0]["detail"].startswith(f"{length} bytes -> 4096")
     assert run("repair", root, "--apply", "--backup", tmp_path / "bk").exit_code == 0
