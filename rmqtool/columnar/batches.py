@@ -94,6 +94,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
     mm, buf, data = _map(f)
     data64 = words(data)
     released = 0
+    scratch: dict = {}                  # decode_batch copies what a batch keeps of a window's tables
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
         released = release_pages(mm, pos, released)
@@ -102,7 +103,8 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
             return False                      # file end without a BLANK: next file
         size, magic = peek_header(buf, pos)
         if magic in _MESSAGE_MAGICS:
-            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc, items=True, data64=data64)
+            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc, items=True, data64=data64,
+                              scratch=scratch)
             yield from _window_batches(data, win, f.start, check_crc, batch_rows)
             if win.bad < 0:
                 pos = win.next
@@ -131,6 +133,7 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
     data64 = words(data)
     cl = DLedgerCommitLog(FileQueue([f]))
     released = 0
+    scratch: dict = {}
     while True:
         released = release_pages(mm, pos, released)
         if _at_file_end(data, pos, D.MIN_BLANK_LEN, f):
@@ -141,7 +144,7 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
         if magic in D.VALID_MAGICS and len(data) - pos > D.HEADER_SIZE + 8 \
                 and peek_header(buf, pos + D.HEADER_SIZE)[1] in _MESSAGE_MAGICS:
             win = scan_window(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE, check_crc=check_crc, items=True,
-                              data64=data64)
+                              data64=data64, scratch=scratch)
             good = ledger_headers_ok(data, win.starts, win["total"], f.start)
             yield from _window_batches(data, win.head(good), f.start, check_crc, batch_rows)
             if good and good == win.n and win.bad < 0:

@@ -29,7 +29,9 @@ The small-input path: numba is not imported until the first compiled call (``loa
 first ``SMALL_RECORDS`` records are scanned by the same functions run as plain Python (numpy scalars, the
 intrinsics' Python forms, zlib's CRC): importing numba and loading the cached machine code costs ~0.5
 CPU-s, more than plain Python spends on a few thousand records, and a first run on a small store compiles
-nothing.
+nothing. The budget counts records scanned and consume-queue units walked (``spend``), and a scan whose
+chain of records is longer than what is left of it loads the compiled code at once (``_chain_longer``):
+on a large store the plain path would only add its ~0.1 ms a record to the load.
 """
 
 from __future__ import annotations
@@ -74,6 +76,14 @@ SMALL_RECORDS = 2000     # records a process scans as plain Python before it loa
 _PLAIN = [SMALL_RECORDS]    # the records left to the plain path; None once compiled code is loaded
 _UNCACHED: list[str] = []
 _SOURCES = ""
+
+
+def spend(items: int) -> None:
+    """Charge ``items`` (records scanned, consume-queue units walked) to the small-input path's budget:
+    once it is spent, the next compiled function's call loads the compiled code (a large store's consume
+    queues walked before any record would otherwise all run as plain Python)."""
+    if _PLAIN[0]:
+        _PLAIN[0] = max(_PLAIN[0] - items, 0)
 
 
 class _Lazy:
@@ -763,6 +773,18 @@ def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
     return out.reshape(shape) if len(shape) > 1 else out
 
 
+def _reused(scratch: dict | None, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialised int64 array of ``shape``: over ``scratch[key]``'s buffer where it is large enough
+    (else a new one kept there), or a new one without ``scratch``."""
+    if scratch is None:
+        return _pooled(shape, np.int64)
+    count = math.prod(shape)
+    buf = scratch.get(key)
+    if buf is None or len(buf) < count:
+        buf = scratch[key] = _pooled((count,), np.int64)
+    return buf[:count].reshape(shape)
+
+
 _LOADED: list[bool] = []
 
 
@@ -781,8 +803,25 @@ def loaded(fn, *args):
         _LOADED.append(True)
 
 
+def _chain_longer(data: np.ndarray, pos: int, gap: int, count: int) -> bool:
+    """Whether the chain of record sizes from ``pos`` (each record ``gap`` bytes after the previous one's end)
+    holds more than ``count`` records: a walk of their TOTALSIZE fields alone (a few microseconds a record,
+    where the plain path takes ~0.1 ms)."""
+    size = len(data)
+    for _ in range(count + 1):
+        p = pos + gap
+        if p + 4 > size:
+            return False
+        total = int.from_bytes(data[p:p + 4].tobytes(), "big", signed=True)
+        if total <= 0:
+            return False
+        pos = p + total
+    return True
+
+
 def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_crc: bool = False,
-                items: bool = False, data64: tuple[np.ndarray, int] | None = None) -> Window:
+                items: bool = False, data64: tuple[np.ndarray, int] | None = None, scratch: dict | None = None
+                ) -> Window:
     """The MESSAGE chain that begins at ``pos`` + ``gap``, for records starting before ``limit`` + ``gap``.
 
     ``gap``: bytes in front of every record (a DLedger entry header: 48; 0 for a plain commit log), so
@@ -791,28 +830,33 @@ def scan_window(data: np.ndarray, pos: int, limit: int, gap: int = 0, *, check_c
     ``items_end`` is each record's end in it) and the copies of bodies, topics and properties
     (``Window.heap``: three buffers, each record's at ``body_off``, ``topic_off``, ``props_off``) and the
     msgId texts (``Window.ids``, at ``id_off``). ``data64``: ``words(data)``, computed once per file.
+    ``scratch``: a dict the caller keeps from window to window, whose buffers hold the field table, the
+    property spans and the items of the next window too (the caller copies out what it keeps before the
+    next scan): fresh ones for each window are pages the system zeroes again, ~0.1 CPU-s per GiB.
     """
     d64, shift = words(data) if data64 is None else data64
     data, d64 = read_only(data), read_only(d64)    # one compiled kernel, whatever the caller's arrays
     limit = min(limit, len(data))        # no record starts past the data: columns sized to what can be there
     span = max(limit - pos, 0)
+    if _PLAIN[0] and _chain_longer(data, pos, gap, _PLAIN[0]):
+        load_compiled()                # a large input: the plain path's records would be spent for nothing
     while True:
         cap = span // (MIN_RECORD + gap) + 2
         plain = _PLAIN[0]
         if plain:
             cap = min(cap, plain)   # the plain path's share: the caller goes on from ``next``
-        cols, props = _pooled((len(FIELDS), cap), np.int64), _pooled((cap, 2 * len(PROPERTIES)), np.int64)
+        cols = _reused(scratch, "cols", (len(FIELDS), cap))
+        props = _reused(scratch, "props", (cap, 2 * len(PROPERTIES)))
         its = bodies = topics = properties = parsed = ids = None
         if items:
             heap = span + 4096
-            its, ids = _pooled((3, heap // 4), np.int64), _pooled((cap * _ID_ROOM,), np.uint8)
+            its, ids = _reused(scratch, "items", (3, heap // 4)), _pooled((cap * _ID_ROOM,), np.uint8)
             bodies, topics, properties = (_pooled((heap,), np.uint8) for _ in range(3))
             parsed = read_only(properties)
         n, nxt, bad, full, body_used, topic_used, props_used, ids_used = loaded(
             _scan, data, d64, shift, pos, limit, gap, _crc_argument() if check_crc else None, _NAME_BYTES, _NAME_OFF,
             cols, props, its, bodies, topics, properties, parsed, ids)
-        if plain and _PLAIN[0]:
-            _PLAIN[0] = max(plain - n, 0)
+        spend(n)
         if n or not full:
             break
         span = len(data) - pos             # one record larger than the window: room for the rest of the data

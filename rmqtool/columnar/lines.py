@@ -20,7 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rmqtool.columnar.kernel import _helper, _jit, load_compiled
+from rmqtool.columnar.kernel import _helper, _jit, load_compiled, read_only
 
 load_compiled()       # these passes work on addresses: they have no plain form (kernel.py's small-input path)
 
@@ -275,6 +275,22 @@ def _render(first, last, parts, lits, lit, end, offsets, out, tables, pos):
         for r in range(rows):
             for k in range(len(end)):
                 _poke(pos[r] + k, end[k])
+
+
+@_jit
+def _escapes(d):
+    """Whether any byte of ``d`` is a control character, a quote or a backslash (what JSON escapes)."""
+    hit = False
+    for i in range(len(d)):
+        c = d[i]
+        hit |= (c < 32) | (c == 34) | (c == 92)
+    return hit
+
+
+def any_escape(data: np.ndarray) -> bool:
+    """``_escapes`` of a column's bytes: one pass, where numpy's three comparisons made three arrays of the
+    column's size (~0.05 CPU-s per GiB of JSON lines)."""
+    return bool(_escapes(read_only(data)))
 
 
 def _positions() -> np.ndarray:

@@ -188,7 +188,7 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple:
     """(``lines.Lines``, the end of a line): one line per record in ``style``: "json" (``dumps(entry_row(...))``),
     "csv" (``cli.output``'s csv writer: a cell quoted only where needed) or "export_csv" (pyarrow's CSV
     writer: every string quoted)."""
-    from rmqtool.columnar.lines import BASE64, INT32, INT64, LIST, MAP, NULL, TEXT, Lines
+    from rmqtool.columnar.lines import BASE64, INT32, INT64, LIST, MAP, NULL, TEXT, Lines, any_escape
     from rmqtool.columnar.props import strings      # Arrow scalars: a Python value makes pyarrow import pandas
 
     lines = Lines(batch.num_rows)
@@ -222,7 +222,7 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple:
         elif pa.types.is_map(t) or pa.types.is_list(t):
             is_map = pa.types.is_map(t)
             items = [col.keys, col.items] if is_map else [col.values]
-            if all(v.null_count == 0 and not _any_escape(v) for v in items):
+            if all(v.null_count == 0 and not any_escape(_bytes(v)) for v in items):
                 lines.add(MAP if is_map else LIST, col, pre, b"", null, (_MAP if is_map else _LIST)[style])
             else:
                 text = (json_object if is_map else json_array)(col)
@@ -232,7 +232,7 @@ def _lines(batch: pa.RecordBatch, body_encoding: str, style: str) -> tuple:
                     _add_csv_text(lines, text, pre, null, quote_all, pc.greater(pc.binary_length(text), 2))
         elif json_text:
             plain = name in _PLAIN or (name == "body" and body_encoding != "text")
-            if plain or not _any_escape(col):
+            if plain or not any_escape(_bytes(col)):
                 lines.add(TEXT, col, *quoted, null)
             else:
                 lines.add(TEXT, json_string(col), pre, b"", null)

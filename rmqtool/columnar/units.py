@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.kernel import _i32, _i64, _jit, loaded
+from rmqtool.columnar.kernel import _i32, _i64, _jit, loaded, spend
 
 _UNIT = C.CQ_STORE_UNIT_SIZE
 _FILLER = C.CQ_FILLER_SIZE
@@ -76,6 +76,7 @@ def walk_units(data: bytes, min_offset: int, end: int, state: np.ndarray) -> Uni
     n = len(data) // _UNIT
     rows = np.empty((3, n), np.int64)
     stop, n_late, n_back, *rest = loaded(_walk_units, np.frombuffer(data, np.uint8), min_offset, end, state, *rows)
+    spend(stop)
     return UnitWalk(stop, rows[0, :n_late], rows[1, :n_back], rows[2, :n_back], *rest)
 
 

@@ -314,6 +314,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     data = np.frombuffer(mm, np.uint8, min(len(mm), f.readable))     # a file cut to what is readable
     data64 = words(data)
     pos = released = 0
+    scratch: dict = {}                 # the kernel's tables, reused: add_window copies what it keeps
     while True:
         released = release_pages(mm, pos, released)
         populate_pages(mm, pos, WINDOW_BYTES + 65536)
@@ -334,7 +335,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
                                               "(a torn or truncated write)", expected=0, actual="non-zero"))
             break
         if magic in _MESSAGE_MAGICS:
-            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=deep, data64=data64)
+            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=deep, data64=data64, scratch=scratch)
             if win.n:
                 ok = got.add_window(data, win, f.start)
                 _physical_offset_warnings(facts, win.starts[:ok], win["stored_physical_offset"][:ok], f.start, path)
