@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import struct
 
 import pytest
 
@@ -162,3 +164,17 @@ def test_rebuild_cq_dry_run_lists_only_the_queues_that_would_change(store_copy):
     assert rows[-1] == {"action": "total", "path": "", "detail": f"{len(gone)} files new, 0 changed, 0 deleted; "
                         f"{sum(map(len, gone))} bytes"}
     assert snapshot(root) == {k: v for k, v in before.items() if not k.startswith("consumequeue/TopicB/")}
+
+
+def test_a_queues_first_unit_keeps_its_offset_when_records_after_it_are_cut(store_copy, tmp_path):
+    """rebuild-cq --read-anyway on a store whose second commit-log file is cut short: a queue whose first
+    record (queue offset 0, in the first file) is followed by one at queue offset 3 (1 and 2 were in the cut
+    file) keeps its unit at 0; nothing says it was misplaced."""
+    root = store_copy("dev-sample-5x")
+    os.truncate(root / "commitlog" / "00000000000000065536", 11809)
+    out = tmp_path / "cq"
+    done = run("rebuild-cq", root, "--out", out, "--read-anyway", "-f", "jsonl")
+    assert done.exit_code == 3, done.output
+    first = (out / "RMQ_SYS_TRANS_OP_HALF_TOPIC" / "0" / "00000000000000000000").read_bytes()[:20]
+    assert struct.unpack(">qiq", first)[0] == 3362
+    assert "stores queue offset 0" not in done.stdout

@@ -193,7 +193,8 @@ class CqWriter:
         phy, size, tags, q = held
         end = self.write_pos // C.CQ_STORE_UNIT_SIZE if self.files else None
         if next_offset is not None:
-            trusted = q + 1 == next_offset
+            trusted = q + 1 == next_offset or end is None and q < next_offset   # a queue's first: records
+            #                                                   between it and the next were skipped (or cut)
         else:             # the last unit: nothing confirms a gap but the records skipped before it
             trusted = end is None or q <= end or q - end <= self.skipped_before(phy)
         trusted = trusted and possible_queue_offset(phy, q)
