@@ -206,11 +206,13 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
 
     opened = [(path, Store.open(path)) for path in stores]     # a path that is not a store: refused before
     skipped = [s for _, st in opened for s in commitlog_view(st.commitlog, read_anyway)[1]]
+    from rmqtool.cli.output import skip_pandas_probe
     from rmqtool.ops.findings import FINDING_FIELDS             # the scan's modules are imported
     from rmqtool.ops.verify import verdict, verify_store
     from rmqtool.store.broker_model import VERSIONS
 
     size = sum(f.length for _, st in opened for f in st.commitlog.queue)
+    skip_pandas_probe()                 # compaction topics, DLedger, whole-record CRCs: Arrow arrays, no pandas
     findings, verdicts = [], []
     spark = choose_engine(engine, size, master) == "spark"
     session = spark_session(master) if spark else None

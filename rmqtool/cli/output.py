@@ -620,8 +620,13 @@ def skip_pandas_probe() -> None:
     """Spare a command that never hands pandas objects to pyarrow the import of pandas (~0.2 CPU-s) that
     pyarrow makes on its first conversion of a Python or numpy value, only to ask whether the value is a
     pandas object: that first probe finds no pandas. pyarrow still imports it where it needs it
-    (to_pandas, from_pandas)."""
+    (to_pandas, from_pandas). Before pyarrow is imported (a command that needs it for some stores only:
+    verify of a small store needs none), the probe is left to run when it is."""
     if "pandas" in sys.modules:
+        return
+    if "pyarrow" not in sys.modules:
+        if _ProbeAfterPyarrow not in sys.meta_path:
+            sys.meta_path.insert(0, _ProbeAfterPyarrow)
         return
     sys.meta_path.insert(0, _NoPandas)          # import pandas fails while the probe runs
     try:
@@ -638,6 +643,27 @@ class _NoPandas:
         if name.partition(".")[0] == "pandas":
             raise ImportError(f"{name}: not imported here")
         return None
+
+
+class _ProbeAfterPyarrow:
+    """Finds pyarrow as the other finders do, and runs ``skip_pandas_probe`` once it is imported."""
+
+    @staticmethod
+    def find_spec(name: str, path=None, target=None):
+        if name != "pyarrow":
+            return None
+        sys.meta_path.remove(_ProbeAfterPyarrow)
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            load = spec.loader.exec_module
+
+            def exec_module(module) -> None:
+                load(module)
+                skip_pandas_probe()
+            spec.loader.exec_module = exec_module
+        return spec
 
 
 def stderr_console():

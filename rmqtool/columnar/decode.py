@@ -17,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.facts import DISPATCH_PROPERTIES
+from rmqtool.columnar.facts import DISPATCH_PROPERTIES, delay_tags_code
 from rmqtool.columnar.kernel import Window, java_hashes, read_only
-from rmqtool.columnar.props import (arrow, as_text, delay_tags_code, properties_from, property_values, spans,
+from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, spans,
                                    split_keys, strings, valid_rows)
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host

@@ -19,6 +19,8 @@ import numpy as np
 
 from rmqtool import constants as C
 from rmqtool.columnar.kernel import Window, _helper, _jit, _prefetch, _same, prop_column, text_hash
+from rmqtool.format.java import tags_code
+from rmqtool.format.properties import parse_properties
 
 # Properties the dispatch of batch and LMQ queues reads (CommitLog.setBatchSizeIfNeeded, multi-dispatch)
 DISPATCH_PROPERTIES = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH,
@@ -295,3 +297,13 @@ class QueueTable:
             self.p_slots = np.full(cap, -1, np.int64)
             _rehash(self.p_slots, self.p_key, count, False)
         self._codes(data, win, facts, pairs, codes)
+
+
+def delay_tags_code(raw: bytes, store_timestamp: int) -> int | None:
+    """The tagsCode of a record on the delay topic (SCHEDULE_TOPIC_XXXX) from its PROPERTIES, as the
+    record-at-a-time decoder takes it (the DELAY level's deliver time); None for a malformed DELAY, which the
+    broker rejects (CommitLog.checkMessageAndReturnSize: Integer.parseInt)."""
+    try:
+        return tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(raw), store_timestamp)
+    except ValueError:
+        return None

@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from rmqtool import constants as C
 from rmqtool.columnar.kernel import Window, gather_spans, prop_column, split_spans
-from rmqtool.format.java import tags_code
 from rmqtool.format.properties import parse_properties
 from rmqtool.format.rows import real_queue_id
 
@@ -154,13 +153,3 @@ def _per_record(raw: pa.BinaryArray) -> dict[str, pa.Array]:
         "keys": pa.array([[k for k in d.get(C.PROPERTY_KEYS, "").split(C.KEY_SEPARATOR) if k] for d in dicts],
                          pa.list_(pa.string())),
     }
-
-
-def delay_tags_code(raw: bytes, store_timestamp: int) -> int | None:
-    """The tagsCode of a record on the delay topic (SCHEDULE_TOPIC_XXXX) from its PROPERTIES, as the
-    record-at-a-time decoder takes it (the DELAY level's deliver time); None for a malformed DELAY, which the
-    broker rejects (CommitLog.checkMessageAndReturnSize: Integer.parseInt)."""
-    try:
-        return tags_code(C.RMQ_SYS_SCHEDULE_TOPIC, parse_properties(raw), store_timestamp)
-    except ValueError:
-        return None

@@ -12,16 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from contextlib import closing
 from functools import partial
-from typing import Any, Callable, Iterator
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmqtool import constants as C
-from rmqtool.columnar.facts import DISPATCH_PROPERTIES, QueueTable, WindowFacts, window_facts, window_topic
+from rmqtool.columnar.facts import (DISPATCH_PROPERTIES, QueueTable, WindowFacts, delay_tags_code, window_facts,
+                                    window_topic)
 from rmqtool.columnar.kernel import MIN_RECORD, Window, load_compiled, scan_window, words
-from rmqtool.columnar.props import arrow, delay_tags_code, property_values, strings
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
@@ -29,6 +28,11 @@ from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.workers import default_jobs, process_imap
 from rmqtool.store.broker_model import step_over
 from rmqtool.store.filequeue import QueueFile, first_nonzero, map_file, populate_pages, release_pages
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+# pyarrow (and rmqtool.columnar.props, Arrow arrays of properties) are imported where they are used: a small
+# store's verify walks its kernel windows and needs none of them (pyarrow.compute alone costs ~0.1 CPU-s)
 
 Progress = Callable[[int], None]
 _MESSAGE_MAGICS = (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2)
@@ -60,6 +64,8 @@ class QueueNames:
         return c
 
     def encode(self, topic: pa.Array, queue_id: np.ndarray) -> np.ndarray:
+        import pyarrow.compute as pc
+
         enc = pc.dictionary_encode(topic)
         return self.encode_indexed(enc.indices.to_numpy(), enc.dictionary.to_pylist(), queue_id)
 
@@ -142,6 +148,8 @@ class FileFacts:
             counts = np.diff(self.key_offsets)
             out.key_hashes = self.key_hashes[np.repeat(keep, counts)]
             out.key_offsets = np.concatenate([[0], np.cumsum(counts[keep])]).astype(np.int64)
+        import pyarrow as pa
+
         mask = pa.Array.from_buffers(pa.bool_(), len(keep), [None, pa.py_buffer(np.packbits(keep, bitorder="little"))])
         out.props = {k: v.filter(mask) for k, v in self.props.items()}
         return out
@@ -211,6 +219,8 @@ class _Collector:
             keys = counts, wf.key_hashes[:int(counts.sum())]
         props = None                # most windows have none of them: nothing is built (finish fills in nulls)
         if self.props and any(win.prop(k)[0][:ok].max(initial=-1) >= 0 for k in DISPATCH_PROPERTIES):
+            from rmqtool.columnar.props import property_values
+
             props = {k: v.slice(0, ok) for k, v in property_values(data, win, {k: k for k in DISPATCH_PROPERTIES}).items()}
         self._keep(cols, keys, props)
         return ok
@@ -247,6 +257,8 @@ class _Collector:
 
     def _property(self, name: str) -> pa.Array:
         """A property's values for every record kept: the parts kept, nulls before, between and after them."""
+        import pyarrow as pa
+
         pieces, at = [], 0
         for row, part in self.prop_parts:
             pieces += [pa.nulls(row - at, pa.string()), part[name]]
@@ -267,9 +279,16 @@ def present(values: pa.Array) -> np.ndarray:
     return bits[values.offset:values.offset + n].astype(bool)
 
 
-# Arrow scalars built from buffers: a Python value in pa.scalar or a pc.* call imports pandas (0.2 CPU-s)
-_ONE_TEXT, _MESSAGE, *_DISPATCH_KEYS = strings(["1", "message", *DISPATCH_PROPERTIES])
-_ZERO = arrow(np.zeros(1, np.int64), pa.int64())[0]
+@functools.cache
+def _scalars() -> tuple:
+    """("1", "message", DISPATCH_PROPERTIES' names, int64 0) as Arrow values built from buffers: a Python value
+    in pa.scalar or a pc.* call imports pandas (0.2 CPU-s)."""
+    import pyarrow as pa
+
+    from rmqtool.columnar.props import arrow, strings
+
+    one, message, *keys = strings(["1", "message", *DISPATCH_PROPERTIES])
+    return one, message, keys, arrow(np.zeros(1, np.int64), pa.int64())[0]
 
 
 def message_counts(batch: pa.RecordBatch) -> pa.Array:
@@ -277,17 +296,26 @@ def message_counts(batch: pa.RecordBatch) -> pa.Array:
     MessageBatch stored as one record with INNER_NUM and INNER_BASE) holds INNER_NUM messages
     (CommitLog.setBatchSizeIfNeeded gives the dispatch that batchSize; the batch queue's offsets and
     AppendMessageResult.msgNum advance by it); any other message 1, a BLANK 0."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rmqtool.columnar.props import arrow
+
+    one, message, _, zero = _scalars()
     props = _dispatch_properties(batch)
     num, base = props[C.PROPERTY_INNER_NUM], props[C.PROPERTY_INNER_BASE]
-    messages = pc.equal(batch.column("type"), _MESSAGE) if "type" in batch.schema.names else None
+    messages = pc.equal(batch.column("type"), message) if "type" in batch.schema.names else None
     if num.null_count == len(num):                  # no inner batch here: one message per MESSAGE record
         return arrow(np.ones(len(num), np.int64), pa.int64()) if messages is None else pc.cast(messages, pa.int64())
     inner = pc.and_kleene(pc.and_(pc.is_valid(num), pc.is_valid(base)), pc.utf8_is_digit(num))   # never null
-    counts = pc.cast(pc.if_else(inner, num, _ONE_TEXT), pa.int64())
-    return counts if messages is None else pc.if_else(messages, counts, _ZERO)
+    counts = pc.cast(pc.if_else(inner, num, one), pa.int64())
+    return counts if messages is None else pc.if_else(messages, counts, zero)
 
 
 def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if C.PROPERTY_INNER_NUM in batch.schema.names:            # decode_facts: looked up already
         return {k: batch.column(k) for k in DISPATCH_PROPERTIES}
     props = batch.column("properties")
@@ -296,7 +324,7 @@ def _dispatch_properties(batch: pa.RecordBatch) -> dict[str, pa.Array]:
         pc.match_substring(batch.column("properties_raw"), "INNER_")
     if not pc.any(inner).as_py():
         return {k: pa.nulls(len(props), pa.string()) for k in DISPATCH_PROPERTIES}
-    return {k: pc.map_lookup(props, key, "first") for k, key in zip(DISPATCH_PROPERTIES, _DISPATCH_KEYS)}
+    return {k: pc.map_lookup(props, key, "first") for k, key in zip(DISPATCH_PROPERTIES, _scalars()[2])}
 
 
 def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool = False, props: bool = False,
@@ -310,7 +338,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
     facts = FileFacts(f)
     path = str(f.path)
     mm = map_file(f.path)
-    buf = pa.py_buffer(mm)
+    buf = memoryview(mm)
     data = np.frombuffer(mm, np.uint8, min(len(mm), f.readable))     # a file cut to what is readable
     data64 = words(data)
     pos = released = 0
@@ -370,7 +398,7 @@ def warm(f: QueueFile, *, deep: bool = False, keys: bool = False, props: bool = 
         return
     mm = map_file(f.path)
     data = np.frombuffer(mm, np.uint8)
-    if peek_header(pa.py_buffer(mm), 0)[1] in _MESSAGE_MAGICS:
+    if peek_header(memoryview(mm), 0)[1] in _MESSAGE_MAGICS:
         win = scan_window(data, 0, MIN_RECORD, check_crc=deep, data64=words(data))
         if win.n:
             _Collector(QueueNames(), deep, keys, props, None, f.length).add_window(data, win, f.start)
@@ -501,6 +529,9 @@ def _error_kind(exc: FormatError, size: int, remaining: int) -> str:
 
 def _batch_facts(batch: pa.RecordBatch, names: QueueNames, deep: bool) -> tuple[dict[str, np.ndarray], int]:
     """The fact columns of a decoded batch and how many leading records are valid."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     col = batch.column
     tags_code = col(batch.schema.get_field_index("tags_code"))
     bad = tags_code.is_null()
@@ -540,6 +571,9 @@ def _key_hashes(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
     """Per record, IndexFile.indexKeyHashMethod of ``topic#key`` for UNIQ_KEY then each KEYS element
     (IndexService.buildIndex order): (keys per record, flat hashes). String.hashCode composes:
     hash(a + b) = hash(a) * 31^len(b) + hash(b), so each key is hashed once, with no joined strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     topic = batch.column(batch.schema.get_field_index("topic"))
     uniq = batch.column(batch.schema.get_field_index("uniq_key"))
     keys = batch.column(batch.schema.get_field_index("keys"))
@@ -567,6 +601,8 @@ def _raw_hashes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(String.hashCode as unsigned 32-bit values, length in UTF-16 code units) of every string: Horner's
     rule over strings of one length at a time, a column of characters per step (uint32 wraps as Java's
     int does); strings with non-ASCII characters one at a time."""
+    import pyarrow as pa
+
     n = len(strings)
     if not n:
         return np.empty(0, np.uint64), np.empty(0, np.int64)

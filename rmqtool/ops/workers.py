@@ -13,7 +13,6 @@ parent (pickle protocol 5's out-of-band buffers), not pickled through a pipe.
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
 import pickle
 import shutil
@@ -21,8 +20,6 @@ import signal
 import sys
 import tempfile
 from collections import deque
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -148,12 +145,18 @@ def _unparcel(parcel):
     return pickle.loads(head, buffers=buffers)
 
 
-def _compiled_before_fork() -> None:
-    """Work spread over processes is not small: the scan's compiled code is loaded here, once, and the
-    workers inherit it (rmqtool.columnar.kernel's small-input path would leave each to load it)."""
+def _worker_context():
+    """The multiprocessing context workers start from (fork where the platform can). Work spread over
+    processes is not small: the scan's compiled code is loaded here first, once, and the workers inherit it
+    (rmqtool.columnar.kernel's small-input path would leave each to load it). multiprocessing is imported
+    here only: a small store needs none."""
+    import multiprocessing
+
     from rmqtool.columnar.kernel import load_compiled
 
     load_compiled()
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
 def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None,
@@ -167,9 +170,10 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
         for item in items:
             yield fn(item, progress)
         return
-    _compiled_before_fork()
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    from concurrent.futures import ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = _worker_context()
     counter = ctx.Value("q", 0)
     parcels = tempfile.mkdtemp(prefix="rmqtool-", dir=SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None)
     seen = 0
@@ -219,9 +223,10 @@ def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], 
     worker has up to two items queued, so it never waits for this process to hand it the next."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(item, progress) for item in items]
-    _compiled_before_fork()
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = _worker_context()
     counter = ctx.Value("q", 0)
     seen = 0
     workers = min(jobs, len(items)) - 1

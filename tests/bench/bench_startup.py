@@ -1,10 +1,12 @@
 """Start-up benchmark: whole commands on a bundled store as same-run ratios (not a pytest test).
 
-    python tests/bench/bench_startup.py [--store DIR] [--repeat 5] [--no-install] [--no-spark] [--demo]
+    python tests/bench/bench_startup.py [--store DIR ...] [--repeat 5] [--no-install] [--no-spark] [--demo]
 
-1. warm start-up: each read command against ``rmqtool --version``, run in turn (version, command, version,
-   ...), the median of the pairwise wall-time ratios (target <= 2.5x) and of CPU seconds; --version and
-   --help themselves (target <= 0.15 s); a path that is not a store (refused before the bulk modules load);
+1. warm start-up, on each store (default: the bundled dev-sample, dev-sample-5x and dev-config-5x): each
+   read command against ``rmqtool --version``, run in turn (version, command, version, ...), the median of
+   the pairwise wall-time ratios (target <= 2.5x) and of the CPU-time (user + sys) ratios, which a shared
+   machine's load disturbs less; --version and --help themselves (target <= 0.15 s); a path that is not a
+   store (refused before the bulk modules load);
 2. the first run after a fresh non-editable install (a wheel of this tree into a new venv whose
    dependencies are this environment's site-packages): ``verify --check-crc`` with an empty
    NUMBA_CACHE_DIR against ``--version`` of that install (target <= 6x);
@@ -73,6 +75,7 @@ def startup(rmqtool: list[str], store: str, repeat: int, env: dict[str, str]) ->
         "verify": ["verify", store], "verify --check-crc": ["verify", "--check-crc", store],
         "stats": ["stats", store], "info": ["info", store],
         "export (Parquet)": ["export", store, "--to", f"{out}/r.parquet", "--force"],
+        "export (JSONL)": ["export", store, "--to", f"{out}/r.jsonl", "--force"],
         "query-key": ["query-key", store, "TopicA", "key-1"], "cat-cq": ["cat-cq", store, "TopicA", "0"],
         "cat-commitlog -f jsonl": ["cat-commitlog", store, "-f", "jsonl"],
         "verify NOT-A-STORE": ["verify", out],
@@ -80,12 +83,14 @@ def startup(rmqtool: list[str], store: str, repeat: int, env: dict[str, str]) ->
     version = rmqtool + ["--version"]
     print(f"\n1. warm start-up on {store}, median of {repeat} (wall; target: command <= 2.5x --version)")
     for name in ("--version", "--help"):
-        walls = sorted(run(rmqtool + [name], env)[0] for _ in range(repeat + 1))[:-1]
-        print(f"   {name:24} {statistics.median(walls):6.3f} s   (target <= 0.15 s)")
+        runs = [run(rmqtool + [name], env) for _ in range(repeat + 1)][1:]
+        print(f"   {name:24} {statistics.median(w for w, _ in runs):6.3f} s, "
+              f"{statistics.median(c for _, c in runs):.3f} CPU-s   (target <= 0.15 s)")
     print(f"   {'command':24} {'wall':>7} {'CPU':>7} {'x --version':>12} {'CPU x':>6}")
     for name, args in commands.items():
         r = paired(rmqtool + args, version, repeat, env, ok=(0, 1, 4))
-        verdict = "met" if r["ratio"] <= 2.5 else "MISSED"
+        verdict = "met" if r["ratio"] <= 2.5 and r["cpu_ratio"] <= 2.5 else \
+            "met (CPU)" if r["cpu_ratio"] <= 2.5 else "met (wall)" if r["ratio"] <= 2.5 else "MISSED"
         print(f"   {name:24} {r['wall']:6.3f}s {r['cpu']:6.3f}s {r['ratio']:11.2f}x {r['cpu_ratio']:5.2f}x  {verdict}",
               flush=True)
 
@@ -127,7 +132,8 @@ def demo() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", default=str(ROOT / "fixtures" / "dev-sample" / "store"))
+    ap.add_argument("--store", action="append", help="a store to start on (repeatable; default: the bundled "
+                    "dev-sample, dev-sample-5x and dev-config-5x)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-install", action="store_true", help="skip the fresh-install first run")
     ap.add_argument("--no-spark", action="store_true", help="skip the Spark comparison")
@@ -136,12 +142,15 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     rmqtool = [str(Path(sys.executable).parent / "rmqtool")]
+    stores = opts.store or [str(ROOT / "fixtures" / name / "store")
+                            for name in ("dev-sample", "dev-sample-5x", "dev-config-5x")]
     print(load())
-    startup(rmqtool, opts.store, opts.repeat, env)
+    for store in stores:
+        startup(rmqtool, store, opts.repeat, env)
     if not opts.no_install:
-        first_run(opts.store, opts.repeat)
+        first_run(stores[0], opts.repeat)
     if not opts.no_spark:
-        spark(rmqtool, opts.store, max(opts.repeat // 2, 2), env)
+        spark(rmqtool, stores[0], max(opts.repeat // 2, 2), env)
     if opts.demo:
         demo()
     print(load())
