@@ -133,7 +133,9 @@ def test_no_hidden_option_is_suggested():
                                        (("init", "{new}", "--slots", "2000000000", "--max-entries", "2000000000"),
                                         "--slots/--max-entries"),
                                        (("init", "{new}", "--cq-file-size", "223"), "--cq-file-size"),
-                                       (("rebuild-cq", "{s}", "--cq-file-size", "-20"), "--cq-file-size")])
+                                       (("rebuild-cq", "{s}", "--cq-file-size", "-20"), "--cq-file-size"),
+                                       (("rebuild-index", "{s}", "--slots", "3"), "--max-entries"),
+                                       (("repair", "{s}", "--max-entries", "3"), "--slots")])
 def test_sizes_and_ids_beyond_the_brokers_ints_are_usage_errors(tmp_path, args, hint):
     """The broker's file sizes, queue ids and counts are Java ints: a value beyond one is refused before anything
     is written (exit 2, the option named)."""

@@ -316,6 +316,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
       cp -r CRASHED_STORE /tmp/repair-$$ && rmqtool repair /tmp/repair-$$ --apply
     """
     plan_only(apply_, dry_run)
+    _both_index_sizes(slots, max_entries)
     from rmqtool.ops.repair import LEFT_TO, apply_plan, left_unrepaired, plan_repair
     from rmqtool.ops.verify import verify_store
 
@@ -429,6 +430,12 @@ def _rebuild_skips(st, read_anyway: bool, as_broker: bool) -> tuple:
         return ()
     st.commitlog, skipped = commitlog_view(st.commitlog, read_anyway)
     return skipped
+
+
+def _both_index_sizes(slots: int | None, max_entries: int | None) -> None:
+    """--slots and --max-entries go together (an index file's geometry): one alone is a usage error (exit 2)."""
+    if (slots is None) != (max_entries is None):
+        raise click.UsageError("give both --slots and --max-entries (an index file's maxHashSlotNum and maxIndexNum)")
 
 
 def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
@@ -596,6 +603,7 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
     from rmqtool.store.bounds import PlanSize
 
     dry_run = plan_only(apply_, dry_run)
+    _both_index_sizes(slots, max_entries)
 
     with _store(store, write=not dry_run, force=force) as st:
         skipped = _rebuild_skips(st, read_anyway, as_broker)
