@@ -53,7 +53,6 @@ CASES = [
     ("dev-sample", "commitlog/00000000000000000000", overwrite(b"\1\2\3\4\5\6\7\x08"), ["stats", "S"], None),
     ("dev-sample", "index/20261120231309479", cut(1000), ["cat-index", "S"], None),
     ("dev-sample", "index/20261120231309479", cut(1000), ["query-key", "S", "TopicA", "k"], None),
-    ("dev-sample", "checkpoint", cut(7), ["checkpoint", "S/checkpoint"], None),
     ("dev-timer-5x", "timerwheel", cut(1001), ["timer", "S"], None),
     ("dev-timer-5x", "config/timercheck", cut(5), ["timer", "S"], None),
     ("dev-timer-5x", "config/timercheck", cut(5), ["repair", "S"], None),
@@ -82,3 +81,15 @@ def test_a_backup_manifest_that_is_not_json_is_named(store_copy, tmp_path, monke
     result = run("restore", "bk", "store")
     assert result.exit_code == 4 and result.stderr.startswith("rmqtool: error: bk/manifest.json: ")
 
+
+
+def test_a_short_checkpoint_reads_as_the_broker_maps_it_whichever_path_names_it(store_copy, monkeypatch):
+    """A 7-byte checkpoint, named by its store or by its own path: the same fields (the broker's zeros past its
+    end) and the same warning naming the file, exit 0."""
+    store = store_copy("dev-sample")
+    os.truncate(store / "checkpoint", 7)
+    monkeypatch.chdir(store.parent)
+    os.rename(store, "S")
+    by_store, by_file = run("checkpoint", "S"), run("checkpoint", "S/checkpoint")
+    assert by_store.exit_code == by_file.exit_code == 0 and by_store.stdout == by_file.stdout
+    assert by_file.stderr == by_store.stderr and by_file.stderr.startswith("rmqtool: warning: S/checkpoint: ")

@@ -941,13 +941,13 @@ def checkpoint(path: str, fmt: str | None, tablefmt: str) -> None:
     from rmqtool.ops.inspect import checkpoint_row
 
     p = Path(path)
-    if p.is_file():
+    if p.is_file() and p.name != L.CHECKPOINT:      # any other file is a checkpoint only at the broker's size
         try:
             cp = decode_checkpoint_file(p.read_bytes())
         except FormatError as exc:
             raise exc.at(path=str(p)) from None
     else:
-        st = Store.open(p)
+        st = Store.open(p.parent if p.is_file() else p)
         cp = st.checkpoint()
         if cp is None:
             raise StoreError("no checkpoint file", path=str(st.path(L.CHECKPOINT)))
