@@ -251,7 +251,8 @@ def test_lines_compile_each_function_once(tmp_path):
 def test_facts_and_joins_compile_each_function_once(tmp_path):
     """verify of an ASCII store (the facts pass, not its Arrow fallback; the parent's warm-up over one
     record first) compiles each function of the facts pass, the joins and the queue walk once, and the scan without its
-    copies, msgIds and CRC (passed as None: compiled out)."""
+    copies and msgIds (passed as None: compiled out); the CRC once (verify checks the body CRCs of the files a
+    broker start's recovery reads: here every file)."""
     work = ("from click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
             "store = {store!r}\n"
             "r = CliRunner().invoke(cli, ['generate', store, '--size', '256K', '--file-size', '128K', '--topics', '3',"
@@ -265,7 +266,7 @@ def test_facts_and_joins_compile_each_function_once(tmp_path):
         assert set(counts.values()) <= {"0", "1"}, counts
     assert counts["_msg_id"] == counts["_copy"] == "0", counts
     counts = _signatures(tmp_path / "crc", "crc", work.format(store=str(tmp_path / "store-crc")))
-    assert counts == {"_crc32_tables": "0", "crc32": "0"}, counts
+    assert counts["crc32"] == "1" and set(counts.values()) <= {"0", "1"}, counts
 
 
 def test_a_change_to_a_kernel_helper_alone_recompiles_its_cached_callers_in_other_files(tmp_path):
