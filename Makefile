@@ -28,7 +28,7 @@ demo: install
 	$(BIN)/rmqtool info $(STORE) --format plain --fields store,messages,topics,max_store_timestamp,abort,lock
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25   # the slowest tests, to keep the run well under 30 minutes
 
 man: install   # regenerate the committed man pages after changing the CLI
 	$(BIN)/python -m rmqtool._manpages man/

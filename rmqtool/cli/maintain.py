@@ -733,8 +733,7 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str
 
     \b
     Examples:
-      rmqtool put STORE --topic TopicA --tag TagA --key order-1 --body hello \\
-        # exit 1
+      rmqtool put STORE --topic TopicA --tag TagA --body hello   # exit 1
       rmqtool init /tmp/rmqtool-put-$$ --commitlog-file-size 65536 \\
         --cq-file-size 160 --slots 16 --max-entries 64 && rmqtool put \\
         /tmp/rmqtool-put-$$ --topic T --body hi --apply
