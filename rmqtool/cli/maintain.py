@@ -422,8 +422,9 @@ _REBUILD_READ_ANYWAY = read_anyway_option(
 
 
 def _rebuild_skips(st, read_anyway: bool, as_broker: bool) -> tuple:
-    """What a rebuild reads of the store's commit log as every reader reads it (store.readable): refused
-    unless ``read_anyway``; --as-broker leaves the refusal to the rebuild, which names the broker's rule."""
+    """The store's commit log made the one every reader reads (store.readable's view, set on ``st``), and what
+    that skips: refused unless ``read_anyway``; --as-broker leaves the refusal to the rebuild, which names the
+    broker's rule."""
     from rmqtool.store.readable import commitlog_view
 
     if as_broker:
