@@ -17,6 +17,7 @@ from rmqtool.errors import FormatError
 from rmqtool.format import dledger as D
 from rmqtool.format.commitlog import Blank, decode_entry
 from rmqtool.ops.findings import ERROR, WARNING, Finding
+from rmqtool.store.broker_model import matched_recover
 from rmqtool.store.dledger import DLedgerCommitLog, LedgerEntry
 from rmqtool.store.filequeue import QueueFile
 from rmqtool.store.store import Store
@@ -102,7 +103,7 @@ def _recovery_crc_from(store: Store, walk: LedgerWalk) -> int | None:
             msg = decode_entry(memoryview(buf)[at:at + le.header.body_size], 0)
         except FormatError:
             continue
-        if cp is not None and not isinstance(msg, Blank) and 0 != msg.store_timestamp <= cp.min_timestamp:
+        if matched_recover(msg, cp):
             return start
     return walk.entries[0].file.start
 

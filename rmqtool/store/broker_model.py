@@ -341,9 +341,16 @@ def abnormal_recovery_start(store) -> int:
             entry = decode_entry(files[i].read(), 0, check_crc=True)
         except FormatError:
             continue
-        if cp is not None and not isinstance(entry, Blank) and 0 != entry.store_timestamp <= cp.min_timestamp:
+        if matched_recover(entry, cp):
             return i
     return 0
+
+
+def matched_recover(entry, cp) -> bool:
+    """Whether crash recovery may start at a file whose first record is ``entry`` (CommitLog and
+    DLedgerCommitLog isMappedFileMatchedRecover, file mode): a message stored, not after the checkpoint
+    ``cp``'s minTimestamp."""
+    return cp is not None and not isinstance(entry, Blank) and 0 != entry.store_timestamp <= cp.min_timestamp
 
 
 # -- the timer store's recovery (5.x) ----------------------------------------------------------------
