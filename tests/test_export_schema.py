@@ -1,5 +1,5 @@
 """One Parquet schema for every export shape: a single file, a dataset directory, a Hive-partitioned
-dataset (written by pyarrow.dataset.write_dataset), either engine. Timestamps are timestamp[ms, UTC]; every
+dataset (laid out as pyarrow.dataset.write_dataset lays it out), either engine. Timestamps are timestamp[ms, UTC]; every
 row says its store and commit-log file. pyarrow, pandas and DuckDB read the same rows from every shape
 (Spark does too: tests/test_spark_source.py)."""
 
@@ -81,11 +81,45 @@ def test_two_stores_in_one_file_say_where_each_row_came_from(shapes):
         assert mine == sorted(mine) and mine
 
 
-def test_hive_partitions_from_write_dataset(shapes):
+def test_hive_partitions_keep_their_keys_in_the_path(shapes):
     dirs = sorted(p.relative_to(shapes / "hive").parent.as_posix() for p in (shapes / "hive").rglob("*.parquet"))
     assert dirs and all(d.startswith("topic=") and "/date=20" in d for d in dirs)
     for part in (shapes / "hive").rglob("*.parquet"):           # keys live in the path only
         assert "topic" not in pq.read_schema(part).names and "date" not in pq.read_schema(part).names
+
+
+@pytest.mark.parametrize("keys", [("topic",), ("date", "topic")])
+def test_hive_partitions_as_write_dataset_lays_them_out(tmp_path, monkeypatch, keys):
+    """The same directories (escaped topics, null partitions) and, in each, the same rows in the same order as
+    pyarrow.dataset.write_dataset; with two files open at most, a partition written again starts file 1."""
+    from pyarrow import fs
+
+    monkeypatch.setattr(dataset, "_OPEN_PARTS", 2)
+    monkeypatch.setattr("rmqtool.ops.export.ROW_GROUP_ROWS", 50)          # a flush every other batch
+    topics = ["%RETRY%g|x", "a b/c~._-", "TopicA", None, "%DLQ%g"]
+    schema = pa.schema([("topic", pa.string()), ("store_timestamp", pa.timestamp("ms", "UTC")), ("n", pa.int64())])
+    batches = [pa.record_batch([pa.array([topics[(i * 7 + b) % 5] for i in range(40)]),
+                                pa.array([86_400_000 * (i % 3) for i in range(40)], pa.timestamp("ms", "UTC")),
+                                pa.array(range(b * 40, b * 40 + 40))], schema=schema) for b in range(4)]
+    written: list[str] = []
+    dataset._write_partitioned(iter(batches), schema, fs.LocalFileSystem(), str(tmp_path / "ours"), "p", keys, written)
+    date = pa.array(["1970-01-0%d" % (1 + i % 3) for i in range(40)] * 4)
+    table = pa.Table.from_batches(batches).append_column("date", date)
+    ds.write_dataset(table, tmp_path / "theirs", format="parquet", partitioning=ds.partitioning(
+        pa.schema([(k, pa.string()) for k in keys]), flavor="hive"), basename_template="p-{i}.parquet", preserve_order=True)
+
+    def parts(root):
+        return {p.parent.relative_to(root).as_posix() for p in root.rglob("*.parquet")}
+
+    assert parts(tmp_path / "ours") == parts(tmp_path / "theirs")
+    assert sorted(written) == sorted(str(p) for p in (tmp_path / "ours").rglob("*.parquet"))
+    assert any(p.endswith("-1.parquet") for p in written)           # the cap closed and reopened a partition
+    for part in parts(tmp_path / "theirs"):
+        files = sorted((tmp_path / "ours" / part).glob("*.parquet"), key=lambda p: int(p.stem.split("-")[-1]))
+        ours = pa.concat_tables(pq.read_table(p) for p in files)
+        theirs = pq.read_table(tmp_path / "theirs" / part / "p-0.parquet")
+        assert ours.column("n").to_pylist() == theirs.column("n").to_pylist(), part
+        assert set(keys).isdisjoint(pq.read_schema(next((tmp_path / "ours" / part).glob("*.parquet"))).names)
 
 
 def test_pandas_reads_the_same_rows_from_every_shape(shapes):

@@ -4,8 +4,8 @@ Each commit-log file is decoded and written by ``write_part`` on its own (a task
 in one process), so both engines write the same rows. Parquet parts hold the record schema
 (``rmqtool.ops.export.export_schema``, the schema of a one-file export); JSON-lines parts hold exactly the
 rows of ``cat-commitlog``. ``--partition-by topic,date`` writes Parquet ``topic=<t>/date=<YYYY-MM-DD>/``
-directories through ``pyarrow.dataset.write_dataset`` (values URI-escaped, as pyarrow and Spark read
-them; partition columns live in the path only; BLANK padding records, which have neither, are left
+directories as ``pyarrow.dataset.write_dataset`` lays them out (values URI-escaped, as pyarrow and Spark
+read them; partition columns live in the path only; BLANK padding records, which have neither, are left
 out). The directory appears atomically: parts go to a hidden sibling renamed at the end. ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
 written through ``pyarrow.fs``, which a cluster's executors need (a local path is local to each of
 them). On object stores, which cannot rename a directory, the last step copies the parts into place
@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterable, Sequence
+from urllib.parse import quote
 
 from rmqtool.errors import StoreError, first_line
 from rmqtool.ops import scan
@@ -28,6 +29,8 @@ from rmqtool.ops import scan
 DATASET_FORMATS = ("parquet", "jsonl")
 PARTITION_KEYS = ("topic", "date")
 _SUFFIX = {"parquet": "parquet", "jsonl": "jsonl"}
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_OPEN_PARTS = 256            # partition files open at once, per part
 
 
 @dataclass
@@ -74,7 +77,7 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
 
     result = PartResult()
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
-    # a part file takes store and commitlog_file as dictionaries; write_dataset's partitions dense strings
+    # a part file takes store and commitlog_file as dictionaries; Hive partitions' files dense strings
     batch_schema = file_schema(schema) if fmt == "parquet" and not partition_by else schema
     damaged = (lambda exc: result.damaged.append(str(exc))) if read_anyway else None
 
@@ -113,31 +116,82 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
 
 def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, keys: tuple[str, ...],
                        files: list[str]) -> None:
-    """Hive partitions through ``pyarrow.dataset.write_dataset``: ``key=value`` directories (values
-    URI-escaped, nulls as ``__HIVE_DEFAULT_PARTITION__``), the keys kept in the path only."""
+    """Hive partitions, as ``pyarrow.dataset.write_dataset`` lays them out: ``key=value`` directories (values
+    URI-escaped, nulls as ``__HIVE_DEFAULT_PARTITION__``), the keys kept in the path only, rows in their
+    commit-log order, ``<name>-<i>.parquet`` in each. Written here, in this thread: write_dataset's own
+    threads can outlive it and abort the interpreter at exit ("terminate called without an active exception").
+    At most ``_OPEN_PARTS`` files are open at once (the least recently written is closed; its partition's
+    next rows start file i+1), and the rows waiting for a row group stay under ``ROW_GROUP_ROWS`` in all."""
+    from collections import OrderedDict
+
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
-    from rmqtool.ops.export import parquet_options
+    from rmqtool.ops.export import ROW_GROUP_ROWS, parquet_options
 
-    key_fields = [pa.field(k, pa.string()) for k in keys]
-    full = schema.append(pa.field("date", pa.string())) if "date" in keys else schema
+    kept = pa.schema([f for f in schema if f.name not in keys], metadata=schema.metadata)
+    options = parquet_options(kept.names)
+    open_parts: OrderedDict[str, tuple] = OrderedDict()       # partition → (ParquetWriter, its stream)
+    counters: dict[str, int] = {}
+    pending: dict[str, list] = {}
+    waiting = 0
 
-    def with_date(batch):
-        if "date" not in keys:
-            return batch
-        date = pc.strftime(batch.column("store_timestamp"), format="%Y-%m-%d")
-        return pa.RecordBatch.from_arrays(batch.columns + [date], schema=full)
+    def key_values(batch) -> list:
+        columns = {"topic": batch.column("topic")}
+        if "date" in keys:
+            columns["date"] = pc.strftime(batch.column("store_timestamp"), format="%Y-%m-%d")
+        return [columns[k] for k in keys]
 
-    data = pa.RecordBatchReader.from_batches(full, (with_date(b) for b in batches))
-    kept = [n for n in schema.names if n not in keys]
-    options = ds.ParquetFileFormat().make_write_options(**parquet_options(kept))
-    ds.write_dataset(data, root, format="parquet", filesystem=fsys, file_options=options,
-                     partitioning=ds.partitioning(pa.schema(key_fields), flavor="hive"),
-                     basename_template=f"{name}-{{i}}.parquet", existing_data_behavior="overwrite_or_ignore",
-                     preserve_order=True, max_partitions=1 << 20,
-                     file_visitor=lambda written: files.append(written.path))
+    def directory(values: tuple) -> str:
+        return "/".join(f"{k}={_HIVE_NULL if v is None else quote(v, safe='')}" for k, v in zip(keys, values))
+
+    def close(writer, stream) -> None:
+        writer.close()
+        stream.close()
+
+    def flush(part: str) -> None:
+        batches = pending.pop(part, None)
+        if not batches:
+            return
+        out = open_parts.pop(part, None)
+        if out is None:
+            if len(open_parts) >= _OPEN_PARTS:
+                close(*open_parts.popitem(last=False)[1])
+            i = counters.get(part, 0)
+            counters[part] = i + 1
+            fsys.create_dir(posixpath.join(root, part), recursive=True)
+            path = posixpath.join(root, part, f"{name}-{i}.parquet")
+            stream = fsys.open_output_stream(path)
+            out = (pq.ParquetWriter(stream, kept, **options), stream)
+            files.append(path)
+        open_parts[part] = out                    # most recently written last
+        out[0].write_table(pa.Table.from_batches(batches, kept))
+
+    try:
+        for batch in batches:
+            values = key_values(batch)
+            combined = pc.binary_join_element_wise(*[pc.fill_null(v, "") for v in values], "\x00") \
+                if len(values) > 1 else pc.fill_null(values[0], "")
+            codes = pc.dictionary_encode(combined).indices.to_numpy(zero_copy_only=False)
+            order = np.argsort(codes, kind="stable")
+            bounds = np.flatnonzero(np.diff(codes[order])) + 1
+            rows = batch.select(kept.names)
+            for run in np.split(order, bounds):
+                first = int(run[0])
+                part = directory(tuple(v[first].as_py() for v in values))
+                pending.setdefault(part, []).append(rows.take(pa.array(run)))
+                waiting += len(run)
+            if waiting >= ROW_GROUP_ROWS:
+                for part in list(pending):
+                    flush(part)
+                waiting = 0
+        for part in list(pending):
+            flush(part)
+    finally:
+        for out in open_parts.values():
+            close(*out)
 
 
 def _file_type(fsys, path: str, uri: str):
