@@ -391,6 +391,29 @@ def test_verify_reads_the_short_file_and_names_the_cut(name, cuts):
     assert counts["units"] == sum(1 for u in _units(name) if lo <= u[3] < hi) > 0 and counts["index_entries"] > 0
 
 
+def test_rebuild_cq_read_anyway_places_the_units_the_readable_part_names(cuts, tmp_path):
+    """rebuild-cq --read-anyway after a cut: every unit whose record was read at its stored queue offset (a
+    queue's last one too: the part not read can hold the records before it), a blank unit where the record
+    lies in the part not read, no misplaced_unit row; exit 3 with the warning naming the bytes skipped."""
+    from rmqtool.store.filequeue import FileQueue
+    from rmqtool.store.store import ConsumeQueue
+
+    name = "dev-sample-5x"
+    root, victim, (lo, hi), _ = cuts[name]
+    out = tmp_path / "cq"
+    done = run("rebuild-cq", root, "--out", out, "--read-anyway", "-f", "jsonl")
+    assert done.exit_code == 3 and "misplaced_unit" not in done.stdout
+    assert done.stderr.splitlines()[-1] == (f"rmqtool: warning: partial: skipped 1 record(s) and {hi - lo} bytes: "
+                                            f"{victim}: {hi - lo} bytes from offset {lo} (file is {CUT_AT} bytes, "
+                                            "expected 65536)")
+    rb = readback(name)["consumeQueues"]
+    for q in rb:
+        cq = ConsumeQueue(q["topic"], q["queueId"], FileQueue.from_dir(out / q["topic"] / str(q["queueId"])))
+        got = {qo: None if u.is_filler else tuple(u[:3]) for qo, u in cq.iter_units()}
+        assert got == {qo: None if lo <= phy < hi else (phy, size, tags)
+                       for qo, phy, size, tags in q["units[queueOffset,commitLogOffset,size,tagsCode]"]}, q["topic"]
+
+
 def test_repairs_placeholder_is_no_message_to_any_reader(store_copy, tmp_path):
     """A store repair salvaged (a damaged record replaced by a placeholder, type salvaged_record): every
     reader counts the messages of the undamaged set but the damaged one; the record listings (cat-commitlog,
