@@ -236,7 +236,8 @@ def test_refused_before_the_heavy_modules_are_imported(tmp_path):
 # -- every other reader of commit-log records: the same refusal, the same partial answer ---------------
 # (set, commit-log file cut, bytes kept): built once per module, read only
 CUTS = {"dev-sample": (1, CUT_AT), "dev-sample-5x": (1, CUT_AT), "dev-config-5x": (0, 30_000),
-        "dev-timer-5x": (0, CUT_AT)}
+        "dev-timer-5x": (0, CUT_AT), "dev-batchcq-5x": (0, CUT_AT), "dev-lmq-5x": (0, CUT_AT),
+        "dev-rocksdbcq-5x": (0, CUT_AT)}
 
 
 @pytest.fixture(scope="module")
@@ -389,6 +390,69 @@ def test_verify_reads_the_short_file_and_names_the_cut(name, cuts):
     counts = rows[1]["counts"]
     assert (counts["records"], counts["bytes"]) == (torn, skipped) == (1, hi - lo)
     assert counts["units"] == sum(1 for u in _units(name) if lo <= u[3] < hi) > 0 and counts["index_entries"] > 0
+
+
+def _queue_phys(name: str) -> list[int]:
+    """The commit-log offsets of every unit of every queue kind in the set's readback: consume queues (LMQ
+    ones included), batch consume queues, the RocksDB consume queue."""
+    rb = readback(name)
+    units = "units[queueOffset,commitLogOffset,size,tagsCode]"
+    return [u[1] for q in rb.get("consumeQueues", ()) for u in q[units]] + \
+        [u["physOffset"] for q in rb.get("batchConsumeQueues", ()) for u in q["units"]] + \
+        [u[1] for q in rb.get("rocksdbConsumeQueue", {}).get("queues", ()) for u in q[f"{units} (RocksDBConsumeQueue.get)"]]
+
+
+@pytest.mark.parametrize("name", ["dev-batchcq-5x", "dev-lmq-5x", "dev-rocksdbcq-5x"])
+def test_verify_checks_batch_lmq_and_rocksdb_queues_past_the_cut(name, cuts):
+    """The queues verify compares with the dispatch of the records read (batch, LMQ, RocksDB) follow the
+    classic queue's rule: a unit pointing into the part not read is counted in skipped_part, not checked, and
+    the units after it are checked where the broker put them: no mismatch for a store that had none."""
+    root, victim, (lo, hi), intact = cuts[name]
+    assert run("verify", intact, "-f", "jsonl").stdout == ""
+    rows = _rows(_refused_then_partial(["verify", root, "-f", "jsonl"], victim, CUT_AT))
+    assert [(r["kind"], r["path"]) for r in rows] == [("wrong_file_size", str(victim)), ("skipped_part", str(victim))]
+    assert rows[1]["counts"]["units"] == sum(lo <= p < hi for p in _queue_phys(name)) > 0
+    assert any(p >= hi for p in _queue_phys(name))                 # units after the cut were checked
+
+
+def test_verify_still_finds_a_wrong_unit_past_the_cut(cuts, tmp_path):
+    """The rule excuses only the units pointing into the part not read: a batch unit after the cut whose size
+    is wrong is a cq_unit_mismatch at its place."""
+    root = tmp_path / "store"
+    shutil.copytree(cuts["dev-batchcq-5x"][0], root)
+    lo, hi = cuts["dev-batchcq-5x"][2]
+    queue = root / "batchconsumequeue" / "BatchTopic" / "1"
+    path, at = next((f, i) for f in sorted(queue.iterdir()) for i in range(0, f.stat().st_size, 46)
+                    if int.from_bytes(f.read_bytes()[i:i + 8], "big") >= hi)
+    data = bytearray(path.read_bytes())
+    data[at + 11] ^= 1                                             # the unit's size field
+    path.write_bytes(data)
+    rows = _rows(run("verify", root, "--read-anyway", "-f", "jsonl"))
+    assert [(r["kind"], r["path"], r["offset"]) for r in rows if r["kind"] == "cq_unit_mismatch"] == \
+        [("cq_unit_mismatch", str(path), at)]
+
+
+def test_rebuild_cq_read_anyway_places_the_units_the_readable_part_names(cuts, tmp_path):
+    """rebuild-cq --read-anyway after a cut: every unit whose record was read at its stored queue offset (a
+    queue's last one too: the part not read can hold the records before it), a blank unit where the record
+    lies in the part not read, no misplaced_unit row; exit 3 with the warning naming the bytes skipped."""
+    from rmqtool.store.filequeue import FileQueue
+    from rmqtool.store.store import ConsumeQueue
+
+    name = "dev-sample-5x"
+    root, victim, (lo, hi), _ = cuts[name]
+    out = tmp_path / "cq"
+    done = run("rebuild-cq", root, "--out", out, "--read-anyway", "-f", "jsonl")
+    assert done.exit_code == 3 and "misplaced_unit" not in done.stdout
+    assert done.stderr.splitlines()[-1] == (f"rmqtool: warning: partial: skipped 1 record(s) and {hi - lo} bytes: "
+                                            f"{victim}: {hi - lo} bytes from offset {lo} (file is {CUT_AT} bytes, "
+                                            "expected 65536)")
+    rb = readback(name)["consumeQueues"]
+    for q in rb:
+        cq = ConsumeQueue(q["topic"], q["queueId"], FileQueue.from_dir(out / q["topic"] / str(q["queueId"])))
+        got = {qo: None if u.is_filler else tuple(u[:3]) for qo, u in cq.iter_units()}
+        assert got == {qo: None if lo <= phy < hi else (phy, size, tags)
+                       for qo, phy, size, tags in q["units[queueOffset,commitLogOffset,size,tagsCode]"]}, q["topic"]
 
 
 def test_repairs_placeholder_is_no_message_to_any_reader(store_copy, tmp_path):

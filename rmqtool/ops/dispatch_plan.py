@@ -44,7 +44,8 @@ def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, de
                 jobs: int | None = None) -> Iterator[FileFacts]:
     """The files' records the broker would dispatch, in order, up to the first invalid record
     (from the file holding ``start``, whose records before it are left out); walked in ``jobs`` worker
-    processes (facts.scan_files)."""
+    processes (facts.scan_files). A file cut to its whole records (store.readable, read anyway) is read to
+    that end and the walk goes on in the next file, as every reader reads it."""
     files = [f for f in store.commitlog.queue.files if f.length]
     options = {"deep": deep, "keys": keys, "props": props, "ledger": bool(store.commitlog.entry_header_size)}
     if start is not None:
@@ -53,7 +54,7 @@ def valid_facts(store: Store, names: QueueNames, *, start: int | None = None, de
         if start is not None and f.start < start:
             facts = facts.select(facts.columns["offset"] >= start)
         yield facts
-        if facts.stop != "blank":
+        if facts.stop != "blank" and not (f.limit is not None and facts.stop == "file_end"):
             return
 
 

@@ -33,6 +33,7 @@ from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, safe_topic_dir, write_run
+from rmqtool.store.readable import unread_records_before
 from rmqtool.store.store import Store
 
 
@@ -271,7 +272,7 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
             w = writers[code] = kind(sizes[is_batch], directory(t, qid, is_batch))
             if not is_batch and plan is not None and plan.as_broker is None and not is_lmq(t):
                 w.fill_gaps = True           # LMQ offsets are the broker's dispatch, not the record's own
-                w.skipped_before = partial(_skipped_before, plan.damaged)
+                w.skipped_before = partial(_skipped_before, plan.damaged, store.commitlog.skipped)
         return w
 
     with closing(records):                   # stops the workers before the caller cleans up
@@ -297,9 +298,10 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
     return {names.names[c]: w for c, w in writers.items()}, sorted({t for t, _ in names.names})
 
 
-def _skipped_before(damaged: list[tuple[int, int, str]], phy: int) -> int:
-    """The records the dispatch stepped over before commit-log offset ``phy`` (CqWriter.skipped_before)."""
-    return sum(1 for at, _, _ in damaged if at < phy)
+def _skipped_before(damaged: list[tuple[int, int, str]], unread: tuple, phy: int) -> int:
+    """The records the dispatch stepped over before commit-log offset ``phy`` (CqWriter.skipped_before): the
+    damaged ones, and those the parts not read (``unread``: a read anyway's skipped parts) can hold."""
+    return sum(1 for at, _, _ in damaged if at < phy) + unread_records_before(unread, phy)
 
 
 def queue_runs(facts: FileFacts, names: QueueNames, batch_topics: set[str], topics: set[str] | None,

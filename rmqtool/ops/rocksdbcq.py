@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import RmqError
@@ -37,10 +37,9 @@ def dispatched_units(store: Store) -> dict[tuple[str, int], list[tuple[int, int,
     return out
 
 
-def rocksdb_findings(store: Store, end: int, cut: Callable[[int, str], bool] = lambda phy, what: False) \
-        -> Iterator[Finding]:
-    """Findings on the RocksDB consume queue of ``store``; ``end``: the commit log's written end; ``cut(phy,
-    "units")``: whether a unit points into a part of the commit log not read (counted there, not reported)."""
+def rocksdb_findings(store: Store, end: int, cut=None) -> Iterator[Finding]:
+    """Findings on the RocksDB consume queue of ``store``; ``end``: the commit log's written end; ``cut``: the
+    parts of the commit log not read (verify's _Cut: its ``place`` rule for the units pointing into them)."""
     from rmqtool.store.metadata import topic_table
 
     db = store.rocksdb_consumequeue
@@ -72,9 +71,17 @@ def rocksdb_findings(store: Store, end: int, cut: Callable[[int, str], bool] = l
 
 
 def _queue_findings(store: Store, topic: str, qid: int, want: list, behind: int, path: str,
-                    cut: Callable[[int, str], bool]) -> Iterator[Finding]:
+                    cut) -> Iterator[Finding]:
     q = store.rocksdb_consumequeue.queue(topic, qid)
     have = {u.queue_offset: u for u in q.units}
+    unread = set()
+    if cut is not None and cut.spans:
+        import numpy as np
+
+        skipped, up = cut.place(np.array([u.physical_offset for u in q.units], np.int64),
+                                np.array([w[1] for w in want], np.int64))
+        unread = {u.queue_offset for u, s in zip(q.units, skipped.tolist()) if s}
+        want = [(w[0] + n, *w[1:]) for w, n in zip(want, up.tolist())]
     wanted = {w[0]: w for w in want}
     name = f"{topic}/{qid}"
     late = [w for w in want if w[0] not in have and w[1] >= behind]
@@ -87,7 +94,7 @@ def _queue_findings(store: Store, topic: str, qid: int, want: list, behind: int,
         yield Finding(WARNING, "rocksdb_dispatch_behind", path, late[0][1],
                       f"{len(late)} record(s) of {name} past the database's dispatch checkpoint {behind} have no "
                       "unit yet (the broker dispatches them on start)", late[0][0], None)
-    stray = [u for qo, u in have.items() if qo not in wanted and not cut(u.physical_offset, "units")]
+    stray = [u for qo, u in have.items() if qo not in wanted and qo not in unread]
     if stray:
         yield Finding(ERROR, "rocksdb_stray_unit", path, stray[0].physical_offset,
                       f"{len(stray)} unit(s) of {name} match no record the commit log dispatches; first: queue "

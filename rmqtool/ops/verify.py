@@ -651,7 +651,7 @@ def _findings(store: Store, whole: FileQueue, skipped, deep: bool, progress: Pro
     end = data_end(results)
     if store.consumequeue_is_rocksdb:
         from rmqtool.ops.rocksdbcq import rocksdb_findings
-        yield from rocksdb_findings(store, end, cut.holds)
+        yield from rocksdb_findings(store, end, cut)
     elif store.is_store_root:           # a commit-log directory or file alone: its records, not their queues
         yield from _queue_findings(store, queues, results, end, min_offset, cut)
     if store.compaction is not None:
@@ -880,27 +880,27 @@ def feature_queue_findings(store: Store, batch_topics: frozenset, end: int = _NO
                 queues |= {p.relative_to(have_root) for p in have_root.glob("*/*") if p.is_dir()
                            and (kind == L.BATCHCONSUMEQUEUE or p.parent.name.startswith(C.LMQ_PREFIX))}
             for q in sorted(queues, key=str):
-                yield from _compare_queue(want_root / q, have_root / q, kind, end, cut)
+                yield from _compare_queue(want_root / q, have_root / q, kind, end, cut,
+                                          sizes[kind == L.BATCHCONSUMEQUEUE])
 
 
-def _compare_queue(want: Path, have: Path, kind: str, end: int, cut: "_Cut | None") -> Iterator[Finding]:
+def _compare_queue(want: Path, have: Path, kind: str, end: int, cut: "_Cut | None",
+                   file_size: int) -> Iterator[Finding]:
     unit = C.BCQ_STORE_UNIT_SIZE if kind == L.BATCHCONSUMEQUEUE else C.CQ_STORE_UNIT_SIZE
     if not have.is_dir():
         yield Finding(ERROR, "cq_missing_queue", str(have), None, "the commit log dispatches to this queue, "
                       "but it has no files")
         return
-    names = {p.name for p in want.iterdir()} if want.is_dir() else set()
-    names |= {p.name for p in have.iterdir() if p.is_file()}
-    for name in sorted(names):
-        a = (want / name).read_bytes() if (want / name).is_file() else b""
-        b = (have / name).read_bytes() if (have / name).is_file() else b""
+    wanted = {p.name: p.read_bytes() for p in want.iterdir()} if want.is_dir() else {}
+    stored = {p.name: p.read_bytes() for p in have.iterdir() if p.is_file()}
+    if cut is not None and cut.spans:
+        wanted = cut.splice(wanted, stored, unit, file_size)
+    for name in sorted(wanted.keys() | stored.keys()):
+        a, b = wanted.get(name, b""), stored.get(name, b"")
         if a == b or (not a.strip(b"\0") and not b.strip(b"\0")):
             continue
         at = next(i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i])
         at -= at % unit
-        if cut is not None and len(b) >= at + unit and cut.holds(struct.unpack_from(">q", b, at)[0]):
-            cut.count(np.ndarray((len(b) // unit,), ">i8", b, 0, (unit,)), "units")
-            continue                    # the first unit that differs points into a part not read: counted there
         if kind == L.BATCHCONSUMEQUEUE and not a[at:at + unit].strip(b"\0") and len(b) >= at + unit:
             phy = struct.unpack_from(">q", b, at)[0]
             if phy >= end:
@@ -931,7 +931,12 @@ class _Cut:
     """What reading a store the broker refuses skips in the commit log's offsets (rmqtool.store.readable.
     unread_spans: a file's bytes past its last whole record, a missing file; a file off the grid is a
     finding of its own). One finding each, with the consume-queue units and index entries pointing into it
-    counted there, not reported one by one."""
+    counted there, not reported one by one.
+
+    The rule for every queue kind: a unit pointing into a skipped part is unreadable, skipped -- counted
+    there, never a mismatch (``unread``). A classic queue's other units are each checked against their
+    record; a batch, LMQ or RocksDB queue is compared with the dispatch of the records read, laid out by
+    ``place``."""
 
     def __init__(self, skipped):
         spans = unread_spans(skipped)
@@ -939,19 +944,59 @@ class _Cut:
         self.spans = [(lo, hi) for _, lo, hi in spans]
         self.counts = [{"units": 0, "index_entries": 0} for _ in self.skipped]
 
+    def unread(self, phys: np.ndarray, what: str | None = None) -> np.ndarray:
+        """Which of the commit-log offsets ``phys`` lie in a skipped part (each counted there as ``what``)."""
+        inside = np.zeros(len(phys), bool)
+        for (lo, hi), counts in zip(self.spans, self.counts):
+            here = (phys >= lo) & (phys < hi)
+            if what is not None:
+                counts[what] += int(here.sum())
+            inside |= here
+        return inside
+
     def holds(self, phy: int, what: str | None = None) -> bool:
         """Whether ``phy`` lies in a skipped part (one of ``what`` counted there)."""
-        for (lo, hi), counts in zip(self.spans, self.counts):
-            if lo <= phy < hi:
-                if what is not None:
-                    counts[what] += 1
-                return True
-        return False
+        return bool(self.unread(np.array([phy], np.int64), what)[0])
 
-    def count(self, phys: np.ndarray, what: str) -> None:
-        """Count those of ``phys`` (units' physical offsets) that lie in a skipped part as ``what``."""
-        for (lo, hi), counts in zip(self.spans, self.counts):
-            counts[what] += int(((phys >= lo) & (phys < hi)).sum())
+    def place(self, stored: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A queue against the dispatch of the records read: a stored unit pointing into a skipped part
+        stands for its record (``unread``), and each dispatched unit after it goes one place further on,
+        where the broker's dispatch of the whole commit log put it. ``stored``, ``wanted``: the units'
+        commit-log offsets in queue order. Returns which stored units are unread, and by how many places
+        each wanted unit moves."""
+        unread = self.unread(stored, "units")
+        return unread, np.searchsorted(np.sort(stored[unread]), wanted)
+
+    def splice(self, wanted: dict[str, bytes], stored: dict[str, bytes], unit: int,
+               file_size: int) -> dict[str, bytes]:
+        """The files of a queue the dispatch of the records read writes (``wanted``, by file name), laid out
+        by ``place`` against the queue's own files (``stored``): its units pointing into a skipped part in
+        their places, the dispatched ones after them moved on."""
+        starts = [int(n) for n in (*wanted, *stored)]
+        if not starts:
+            return wanted
+        base = min(starts)
+
+        def rows(files: dict[str, bytes]) -> np.ndarray:
+            size = max((int(n) - base + len(b) for n, b in files.items()), default=0)
+            out = np.zeros(-(-size // unit) * unit, np.uint8)
+            for n, b in files.items():
+                out[int(n) - base:int(n) - base + len(b)] = np.frombuffer(b, np.uint8)
+            return out.reshape(-1, unit)
+
+        def phys(units: np.ndarray) -> np.ndarray:           # a unit's first field, big-endian
+            return units[:, :8].copy().view(">i8").ravel()
+
+        have, want = rows(stored), rows(wanted)
+        have_at, want_at = np.flatnonzero(have.any(axis=1)), np.flatnonzero(want.any(axis=1))
+        unread, up = self.place(phys(have[have_at]), phys(want[want_at]))
+        kept, moved = have_at[unread], want_at + up
+        count = max(len(want), int(moved.max(initial=-1)) + 1, int(kept.max(initial=-1)) + 1)
+        out = np.zeros((-(-count * unit // file_size) * file_size // unit, unit), np.uint8)    # whole files
+        out[kept] = have[kept]
+        out[moved] = want[want_at]
+        data = out.tobytes()
+        return {f"{base + i:0{C.FILE_NAME_DIGITS}d}": data[i:i + file_size] for i in range(0, len(data), file_size)}
 
     def findings(self) -> Iterator[Finding]:
         for s, counts in zip(self.skipped, self.counts):

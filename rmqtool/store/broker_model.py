@@ -36,8 +36,8 @@ RULES = [
     # -- load checks: what makes the broker refuse to start ------------------------------------------
     Rule("commitlog_file_size", "both", "a commit-log file whose length is not the configured file size (a "
          "stray file, a truncated one): load fails (refuses to start); every reader and rebuild refuses it too "
-         "(rebuild-cq/rebuild-index --read-anyway leave a wrong-size file before the last out and say so; "
-         "--as-broker has no result to reproduce), put and import refuse to append",
+         "(rebuild-cq/rebuild-index --read-anyway read what every reader reads, a short file up to its last "
+         "whole record, and say so; --as-broker has no result to reproduce), put and import refuse to append",
          "MappedFileQueue.load"),
     Rule("cq_file_size", "both", "a consume-queue file whose length is not the queue's file size: load fails",
          "ConsumeQueue.load -> MappedFileQueue.load"),

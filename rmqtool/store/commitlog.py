@@ -30,6 +30,7 @@ class Located:
 class CommitLog:
     entry_header_size = 0     # bytes in front of each record (DLedger: its entry header)
     zero_ends_data = True     # a zero header ends the data (a compaction log goes on in its next file)
+    skipped: tuple = ()       # what this view of a refused commit log leaves out (store.readable.commitlog_view)
 
     def __init__(self, queue: FileQueue):
         self.queue = queue

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple, Sequence
 from rmqtool import constants as C
 from rmqtool.errors import StoreError
 from rmqtool.format import dledger as D
-from rmqtool.store.broker_model import refusal
+from rmqtool.store.broker_model import MIN_RECORD_SIZE, refusal
 
 READ_ANYWAY = "--read-anyway"
 _HEAD = struct.Struct(">iI")
@@ -139,6 +139,12 @@ def is_unread(skipped: Sequence[Skipped], offset: int) -> bool:
     return any(lo <= offset < hi for _, lo, hi in unread_spans(skipped))
 
 
+def unread_records_before(skipped: Sequence[Skipped], offset: int) -> int:
+    """The most records the parts a read of ``skipped`` leaves unread (unread_spans) can hold before the
+    physical ``offset``: each a record of at least MIN_RECORD_SIZE bytes."""
+    return sum(-(-(min(hi, offset) - lo) // MIN_RECORD_SIZE) for _, lo, hi in unread_spans(skipped) if lo < offset)
+
+
 def skipped_line(skipped: Sequence[Skipped], what: str = "") -> str:
     """The closing warning of a read that skipped ``skipped``: how many records and bytes, and where."""
     records, size = sum(s.records for s in skipped), sum(s.bytes for s in skipped)
@@ -160,7 +166,9 @@ def commitlog_view(cl, read_anyway: bool):
     if not verdict.problems:
         return cl, ()
     kept = [replace(f, limit=verdict.limits[w]) for w, f in files.items() if w in verdict.limits]
-    return type(cl)(FileQueue(kept, cl.queue.file_size)), verdict.skipped
+    view = type(cl)(FileQueue(kept, cl.queue.file_size))
+    view.skipped = verdict.skipped
+    return view, verdict.skipped
 
 
 def open_readable(path, read_anyway: bool):
