@@ -147,11 +147,10 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
     and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
     files (batchconsumequeue for BatchCQ topics). A broker with enableLmq keeps every group's offsets in
     config/lmqConsumerOffset.json instead (LmqConsumerOffsetManager: offsetTable, and lmqOffsetTable for
-    %LMQ% groups, queue 0): read whenever it (or its .bak) is there. A broker with
-    storeType=defaultRocksDB keeps them in the RocksDB database config/consumerOffsets/ and its queues in
-    the RocksDB consume queue: both read-only. After a crash (abort present)
-    max_offset is what the broker's recovery keeps: units pointing at or after the recovered end of the
-    commit log are left out, with a warning.
+    %LMQ% groups, queue 0): read whenever it (or its .bak) is there. A broker with storeType=defaultRocksDB
+    keeps them in the RocksDB database config/consumerOffsets/ and its queues in the RocksDB consume
+    queue: both read-only. After a crash (abort present) max_offset is what the broker's recovery keeps:
+    units pointing at or after the recovered end of the commit log are left out, with a warning.
 
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
@@ -187,9 +186,10 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], read_a
     """Per queue of each topic (as mqadmin topicStatus): min and max offset and the store time of the last
     message (last_updated_timestamp), from the consume-queue files (batchconsumequeue for BatchCQ topics).
 
-    Without TOPIC, every topic with queue files (or in the RocksDB consume queue). With an abort file present (a crash), max offsets are
-    what the broker's recovery keeps, with a warning (as in offsets). Exits 1 when no queue matches. A
-    store the broker refuses to load is refused (exit 4) unless --read-anyway (exit 3), as in offsets.
+    Without TOPIC, every topic with queue files (or in the RocksDB consume queue). With an abort file
+    present (a crash), max offsets are what the broker's recovery keeps, with a warning (as in offsets).
+    Exits 1 when no queue matches. A store the broker refuses to load is refused (exit 4) unless
+    --read-anyway (exit 3), as in offsets.
 
     \b
     Examples:

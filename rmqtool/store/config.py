@@ -72,7 +72,8 @@ def load_kv_config(path: Path, table: str, decode: Callable[[Any], T], *,
                    value: Callable[[Any], Any] = lambda v: v) -> Loaded[T] | None:
     """A RocksDB config database (``config/topics/``, ``subscriptionGroups/``, ``consumerOffsets/``) as its
     ``RocksDBConfigManager`` loads it, decoded by ``decode`` like the JSON file it replaces; None when
-    the directory holds no database (the broker creates an empty one there: setCreateIfMissing). Read-only (store.rocksdbcq.open_read_only): nothing is written into it.
+    the directory holds no database (the broker creates an empty one there: setCreateIfMissing).
+    Read-only (store.rocksdbcq.open_read_only): nothing is written into it.
 
     ConfigRocksDBStorage.postLoad opens the families default, kvDataVersion and forbidden (creating
     those missing; a database with another family does not open: the broker refuses to start).

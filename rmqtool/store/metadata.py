@@ -8,6 +8,7 @@ queues' max offsets that consumer lag is measured against.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from rmqtool import constants as C
@@ -159,7 +160,7 @@ def kv_config_store(store: Store) -> bool:
     return any((config / d).is_dir() and is_rocksdb_dir(config / d) for d in L.KV_CONFIG_DIRS.values())
 
 
-def _load_kv(store: Store, name: str) -> Loaded[Table] | None:
+def _load_kv(store: Store, name: str) -> Loaded[Table]:
     """RocksDB{Topic,SubscriptionGroup}Manager / RocksDBConsumerOffsetManager.load: the database, then
     merge(): when the JSON file (config/<name>) holds a dataVersion counter above the database's, the
     JSON table (ConfigManager.load, .bak fallback) is put over the database's (topics, groups and the
@@ -186,7 +187,8 @@ def _load_kv(store: Store, name: str) -> Loaded[Table] | None:
             reason = (f"{name} (dataVersion counter {json_counter}) is newer than the database (counter "
                       f"{kv_counter}): merged into the table as the broker's load does")
     if name == "topics.json":
-        table = table._replace(entries={**table.entries, C.RMQ_SYS_WHEEL_TIMER_TOPIC: _system_topic(C.RMQ_SYS_WHEEL_TIMER_TOPIC)})
+        timer = C.RMQ_SYS_WHEEL_TIMER_TOPIC
+        table = table._replace(entries={**table.entries, timer: _system_topic(timer)})
     return Loaded(table, path, reason)
 
 
@@ -199,7 +201,7 @@ def _offset_wrapper(value: Any) -> dict:
     return _object(_object(value, "offset value").get("offsetTable", {}), "offsetTable")
 
 
-def _json_counter(path) -> int:
+def _json_counter(path: Path) -> int:
     """TopicConfigManager/SubscriptionGroupManager/ConsumerOffsetManager.loadDataVersion: the counter of the
     JSON file's dataVersion (the file alone, no .bak; 0 without one). A file that does not parse fails
     the load."""
