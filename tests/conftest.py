@@ -19,6 +19,7 @@ ALL_SETS = CLEAN_SETS + CRASH_SETS
 # Second batch: 5.x features and DLedger (not in the lists above, which other tests walk as classic stores).
 TIMER_SETS = ["dev-timer-5x"]
 CONFIG_SETS = ["dev-config-5x"]
+ROCKSDB_CONFIG_SETS = ["dev-rocksdbconfig-5x"]
 DLEDGER_SETS = ["dev-dledger", "dev-dledger-5x"]
 DLEDGER_CRASH_SETS = ["dev-dledger-crash", "dev-dledger-5x-crash"]
 BATCHCQ_SETS = ["dev-batchcq-5x", "dev-config-5x"]

@@ -56,8 +56,9 @@ def test_subscription_groups(name):
     rows = {r["group"]: r for r in group_rows(loaded)}
     assert sorted(rows) == sorted(want)
     for group, w in want.items():
-        assert {k: v for k, v in rows[group].items() if k != "group"} == {
+        assert {k: v for k, v in rows[group].items() if k not in ("group", "forbidden")} == {
             snake(k): v for k, v in w.items() if k != "groupName"}
+        assert rows[group]["forbidden"] == loaded.value.forbidden.get(group, {})
 
 
 def test_data_versions(name):

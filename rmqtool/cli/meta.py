@@ -79,7 +79,8 @@ def _crash_end(store: Store) -> int | None:
 @output_options
 @click.pass_context
 def topics(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
-    """List the topic table (config/topics.json): queue counts, permission, queue type, order.
+    """List the topic table (config/topics.json; on a broker with storeType=defaultRocksDB the RocksDB
+    database config/topics/, read-only): queue counts, permission, queue type, order.
 
     perm is PermName's R/W/X (inherit); queue_type is the queue.type attribute (SimpleCQ unless BatchCQ);
     cleanup_policy the cleanup.policy attribute (DELETE unless COMPACTION: a compacted topic, whose
@@ -106,10 +107,12 @@ def topics(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
 @output_options
 @click.pass_context
 def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> None:
-    """List the subscription groups (config/subscriptionGroup.json) with their settings.
+    """List the subscription groups (config/subscriptionGroup.json, or the RocksDB database
+    config/subscriptionGroups/) with their settings.
 
-    Tables show the main settings; json/jsonl/csv every stored field (in snake_case). Exits 1 when the
-    table is empty.
+    Tables show the main settings; json/jsonl/csv every stored field (in snake_case). forbidden lists the
+    topics the group is forbidden on with their bits (the forbidden table: 1 << forbiddenIndex). Exits 1
+    when the table is empty.
 
     \b
     Examples:
@@ -123,7 +126,8 @@ def groups(ctx: click.Context, store: str, fmt: str | None, tablefmt: str) -> No
     columns = ["group", "consume_enable", "consume_message_orderly", "consume_broadcast_enable",
                "retry_queue_nums", "retry_max_times", "broker_id", "consume_timeout_minute"]
     if out in PEOPLE:
-        rows = ({c: r.get(c) for c in columns} for r in rows)
+        rows = ({**{c: r.get(c) for c in columns},
+                 "forbidden": " ".join(f"{t}={bits}" for t, bits in r["forbidden"].items())} for r in rows)
     _write(ctx, rows, out, tablefmt, None, "no subscription groups")
 
 
@@ -143,9 +147,10 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
     and queue (config/consumerOffset.json) against the queue's max offset, read from its consume-queue
     files (batchconsumequeue for BatchCQ topics). A broker with enableLmq keeps every group's offsets in
     config/lmqConsumerOffset.json instead (LmqConsumerOffsetManager: offsetTable, and lmqOffsetTable for
-    %LMQ% groups, queue 0): read whenever it (or its .bak) is there. After a crash (abort present)
-    max_offset is what the broker's recovery keeps: units pointing at or after the recovered end of the
-    commit log are left out, with a warning.
+    %LMQ% groups, queue 0): read whenever it (or its .bak) is there. A broker with storeType=defaultRocksDB
+    keeps them in the RocksDB database config/consumerOffsets/ and its queues in the RocksDB consume
+    queue: both read-only. After a crash (abort present) max_offset is what the broker's recovery keeps:
+    units pointing at or after the recovered end of the commit log are left out, with a warning.
 
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
@@ -181,9 +186,10 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], read_a
     """Per queue of each topic (as mqadmin topicStatus): min and max offset and the store time of the last
     message (last_updated_timestamp), from the consume-queue files (batchconsumequeue for BatchCQ topics).
 
-    Without TOPIC, every topic with queue files. With an abort file present (a crash), max offsets are
-    what the broker's recovery keeps, with a warning (as in offsets). Exits 1 when no queue matches. A
-    store the broker refuses to load is refused (exit 4) unless --read-anyway (exit 3), as in offsets.
+    Without TOPIC, every topic with queue files (or in the RocksDB consume queue). With an abort file
+    present (a crash), max offsets are what the broker's recovery keeps, with a warning (as in offsets).
+    Exits 1 when no queue matches. A store the broker refuses to load is refused (exit 4) unless
+    --read-anyway (exit 3), as in offsets.
 
     \b
     Examples:
@@ -274,7 +280,14 @@ def config_files(ctx: click.Context, store: str, fmt: str | None, tablefmt: str)
     timer metrics): which file the broker would read (the .bak when the main file is missing, empty or
     unparseable), their entries and data versions.
 
-    A file that does not decode (and has no usable .bak) is an error (exit 3). Exits 1 when there is none.
+    On a broker with storeType=defaultRocksDB, topics, groups and offsets are the RocksDB databases
+    config/topics/, subscriptionGroups/ and consumerOffsets/ (read_from ends in /), read-only, with their
+    kvDataVersion (none for the offsets: the broker's is a fresh one at each load). A configManagerVersion=v2
+    database (config/rdb/) is refused (exit 4).
+
+    A file that does not decode (and has no usable .bak) is an error (exit 3); a database that does not
+    open, or holds a value that does not decode, is refused as the broker refuses it (exit 4). Exits 1 when
+    there is none.
 
     \b
     Examples:

@@ -47,10 +47,11 @@ def _queue_dirs(store: Store, topic: str) -> int:
 
 
 def group_rows(loaded: Loaded[Table]) -> Iterator[dict]:
-    """One row per subscription group, by name: its stored fields in snake_case."""
+    """One row per subscription group, by name: its stored fields in snake_case, and ``forbidden``: its
+    topics in the forbidden table with their bits (``1 << forbiddenIndex``, as updateForbidden sets them)."""
     for name in sorted(loaded.value.entries):
         fields = {snake(k): v for k, v in loaded.value.entries[name].items() if k != "groupName"}
-        yield {"group": name, **fields}
+        yield {"group": name, **fields, "forbidden": loaded.value.forbidden.get(name, {})}
 
 
 def snake(name: str) -> str:
@@ -127,7 +128,7 @@ def delay_rows(loaded: Loaded[Table], store: Store, levels: str = C.DEFAULT_DELA
 
 def config_rows(store: Store) -> Iterator[dict]:
     """Each metadata file the store has (and timermetrics): which file was read (.bak when the broker
-    would), entries and data version."""
+    would; the RocksDB database, ``topics/`` etc., on a RocksDB-config store), entries and data version."""
     for name in CONFIG_FILES:
         loaded = load(store, name)
         if loaded is not None:
@@ -139,6 +140,7 @@ def config_rows(store: Store) -> Iterator[dict]:
 
 
 def _config_row(name: str, loaded: Loaded, entries: int, dv: DataVersion | None) -> dict:
-    return {"file": name, "read_from": loaded.path.name, "entries": entries,
+    read_from = loaded.path.name + ("/" if loaded.path.is_dir() else "")    # a RocksDB database
+    return {"file": name, "read_from": read_from, "entries": entries,
             "data_version_counter": dv.counter if dv else None, "data_version_timestamp": dv.timestamp if dv else None,
             "state_version": dv.state_version if dv else None, "fallback_reason": loaded.fallback}

@@ -31,7 +31,8 @@ def store_time_at(store: Store, topic: str, queue_id: int, queue_offset: int) ->
         if _batch(store, topic):
             unit = store.batch_consume_queue(topic, queue_id).lookup(queue_offset)
             return None if unit is None else unit.store_time
-        cq = store.consume_queue(topic, queue_id)
+        cq = (store.rocksdb_consumequeue.queue(topic, queue_id) if store.consumequeue_is_rocksdb
+              else store.consume_queue(topic, queue_id))
         at = next((u for off, u in cq.iter_units(queue_offset) if off == queue_offset), None)
         if at is None or at.is_filler:
             return None
@@ -41,7 +42,10 @@ def store_time_at(store: Store, topic: str, queue_id: int, queue_offset: int) ->
 
 
 def _min_offset(store: Store, topic: str, queue_id: int) -> int:
-    """ConsumeQueue.getMinOffsetInQueue (BatchConsumeQueue: after correctMinOffset, BatchConsumeQueue.offsets)."""
+    """ConsumeQueue.getMinOffsetInQueue (BatchConsumeQueue: after correctMinOffset, BatchConsumeQueue.offsets;
+    RocksDBConsumeQueue: RocksDbConsumeQueue.min_offset)."""
+    if store.consumequeue_is_rocksdb:
+        return store.rocksdb_consumequeue.queue(topic, queue_id).min_offset
     if _batch(store, topic):
         return store.batch_consume_queue(topic, queue_id).offsets(store.commitlog.min_offset)[0]
     first, _ = store.consume_queue(topic, queue_id).extent()
@@ -53,8 +57,12 @@ def topic_status_rows(store: Store, topics: Iterable[str], phy_end: int | None =
     (AdminBrokerProcessor.getTopicStatsInfo: getMessageStoreTimeStamp(topic, queue, max - 1) when max > 0).
     ``phy_end`` caps the maxima after a crash (rmqtool.ops.metadata.crash_recovered_end)."""
     for topic in topics:
-        queues = store.batch_consume_queues(topic) if _batch(store, topic) else store.consume_queues(topic)
-        for queue_id in sorted(q.queue_id for q in queues):
+        if store.consumequeue_is_rocksdb:
+            queue_ids = store.rocksdb_consumequeue.queue_ids(topic)
+        else:
+            queues = store.batch_consume_queues(topic) if _batch(store, topic) else store.consume_queues(topic)
+            queue_ids = sorted(q.queue_id for q in queues)
+        for queue_id in queue_ids:
             high = cq_max_offset(store, topic, queue_id, phy_end) or 0
             yield {"topic": topic, "queue_id": queue_id, "min_offset": _min_offset(store, topic, queue_id),
                    "max_offset": high,

@@ -66,6 +66,8 @@ LEFT_TO = {
                           "an empty table",
     "config_refused": "repair does not rewrite config files: restore the file and its .bak from a backup (a "
                       "missing .bak gives an empty table)",
+    "config_kv_refused": "repair never writes into a RocksDB database: restore the config database from a "
+                         "backup",
     "timer_read_moved": "no offline fix: any start this late skips those slots; rmqtool timer lists their "
                         "messages to send again",
 }

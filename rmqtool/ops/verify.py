@@ -28,7 +28,7 @@ import numpy as np
 from rmqtool import constants as C
 from rmqtool.columnar.joins import join_entries, join_units, queue_rows, unmatched_keys
 from rmqtool.columnar.units import new_state, walk_units
-from rmqtool.errors import FormatError
+from rmqtool.errors import FormatError, StoreError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.metadata import batch_cq_topics
@@ -672,15 +672,26 @@ def _findings(store: Store, whole: FileQueue, skipped, deep: bool, progress: Pro
 
 def _config_findings(store: Store) -> Iterator[Finding]:
     """config/*.json as the broker loads them (rule config_load): a fallback to the .bak, an empty table, a
-    refused load."""
-    from rmqtool.store.metadata import CONFIG_FILES, load
+    refused load; the RocksDB config databases of a storeType=defaultRocksDB broker (rule
+    config_load_rocksdb): one that does not open or decode is a refused load. A configManagerVersion=v2
+    database is not read: a warning."""
+    from rmqtool.store.metadata import CONFIG_FILES, kv_config_store, load
 
-    for name in CONFIG_FILES:
+    names = list(CONFIG_FILES)
+    try:
+        kv_config_store(store)
+    except StoreError as exc:
+        yield Finding(WARNING, "config_not_read", exc.path, None, exc.message)
+        names = [n for n in names if n not in L.KV_CONFIG_DIRS]
+    for name in names:
         try:
             loaded = load(store, name)
         except FormatError as exc:
             kind = "config_refused" if exc.path and exc.path.endswith(".bak") else "config_empty_table"
             yield Finding(ERROR, kind, exc.path or str(store.path(L.config_file(name))), exc.offset, exc.message)
+            continue
+        except StoreError as exc:       # a RocksDB config database the broker's load fails on
+            yield Finding(ERROR, "config_kv_refused", exc.path, exc.offset, exc.message)
             continue
         if loaded is not None and loaded.fallback is not None:
             path = store.path(L.config_file(name))
@@ -688,9 +699,10 @@ def _config_findings(store: Store) -> Iterator[Finding]:
                           loaded.fallback.removeprefix(f"{path}: "))
 
 
-ONLY_IN = {k: V5 for k in ("timer_read_moved", "timer_bad_chain", "timer_bad_unit", "timer_load")}   # 5.x stores
+ONLY_IN = {k: V5 for k in ("timer_read_moved", "timer_bad_chain", "timer_bad_unit", "timer_load",
+                            "config_kv_refused")}   # 5.x stores
 REFUSED = ("wrong_file_size", "empty_last_file", "missing_file", "stray_file", "cq_file_size", "timer_load",
-           "config_refused")
+           "config_refused", "config_kv_refused")
 
 
 def verdict(rows: list[dict], versions: list[str]) -> list[str]:

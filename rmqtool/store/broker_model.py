@@ -45,6 +45,15 @@ RULES = [
          "file that is missing, empty or does not decode is replaced by its .bak (the previous content); with no "
          ".bak the table starts empty (topics and offsets lost), and a .bak that does not decode fails the load "
          "(refuses to start)", "ConfigManager.load, ConfigManager.loadBak, BrokerController.initialize"),
+    Rule("config_load_rocksdb", V5, "storeType=defaultRocksDB: topics, subscription groups and consumer offsets are "
+         "the RocksDB databases config/topics/, subscriptionGroups/ and consumerOffsets/ (families default: key the "
+         "name or topic@group in UTF-8, value fastjson; kvDataVersion; forbidden), read in key order with deleted "
+         "keys absent; a JSON file beside one with a higher dataVersion counter is merged over it; init() then puts "
+         "rmq_sys_wheel_timer into the topic table but never into the database. A database that does not open (a "
+         "damaged file, a column family beside those three) or holds a value that does not decode fails the load "
+         "(refuses to start); a missing one is created empty", "RocksDBTopicConfigManager.load, "
+         "RocksDBSubscriptionGroupManager.load, RocksDBConsumerOffsetManager.load, RocksDBConfigManager.loadData, "
+         "loadDataVersion, ConfigRocksDBStorage.postLoad, TopicConfigManager.init"),
     Rule("checkpoint", "both", "the checkpoint is mapped one OS page READ_WRITE at load: a short file is extended "
          "with zeros and the fields it lacks read 0 (after a crash a zero time makes recovery start at the first "
          "file and drop every index file), the next flush writes every field; the broker starts: a warning, and "
@@ -439,6 +448,9 @@ LEVELS: dict[str, tuple[str, str]] = {
                                   "its topics or offsets are lost; restore the file from a backup"),
     "config_refused": (ERROR, "the broker refuses to start: ConfigManager.loadBak fails, "
                               "BrokerController.initialize returns false"),
+    "config_kv_refused": (ERROR, "the broker refuses to start: its RocksDB config manager's load fails (rule "
+                                 "config_load_rocksdb)"),
+    "config_not_read": (WARNING, "rmqtool does not read this config database: its tables are not checked"),
     "compaction_checkpoint_unread": (WARNING, "CompactionPositionMgr's constructor ignores a failed "
                                               "ConfigManager.load"),
     "abort_file": (WARNING, "crash recovery on start: CommitLog.recoverAbnormally re-dispatches from the "

@@ -31,6 +31,11 @@ DLEDGER_DATA = "data"
 DLEDGER_INDEX = "index"
 DLEDGER_CHECKPOINT = "checkpoint"
 DLEDGER_CURRTERM = "currterm"
+# storeType=defaultRocksDB: the broker/config/v1 managers' RocksDB databases below config/ (rocksdbConfigFilePath
+# of RocksDBTopicConfigManager, RocksDBSubscriptionGroupManager, RocksDBConsumerOffsetManager), per JSON file
+KV_CONFIG_DIRS = {"topics.json": "topics", "subscriptionGroup.json": "subscriptionGroups",
+                  "consumerOffset.json": "consumerOffsets"}
+KV_CONFIG_V2_DIR = "rdb"              # configManagerVersion=v2: one database for every table (ConfigStorage)
 SIZES_FILE = "config/rmqtool.json"    # the sizes chosen at init (the broker keeps them in its own config)
 
 # The directories whose files the broker loads as its data (nothing else may be put there).

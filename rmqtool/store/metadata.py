@@ -1,20 +1,22 @@
 """The broker's metadata in ``config/``: topics.json, subscriptionGroup.json, consumerOffset.json (or
 lmqConsumerOffset.json) and delayOffset.json (``TopicConfigManager``, ``SubscriptionGroupManager``,
 ``ConsumerOffsetManager`` / ``LmqConsumerOffsetManager``, ``ScheduleMessageService``), each loaded as
-``ConfigManager.load`` does (``.bak`` fallback), and the consume queues' max offsets that consumer lag is
-measured against.
+``ConfigManager.load`` does (``.bak`` fallback), or, on a broker with ``storeType=defaultRocksDB``, the
+first three from the RocksDB databases of the ``broker/config/v1`` managers (``load``); and the consume
+queues' max offsets that consumer lag is measured against.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from rmqtool import constants as C
 from rmqtool.format.batchcq import decode_unit as decode_bcq_unit
-from rmqtool.errors import FormatError, RmqError
+from rmqtool.errors import FormatError, RmqError, StoreError
 from rmqtool.format.consumequeue import UNIT
 from rmqtool.format.fastjson import DataVersion, as_int, data_version
-from rmqtool.store.config import Loaded, load_config
+from rmqtool.store.config import Loaded, load_config, load_kv_config, read_config
 from rmqtool.store import layout as L
 from rmqtool.store.filequeue import FileQueue
 from rmqtool.store.store import Store
@@ -57,6 +59,7 @@ class TopicConfig(NamedTuple):
 class Table(NamedTuple):
     data_version: DataVersion | None
     entries: dict                      # name -> value, in file order
+    forbidden: dict = {}               # subscription groups: group -> {topic: forbidden bits}
 
 
 def _object(value: Any, what: str) -> dict:
@@ -80,10 +83,13 @@ def decode_topics(value: Any) -> Table:
 
 
 def decode_groups(value: Any) -> Table:
-    """subscriptionGroup.json: group name -> its SubscriptionGroupConfig fields as stored (camelCase)."""
+    """subscriptionGroup.json: group name -> its SubscriptionGroupConfig fields as stored (camelCase), and
+    the forbiddenTable (5.x; SubscriptionGroupManager.updateForbidden sets bit ``1 << forbiddenIndex``)."""
     table = _object(_object(value, "subscriptionGroup.json").get("subscriptionGroupTable", {}),
                     "subscriptionGroupTable")
-    return Table(data_version(value), {name: _object(g, f"group {name!r}") for name, g in table.items()})
+    forbidden = {group: {t: as_int(bits, f"forbidden {group}/{t}") for t, bits in _object(topics, group).items()}
+                 for group, topics in _object(value.get("forbiddenTable") or {}, "forbiddenTable").items()}
+    return Table(data_version(value), {name: _object(g, f"group {name!r}") for name, g in table.items()}, forbidden)
 
 
 def decode_consumer_offsets(value: Any) -> Table:
@@ -126,17 +132,104 @@ CONFIG_FILES = {"topics.json": decode_topics, "subscriptionGroup.json": decode_g
 
 
 def load(store: Store, name: str) -> Loaded[Table] | None:
-    """One of CONFIG_FILES, as the broker loads it; None when the store has neither it nor its .bak."""
+    """One of CONFIG_FILES, as the broker loads it; None when the store has neither it nor its .bak (nor,
+    on a RocksDB-config store, its database). Topics, groups and consumer offsets come from the RocksDB
+    databases when the store has them (``kv_config_store``: load_kv_config, then the JSON merge)."""
     if not store.is_store_root:
         return None
+    if name in L.KV_CONFIG_DIRS and kv_config_store(store):
+        return _load_kv(store, name)
     return load_config(store.path(L.config_file(name)), CONFIG_FILES[name])
+
+
+def kv_config_store(store: Store) -> bool:
+    """Whether the broker keeps topics, groups and offsets in RocksDB (storeType=defaultRocksDB: the
+    BrokerController constructor takes RocksDBTopicConfigManager, RocksDBSubscriptionGroupManager and
+    RocksDBConsumerOffsetManager): one of their databases is there. A configManagerVersion=v2 database
+    (config/rdb, ConfigStorage) is refused: its tables are not read here."""
+    from rmqtool.store.rocksdbcq import is_rocksdb_dir
+
+    if not store.is_store_root:
+        return False
+    config = store.path(L.CONFIG)
+    v2 = config / L.KV_CONFIG_V2_DIR
+    if v2.is_dir() and is_rocksdb_dir(v2):
+        raise StoreError("a configManagerVersion=v2 config database (ConfigStorage: TopicConfigManagerV2, "
+                         "SubscriptionGroupManagerV2, ConsumerOffsetManagerV2): rmqtool does not read its topics, "
+                         "groups and offsets", path=str(v2))
+    return any((config / d).is_dir() and is_rocksdb_dir(config / d) for d in L.KV_CONFIG_DIRS.values())
+
+
+def _load_kv(store: Store, name: str) -> Loaded[Table]:
+    """RocksDB{Topic,SubscriptionGroup}Manager / RocksDBConsumerOffsetManager.load: the database, then
+    merge(): when the JSON file (config/<name>) holds a dataVersion counter above the database's, the
+    JSON table (ConfigManager.load, .bak fallback) is put over the database's (topics, groups and the
+    forbidden table: putAll; offsets: ConsumerOffsetManager.decode replaces the table) and the counter
+    becomes the JSON's + 1 (updateDataVersion; its timestamp, the load time, is left 0). Then the topic
+    manager's init() puts rmq_sys_wheel_timer (timerWheelEnable, true by default) into the table alone,
+    never into the database (TopicConfigManager.init: topicConfigTable.put)."""
+    decode = CONFIG_FILES[name]
+    path = store.path(L.config_file(L.KV_CONFIG_DIRS[name]))
+    loaded = load_kv_config(path, _KV_TABLES[name], decode,
+                            value=_offset_wrapper if name == "consumerOffset.json" else lambda v: v)
+    if loaded is None:      # the broker creates an empty database there (setCreateIfMissing)
+        loaded = Loaded(decode({}), path)
+    table, reason = loaded.value, None
+    json_path = store.path(L.config_file(name))
+    kv_counter = table.data_version.counter if table.data_version else 0
+    json_counter = _json_counter(json_path)
+    if json_counter > kv_counter:
+        json = load_config(json_path, decode)
+        if json is not None:
+            jt = json.value
+            entries = jt.entries if name == "consumerOffset.json" else {**table.entries, **jt.entries}
+            table = Table(DataVersion(0, 0, json_counter + 1), entries, {**table.forbidden, **jt.forbidden})
+            reason = (f"{name} (dataVersion counter {json_counter}) is newer than the database (counter "
+                      f"{kv_counter}): merged into the table as the broker's load does")
+    if name == "topics.json":
+        timer = C.RMQ_SYS_WHEEL_TIMER_TOPIC
+        table = table._replace(entries={**table.entries, timer: _system_topic(timer)})
+    return Loaded(table, path, reason)
+
+
+_KV_TABLES = {"topics.json": "topicConfigTable", "subscriptionGroup.json": "subscriptionGroupTable",
+              "consumerOffset.json": "offsetTable"}
+
+
+def _offset_wrapper(value: Any) -> dict:
+    """RocksDBOffsetSerializeWrapper: ``{"offsetTable":{queueId: offset}}``."""
+    return _object(_object(value, "offset value").get("offsetTable", {}), "offsetTable")
+
+
+def _json_counter(path: Path) -> int:
+    """TopicConfigManager/SubscriptionGroupManager/ConsumerOffsetManager.loadDataVersion: the counter of the
+    JSON file's dataVersion (the file alone, no .bak; 0 without one). A file that does not parse fails
+    the load."""
+    if not path.is_file():
+        return 0
+    try:
+        value = read_config(path)
+        dv = data_version(value) if isinstance(value, dict) else None
+    except FormatError as exc:
+        raise StoreError(f"{exc.message} (read for its dataVersion beside the RocksDB database: the broker's "
+                         "load fails)", path=str(path), offset=exc.offset) from None
+    return dv.counter if dv else 0
+
+
+def _system_topic(name: str) -> TopicConfig:
+    """``new TopicConfig(name)`` with 1 read and 1 write queue, as TopicConfigManager.init makes them."""
+    return TopicConfig(name, 1, 1, PERM_READ | PERM_WRITE, "SINGLE_TAG", 0, False, {})
 
 
 def consumer_offsets(store: Store) -> Loaded[Table] | None:
     """The consumer offsets the broker loads: BrokerController builds an LmqConsumerOffsetManager when
     ``enableLmq`` is set, whose configFilePath is config/lmqConsumerOffset.json (every group's offsets,
     and no consumerOffset.json is written), else a ConsumerOffsetManager on config/consumerOffset.json.
-    Offline the setting is unknown: the LMQ file is read when it (or its .bak) exists."""
+    Offline the setting is unknown: the LMQ file is read when it (or its .bak) exists. A RocksDB-config
+    store always has RocksDBConsumerOffsetManager (the LMQ setting changes only the topic and group
+    managers there)."""
+    if kv_config_store(store):
+        return load(store, "consumerOffset.json")
     return load(store, "lmqConsumerOffset.json") or load(store, "consumerOffset.json")
 
 

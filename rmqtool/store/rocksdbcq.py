@@ -19,13 +19,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from rmqtool.errors import FormatError, StoreError
+from rmqtool.errors import FormatError, StoreError, first_line
 from rmqtool.format.consumequeue import CqUnit
 from rmqtool.format.rocksdbcq import (CHECKPOINT_TOPIC, OffsetEntry, RocksCqUnit, decode_offset, decode_unit,
                                       queue_prefix)
 
 OFFSET_FAMILY = "offset"
-EXTRA_HINT = "reading a RocksDB consume queue needs the rocksdb extra: pip install 'rmqtool[rocksdb]'"
+EXTRA_HINT = "reading {what} needs the rocksdb extra: pip install 'rmqtool[rocksdb]'"
 
 
 def is_rocksdb_dir(path: Path) -> bool:
@@ -50,29 +50,12 @@ class RocksDbConsumeQueues:
     queue) is read at once; one queue's units by a prefix scan, every unit (``units``) on demand."""
 
     def __init__(self, path: Path):
-        try:
-            from rocksdict import AccessType, Options, Rdict
-        except ImportError:
-            raise StoreError(EXTRA_HINT, path=str(path)) from None
         self.path = Path(path)
         self.offsets: dict[tuple[str, str, int], OffsetEntry] = {}
         self.checkpoint_offset: int | None = None  # CHECKPOINT_TOPIC/max/0: the highest dispatched commit-log offset
-        shadow = tempfile.mkdtemp(prefix="rmqtool-rocksdb-")
-        self._closed = weakref.finalize(self, shutil.rmtree, shadow, True)
-        for name in os.listdir(path):
-            if name != "LOCK":
-                os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(shadow, name))
-        try:
-            families = Rdict.list_cf(shadow, Options(raw_mode=True))
-            self._db = Rdict(shadow, options=Options(raw_mode=True),
-                             column_families={name: Options(raw_mode=True) for name in families if name != "default"},
-                             access_type=AccessType.read_only())
-        except Exception as exc:        # rocksdict raises plain Exception for RocksDB errors
-            self._closed()
-            raise StoreError(f"cannot open the RocksDB consume queue: {exc}", path=str(path)) from None
+        self._db, families, shadow = open_read_only(self.path, "the RocksDB consume queue")
         db = self._db
-        self._closed.detach()
-        self._closed = weakref.finalize(self, _close, db, shadow)
+        self._closed = weakref.finalize(self, close_read_only, db, shadow)
         _OPEN.add(self)
         if OFFSET_FAMILY not in families:
             self._closed()
@@ -138,7 +121,31 @@ class RocksDbConsumeQueues:
         return self.queue(topic, queue_id)
 
 
-def _close(db, shadow: str) -> None:
+def open_read_only(path: Path, what: str):
+    """(db, column family names, shadow directory) of the RocksDB database at ``path``, opened read-only with
+    every column family, in raw mode, from a private directory of symbolic links to its files (LOCK left
+    out), so that nothing is written beside the database; ``close_read_only(db, shadow)`` releases both."""
+    try:
+        from rocksdict import AccessType, Options, Rdict
+    except ImportError:
+        raise StoreError(EXTRA_HINT.format(what=what), path=str(path)) from None
+    shadow = tempfile.mkdtemp(prefix="rmqtool-rocksdb-")
+    try:
+        for name in os.listdir(path):
+            if name != "LOCK":
+                os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(shadow, name))
+        families = Rdict.list_cf(shadow, Options(raw_mode=True))
+        db = Rdict(shadow, options=Options(raw_mode=True),
+                   column_families={name: Options(raw_mode=True) for name in families if name != "default"},
+                   access_type=AccessType.read_only())
+    except Exception as exc:        # rocksdict raises plain Exception for RocksDB errors
+        shutil.rmtree(shadow, ignore_errors=True)
+        raise StoreError(f"cannot open {what}: {first_line(exc).replace(shadow, str(path))}",
+                         path=str(path)) from None
+    return db, families, shadow
+
+
+def close_read_only(db, shadow: str) -> None:
     db.close()
     shutil.rmtree(shadow, ignore_errors=True)
 
