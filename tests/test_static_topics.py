@@ -25,9 +25,11 @@ def _jsonl(*args) -> list[dict]:
 
 
 def _hosted(name: str):
+    """(topic, hosted logical queue) of each logical queue led from this broker (its units are in this store)."""
     for t in readback(name)["static"]["staticTopics"]:
         for q in t["hostedQueues"]:
-            yield t["topic"], q
+            if q["leaderBroker"] == t["mappingDetail(loaded)"]["bname"]:
+                yield t["topic"], q
 
 
 @pytest.mark.parametrize("name", STATIC_SETS)
