@@ -98,16 +98,19 @@ def test_offsets_of_a_static_topic_are_shown_logically(store_copy):
 
 
 def test_verify_reports_a_mapping_that_does_not_match_the_queues(store_copy):
-    """The real set verifies clean; the .bak (a remap's first step, logic offsets -1) and a queue count below
-    the mapping's are warnings; a physical queue with messages that no item names is an error."""
+    """The real set verifies clean; the .bak the broker loads when the file does not decode (a remap's first
+    step, logic offsets -1) and two logical queues on one physical queue are warnings; a physical queue with
+    messages that no item names is an error."""
     store = store_copy("dev-static-5x")
     assert run("verify", store).exit_code == 0
     mapping = store / "config" / "topicQueueMapping.json"
     text = mapping.read_text()
-    mapping.unlink()
+    mapping.write_text(text[:text.index("hostedQueues") + 16])        # cut inside the unquoted keys: the .bak
     res = run("verify", store, "-f", "jsonl")
     kinds = [json.loads(line)["kind"] for line in res.stdout.splitlines()]
     assert res.exit_code == 0 and kinds.count("static_mapping_mismatch") == 3, res.output
+    assert "config_fallback" in kinds
+    assert {r["logical_queue_offset"] for r in _jsonl("cat-cq", store, "StaticTopic", 3)} == {-1}
     i = text.index('"StaticTopic"')
     j = text.index('"queueId":3', i)                         # logical 0's broker-a item names queue 2 instead
     mapping.write_text(text[:j] + '"queueId":2' + text[j + len('"queueId":3'):])
