@@ -151,9 +151,9 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
     committed offset (mqadmin's LastTime). A static topic's queues (5.x, config/topicQueueMapping.json) add
     their logical queue id and the logical offset and max offset a consumer sees. Groups that never
-    committed have no rows. Exits 1 when nothing
-    matches. Max offsets are what the broker's load leaves, and times are read from the commit log: a store
-    the broker refuses to load is refused (exit 4) unless --read-anyway (exit 3).
+    committed have no rows. Exits 1 when nothing matches. Max offsets are what the broker's load leaves,
+    and times are read from the commit log: a store the broker refuses to load is refused (exit 4) unless
+    --read-anyway (exit 3).
 
     \b
     Examples:

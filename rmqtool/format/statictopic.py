@@ -56,15 +56,10 @@ class TopicQueueMappingDetail(NamedTuple):
 
     def physical_queues(self) -> dict[int, tuple[int, LogicQueueMappingItem]]:
         """Physical queue id -> (logical queue id, item) for every item naming a queue of this broker, of any
-        generation (a later item naming the same queue wins: TopicQueueMappingUtils.checkIfReusePhysicalQueue
-        forbids two)."""
-        return {item.queue_id: (logical, item) for logical, items in sorted(self.hosted_queues.items())
+        generation (TopicQueueMappingUtils.checkIfReusePhysicalQueue forbids two items on one queue; should a
+        damaged file have them, the last in file order is taken and verify reports it)."""
+        return {item.queue_id: (logical, item) for logical, items in self.hosted_queues.items()
                 for item in items if item.bname == self.bname}
-
-    def leader(self, logical: int) -> LogicQueueMappingItem | None:
-        """TopicQueueMappingUtils.getLeaderItem: the newest item of a hosted logical queue."""
-        items = self.hosted_queues.get(logical)
-        return items[-1] if items else None
 
 
 class TopicQueueMappings(NamedTuple):
