@@ -133,25 +133,66 @@ def test_put_uniq_key_is_found_by_query_id_and_decoded(sample_5x):
     assert decoded["time_diff"] == PINNED_MS - month_start_ms(PINNED_MS) > 2**31
 
 
-@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x", "dev-trace-5x"])
 def test_put_lays_properties_out_as_the_broker_did(name):
-    """Given a real record's topic, tags, keys, user properties and UNIQ_KEY, the properties put builds are the
-    stored bytes (the client's and the broker's HashMap order, CLUSTER, the trailing separator)."""
+    """Given a real record's topic, tags, keys, user properties and UNIQ_KEY (and WAIT, which the trace set's
+    client sent), the properties put builds are the stored bytes (the client's and the broker's HashMap order,
+    MSG_REGION and TRACE_ON, CLUSTER, the trailing separator). dev-sample-5x's driver skipped the 5.3.3 send
+    path's buildMsgContext, so its records lack the two properties a 5.3.3 broker adds: compared without them."""
+    from dataclasses import replace
+
     from rmqtool.ops.write import broker_stamp, sent_message
 
     stamp = broker_stamp(Store.open(store_path(name)))
+    assert (stamp.region, stamp.trace_on) == ((None, None) if name == "dev-sample" else ("DefaultRegion", "true"))
+    if name == "dev-sample-5x":
+        stamp = replace(stamp, region=None, trace_on=None)
     n = 0
+    broker = {"CLUSTER", "TAGS", "KEYS", "MSG_REGION", "TRACE_ON"}
+    user_names = {"up0", "up1", "up2"} | ({"WAIT"} if name == "dev-trace-5x" else set())
     for r in _records(name):
         props = r["properties"]
-        if r["sys_flag"] or "UNIQ_KEY" not in props or \
-                not set(props) - {"UNIQ_KEY", "CLUSTER", "TAGS", "KEYS"} <= {"up0", "up1", "up2"}:
+        if r["sys_flag"] or "UNIQ_KEY" not in props or not set(props) - broker - {"UNIQ_KEY"} <= user_names:
             continue
-        user = [(k.encode(), v.encode()) for k, v in props.items() if k not in ("CLUSTER", "TAGS", "KEYS")]
+        user = [(k.encode(), v.encode()) for k, v in props.items() if k not in broker]
         msg = sent_message(r["topic"].encode(), b"", stamp, tags=(props.get("TAGS") or "").encode() or None,
                            keys=[k.encode() for k in props.get("KEYS", "").split(" ") if k], properties=user)
         assert base64.b64encode(msg.properties_raw).decode() == r["properties_raw"], r["physical_offset"]
         n += 1
     assert n > 50
+
+
+def test_put_writes_msg_region_and_trace_on_as_the_broker_did_for_its_neighbours(store_copy, tmp_path):
+    """On a copy of dev-trace-5x (every record through the 5.3.3 send path), put given a record's client side
+    writes that record's property bytes; --region / --trace-off set the two, and the next put takes them from
+    the newest record; a row to import without stored property bytes gets them too."""
+    store = store_copy("dev-trace-5x")
+    r = next(r for r in _records("dev-trace-5x") if r["topic"] == "TopicA" and "KEYS" in r["properties"]
+             and "up1" in r["properties"])
+    props = r["properties"]
+    args = ["--topic", "TopicA", "--body", "x", "--tag", props["TAGS"], "--key", props["KEYS"]]
+    args += [a for k in ("UNIQ_KEY", "WAIT", "up0", "up1") for a in ("--property", f"{k}={props[k]}")]
+    assert _write("put", store, *args).exit_code == 0
+    assert _rows(store)[-1]["properties_raw"] == r["properties_raw"]
+    assert _write("put", store, "--topic", "TopicB", "--body", "y", "--region", "cn-east", "--trace-off").exit_code == 0
+    assert _write("put", store, "--topic", "TopicB", "--body", "z").exit_code == 0
+    for row in _rows(store)[-2:]:
+        assert (row["properties"]["MSG_REGION"], row["properties"]["TRACE_ON"]) == ("cn-east", "false")
+    (tmp_path / "r.jsonl").write_text(json.dumps({"topic": "TopicA", "body": "eA==", "properties": {"a": "1"}}) + "\n")
+    assert _write("import", store, tmp_path / "r.jsonl", "--region", "R2").exit_code == 0
+    raw = base64.b64decode(_rows(store)[-1]["properties_raw"])
+    assert raw == b"MSG_REGION\x01R2\x02a\x011\x02TRACE_ON\x01false\x02"
+    assert run("verify", store).exit_code == 0
+
+
+def test_put_into_a_4x_store_adds_no_msg_region_unless_asked(store_copy):
+    """A stock 4.9.7 broker registers no SendMessageHook, so buildMsgContext adds nothing (dev-sample's records)."""
+    store = store_copy("dev-sample")
+    assert _write("put", store, "--topic", "TopicA", "--body", "x").exit_code == 0
+    assert not {"MSG_REGION", "TRACE_ON"} & set(_rows(store)[-1]["properties"])
+    assert _write("put", store, "--topic", "TopicA", "--body", "x", "--trace-on").exit_code == 0
+    assert (_rows(store)[-1]["properties"]["MSG_REGION"], _rows(store)[-1]["properties"]["TRACE_ON"]) == \
+        ("DefaultRegion", "true")
 
 
 def test_put_writes_bytes_that_are_not_utf8_and_they_come_back(sample_5x, tmp_path):

@@ -681,6 +681,14 @@ _STORE_HOST = click.option("--store-host", callback=_host, metavar="IP:PORT",
                                 "in an empty store).")
 
 
+_REGION = click.option("--region", metavar="REGION",
+                       help="The MSG_REGION property to write (BrokerConfig regionId; default: the store's newest "
+                            "record's; DefaultRegion in a 5.x store whose records have none).")
+_TRACE = click.option("--trace-on/--trace-off", "trace_on", default=None,
+                      help="The TRACE_ON property to write (BrokerConfig traceOn; default: the store's newest "
+                           "record's; true in a 5.x store whose records have none).")
+
+
 def _arg_bytes(value: str, option: str, hex_: bool) -> bytes:
     """An option's value as bytes: hex digits with --hex; else the bytes given on the command line (UTF-8
     text as such; bytes that are not UTF-8 as they were: Python hands them over surrogate-escaped)."""
@@ -710,6 +718,8 @@ def _arg_bytes(value: str, option: str, hex_: bool) -> bytes:
 @click.option("--born-host", callback=_host, metavar="IP:PORT",
               help="The producer's address (default: the store host's address, port 0).")
 @_STORE_HOST
+@_REGION
+@_TRACE
 @_APPLY
 @_DRY_RUN
 @_BACKUP
@@ -717,7 +727,8 @@ def _arg_bytes(value: str, option: str, hex_: bool) -> bytes:
 @_ALLOW_LARGE
 @output_options
 def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str, ...], properties: tuple[str, ...],
-        body: str | None, body_file, body_stdin: bool, hex_: bool, born_host, store_host, apply_: bool,
+        body: str | None, body_file, body_stdin: bool, hex_: bool, born_host, store_host, region: str | None,
+        trace_on: bool | None, apply_: bool,
         dry_run: bool, backup: Path | None, force: bool, allow_large: bool, fmt: str | None, tablefmt: str) -> None:
     """Append one message as a producer sends it and the broker stores it (commit log, consume queue, index,
     checkpoint), in one transaction with one backup.
@@ -725,9 +736,13 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str
     Values are written as the bytes given: text as UTF-8, bytes that are not UTF-8 as they are (or every
     value in hex with --hex); never a replaced character. As a Java producer and the store's broker would,
     put adds a new UNIQ_KEY (MessageClientIDSetter: the born host's IP, this process's pid and counter, the
-    time since the UTC month start, the class-loader hash String.hashCode("rmqtool")) and, when the records
-    carry one, CLUSTER, and writes the properties in the broker's order. The store host is the store's
-    newest record's (--store-host sets another), the born host its address with port 0 (--born-host).
+    time since the UTC month start, the class-loader hash String.hashCode("rmqtool")), MSG_REGION and
+    TRACE_ON as the broker's send path adds them (AbstractSendMessageProcessor.buildMsgContext: the store's
+    newest record's values, --region, --trace-on/--trace-off; DefaultRegion and true in a 5.x store whose
+    records have none; none in a 4.x store whose records have none: a stock 4.9.7 broker adds them only with
+    a SendMessageHook) and, when the records carry one, CLUSTER, and writes the properties in the broker's
+    order. The store host is the store's newest record's (--store-host sets another), the born host its
+    address with port 0 (--born-host).
 
     Without --apply only prints the plan (exit 1: there is something to do); --apply appends with a
     backup and ends with the undo line.
@@ -760,8 +775,9 @@ def put(store: str, topic: str, queue_id: int, tags: str | None, keys: tuple[str
     tag_bytes = None if tags is None else _arg_bytes(tags, "--tag", hex_)
     with _store(store, write=not dry_run, force=force) as st:
         try:
-            msg = sent_message(topic_bytes, data, broker_stamp(st), queue_id=queue_id, tags=tag_bytes,
-                               keys=key_list, properties=props, born_host=born_host, store_host=store_host)
+            msg = sent_message(topic_bytes, data, broker_stamp(st, region, trace_on), queue_id=queue_id,
+                               tags=tag_bytes, keys=key_list, properties=props, born_host=born_host,
+                               store_host=store_host)
         except EncodeError as exc:
             raise click.UsageError(exc.message) from None
         writer, msg, saved = _append_all(st, lambda: [msg], "put", backup=backup, dry_run=dry_run,
@@ -815,20 +831,24 @@ def _append_all(st, messages, what: str, *, backup: Path | None, dry_run: bool, 
 @click.argument("store", type=click.Path())
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @_STORE_HOST
+@_REGION
+@_TRACE
 @_APPLY
 @_DRY_RUN
 @_BACKUP
 @_FORCE
 @_ALLOW_LARGE
 @output_options
-def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: Path | None, force: bool,
-            allow_large: bool, fmt: str | None, tablefmt: str) -> None:
+def import_(store: str, file, store_host, region: str | None, trace_on: bool | None, apply_: bool, dry_run: bool,
+            backup: Path | None, force: bool, allow_large: bool, fmt: str | None, tablefmt: str) -> None:
     """Append the messages of a jsonl file (as written by cat-commitlog --format jsonl) in one
     transaction with one backup: a failure or a kill leaves none of them.
 
     Each row is written as given: its topic_raw and properties_raw (the stored bytes) when it has them.
     A row without a store host gets the store's (its newest record's), one without a born host that
-    address with port 0; --store-host sets every row's store host.
+    address with port 0; --store-host sets every row's store host. A row without properties_raw (a message
+    to send, not a stored record) and without MSG_REGION gets MSG_REGION and TRACE_ON as put adds them, its
+    properties then in the broker's order.
 
     Without --apply only prints the plan (exit 0 when there is nothing to import, 1 when there is);
     --apply appends with a backup and ends with the undo line.
@@ -853,7 +873,7 @@ def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: P
             for n, row in read_rows(lines):
                 rows += 1
                 try:
-                    msg = message_from_row(row, default_host, store_host)
+                    msg = message_from_row(row, stamp.store_host, store_host, stamp)
                 except RmqError as exc:
                     raise exc.at(path=f"{name}: line {n}")
                 if msg is not None:
@@ -862,7 +882,7 @@ def import_(store: str, file, store_host, apply_: bool, dry_run: bool, backup: P
             raise exc.at(path=name)
 
     with _store(store, write=not dry_run, force=force) as st:
-        default_host = broker_stamp(st).store_host
+        stamp = broker_stamp(st, region, trace_on)
         writer, _, saved = _append_all(st, messages, "import", backup=backup, dry_run=dry_run,
                                        allow_large=allow_large, given=lambda: (rows, lines.seek(0, 2)),
                                        fmt=fmt, tablefmt=tablefmt)

@@ -154,9 +154,11 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
 
     lag = max_offset - offset; max_offset and lag are empty for a queue the store has no files for (such
     as an unused %RETRY% topic). last_consumed_timestamp is the store time of the message before the
-    committed offset (mqadmin's LastTime). Groups that never committed have no rows. Exits 1 when nothing
-    matches. Max offsets are what the broker's load leaves, and times are read from the commit log: a store
-    the broker refuses to load is refused (exit 4) unless --read-anyway (exit 3).
+    committed offset (mqadmin's LastTime). A static topic's queues (5.x, config/topicQueueMapping.json) add
+    their logical queue id and the logical offset and max offset a consumer sees. Groups that never
+    committed have no rows. Exits 1 when nothing matches. Max offsets are what the broker's load leaves,
+    and times are read from the commit log: a store the broker refuses to load is refused (exit 4) unless
+    --read-anyway (exit 3).
 
     \b
     Examples:
@@ -164,14 +166,18 @@ def offsets(ctx: click.Context, store: str, groups: tuple[str, ...], topics: tup
       rmqtool offsets CONFIG_STORE --group GroupB --topic TopicA
       rmqtool offsets CONFIG_STORE --by topic -f csv
     """
-    from rmqtool.ops.metadata import OFFSET_FIELDS, offset_rows, totals
+    from rmqtool.ops.metadata import OFFSET_FIELDS, STATIC_OFFSET_FIELDS, offset_rows, totals
+    from rmqtool.store.metadata import static_topics
 
     st, skipped = open_readable(store, read_anyway)
-    rows = offset_rows(_loaded(st, "consumerOffset.json"), st, groups=set(groups), topics=set(topics),
-                       phy_end=_crash_end(st))
+    loaded = _loaded(st, "consumerOffset.json")
+    rows = offset_rows(loaded, st, groups=set(groups), topics=set(topics), phy_end=_crash_end(st))
+    static = {t for t, g in loaded.value.entries if (not groups or g in groups) and (not topics or t in topics)} \
+        & set(static_topics(st))
     if by != "queue":
         rows = totals(rows, ("group", "topic") if by == "topic" else ("group",))
-    _write(ctx, rows, resolve_format(fmt), tablefmt, OFFSET_FIELDS if by == "queue" else None,
+    _write(ctx, rows, resolve_format(fmt), tablefmt,
+           (OFFSET_FIELDS + (STATIC_OFFSET_FIELDS if static else [])) if by == "queue" else None,
            "no committed offsets" + (" match" if groups or topics else ""), skipped)
 
 
@@ -185,6 +191,8 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], read_a
                  tablefmt: str) -> None:
     """Per queue of each topic (as mqadmin topicStatus): min and max offset and the store time of the last
     message (last_updated_timestamp), from the consume-queue files (batchconsumequeue for BatchCQ topics).
+    A static topic's queues (5.x, config/topicQueueMapping.json) add their logical queue id and logical min
+    and max offsets, as mqadmin topicStatus shows a static topic (MQAdminUtils.convertPhysicalTopicStats).
 
     Without TOPIC, every topic with queue files (or in the RocksDB consume queue). With an abort file
     present (a crash), max offsets are what the broker's recovery keeps, with a warning (as in offsets).
@@ -196,12 +204,14 @@ def topic_status(ctx: click.Context, store: str, topics: tuple[str, ...], read_a
       rmqtool topic-status CONFIG_STORE TopicA
       rmqtool topic-status BATCHCQ_STORE BatchTopic -f jsonl
     """
-    from rmqtool.ops.mqadmin import TOPIC_STATUS_FIELDS, topic_status_rows
+    from rmqtool.ops.mqadmin import STATIC_STATUS_FIELDS, TOPIC_STATUS_FIELDS, topic_status_rows
+    from rmqtool.store.metadata import static_topics
 
     st, skipped = open_readable(store, read_anyway)
     names = topics or sorted(set(st.topics()) | set(st.batch_topics()))
-    _write(ctx, topic_status_rows(st, names, _crash_end(st)), resolve_format(fmt), tablefmt, TOPIC_STATUS_FIELDS,
-           "no queues", skipped)
+    static = set(static_topics(st)) & set(names)
+    _write(ctx, topic_status_rows(st, names, _crash_end(st)), resolve_format(fmt), tablefmt,
+           TOPIC_STATUS_FIELDS + (STATIC_STATUS_FIELDS if static else []), "no queues", skipped)
 
 
 @cli.command()

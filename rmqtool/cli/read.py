@@ -33,6 +33,7 @@ from rmqtool.store.store import Store
 SCAN_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "tags", "keys", "body"]
 KEY_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "keys", "msg_id", "body"]
 ID_COLUMNS = ["physical_offset", "store_timestamp", "topic", "queue_id", "queue_offset", "msg_id", "uniq_key"]
+STATIC_COLUMNS = ["logical_queue_id", "logical_queue_offset"]        # records and units of static topics
 TABLE_BODY_CHARS = 60
 NARROW_DROPS = ("queue_offset", "queue_id", "tags", "keys", "store", "uniq_key")   # left out first when narrow
 
@@ -415,6 +416,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
     from click.core import ParameterSource
 
     from rmqtool.format.commitlog import Blank
+    from rmqtool.ops.mqadmin import static_queues, with_logical
     from rmqtool.ops.query import dirty_tail_start, unit_problems
     from rmqtool.store.readable import commitlog_view, is_unread
     from rmqtool.store.store import queue_of_path
@@ -468,6 +470,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
         if cut is not None and skipped and is_unread(skipped, next(cq.iter_units(cut))[1].physical_offset):
             cut = None              # its records lie in a part not read, not past the commit log's end
     bad = 0
+    static = static_queues(st).get((topic, queue_id))
 
     def units() -> Iterator[tuple[int, object]]:
         for n, (queue_offset, unit) in enumerate(cq.iter_units(start)):
@@ -479,6 +482,7 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
         nonlocal bad
         for queue_offset, unit in units():
             row = dict(zip(CQ_UNIT_FIELDS, (topic, queue_id, queue_offset, *unit)))
+            with_logical(row, static)
             if resolve:
                 problems = [] if unit.is_filler else unit_problems(st.commitlog, topic, queue_id,
                                                                     queue_offset, unit)
@@ -496,10 +500,12 @@ def cat_cq(ctx: click.Context, store: str, topic: str, queue_id: int, start: int
                 continue
             entry = st.commitlog.read_at(unit.physical_offset)
             if not isinstance(entry, Blank):
-                yield entry_row(entry, unit.physical_offset, body_encoding=enc, decompress=decompress)
+                yield with_logical(entry_row(entry, unit.physical_offset, body_encoding=enc, decompress=decompress),
+                                   static)
 
     if message:
-        n = write_records(messages(), out, tablefmt, SCAN_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+        n = write_records(messages(), out, tablefmt, SCAN_COLUMNS + (STATIC_COLUMNS if static else []), body=body,
+                          charset=charset, body_dir=body_dir)
     else:
         n = write_rows(rows(), out, tablefmt=tablefmt)
     if cut is not None:
@@ -830,6 +836,7 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
       rmqtool query-id CONFIG_STORE -i \\
         FD000000000000000000000000000002519430946E0972E0FF9C001E --track
     """
+    from rmqtool.ops.mqadmin import static_queues, with_logical
     from rmqtool.ops.query import lookup_id
 
     ids = [i.strip() for text in msg_ids + more_ids for i in text.split(",") if i.strip()]
@@ -854,7 +861,9 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
                                                                                    bool(topics)))
         records += found.records
     enc = row_encoding(body, out, body_dir)
-    rows = (entry_row(msg, offset, body_encoding=enc, decompress=decompress) for offset, msg in records)
+    mapped = static_queues(st) if records else {}
+    rows = (with_logical(entry_row(msg, offset, body_encoding=enc, decompress=decompress),
+                         mapped.get((msg.topic, msg.queue_id))) for offset, msg in records)
     if track:
         from rmqtool.ops.mqadmin import TRACK_FIELDS, track_rows
         from rmqtool.store.metadata import consumer_offsets
@@ -865,7 +874,9 @@ def query_id(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids:
         if records and not n:
             _note("no consumer group has a committed offset on these records' queues")
     elif records:
-        write_records(rows, out, tablefmt, ID_COLUMNS, body=body, charset=charset, body_dir=body_dir)
+        static = any((msg.topic, msg.queue_id) in mapped for _, msg in records)
+        write_records(rows, out, tablefmt, ID_COLUMNS + (STATIC_COLUMNS if static else []), body=body,
+                      charset=charset, body_dir=body_dir)
     end_partial(skipped)
     if damage is not None:
         damage.exit(ExitCode.FINDINGS if missing else ExitCode.OK)

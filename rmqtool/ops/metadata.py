@@ -18,6 +18,7 @@ from rmqtool.store.store import Store
 TOPIC_FIELDS = ["topic", "queue_type", "cleanup_policy", "read_queue_nums", "write_queue_nums", "perm", "order",
                 "queues_on_disk", "compaction_queues", "topic_filter_type", "topic_sys_flag", "attributes"]
 OFFSET_FIELDS = ["group", "topic", "queue_id", "offset", "max_offset", "lag", "last_consumed_timestamp"]
+STATIC_OFFSET_FIELDS = ["logical_queue_id", "logical_offset", "logical_max_offset"]      # static topics only
 DELAY_FIELDS = ["level", "delay_ms", "queue_id", "offset", "max_offset", "pending"]
 CONFIG_FIELDS = ["file", "read_from", "entries", "data_version_counter", "data_version_timestamp",
                  "state_version", "fallback_reason"]
@@ -78,9 +79,12 @@ def offset_rows(loaded: Loaded[Table], store: Store, *, groups: Collection[str] 
     consumed message (mqadmin consumerProgress's LastTime: getMessageStoreTimeStamp at offset - 1), per
     group/topic/queue (of any of ``groups`` and ``topics`` when given). max_offset and lag are None when the
     store has no such queue (e.g. an unused retry topic); ``phy_end`` caps the maxima (see
-    crash_recovered_end)."""
-    from rmqtool.ops.mqadmin import store_time_at
+    crash_recovered_end). A static topic's queue (its physical queue: ConsumerManageProcessor stores the
+    physical offset) adds its logical queue, the logical offset queryConsumerOffset answers and the logical
+    max offset (computeStaticQueueOffsetStrictly of both)."""
+    from rmqtool.ops.mqadmin import static_queues, store_time_at
 
+    mapped = static_queues(store)
     maxima: dict[tuple[str, int], int | None] = {}
     for (t, g), queues in sorted(loaded.value.entries.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if (groups and g not in groups) or (topics and t not in topics):
@@ -90,9 +94,14 @@ def offset_rows(loaded: Loaded[Table], store: Store, *, groups: Collection[str] 
                 maxima[(t, queue_id)] = cq_max_offset(store, t, queue_id, phy_end)
             high = maxima[(t, queue_id)]
             offset = queues[queue_id]
-            yield {"group": g, "topic": t, "queue_id": queue_id, "offset": offset, "max_offset": high,
+            row = {"group": g, "topic": t, "queue_id": queue_id, "offset": offset, "max_offset": high,
                    "lag": None if high is None else high - offset,
                    "last_consumed_timestamp": store_time_at(store, t, queue_id, offset - 1) if high else None}
+            if (found := mapped.get((t, queue_id))) is not None:
+                logical, item = found
+                row.update(logical_queue_id=logical, logical_offset=item.static_offset_strictly(offset),
+                           logical_max_offset=None if high is None else item.static_offset_strictly(high))
+            yield row
 
 
 def totals(rows: Iterator[dict], by: tuple[str, ...]) -> Iterator[dict]:

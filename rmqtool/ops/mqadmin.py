@@ -9,10 +9,12 @@ from typing import Iterable, Iterator
 
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, StoreError
-from rmqtool.store.metadata import cq_max_offset
+from rmqtool.format.statictopic import LogicQueueMappingItem
+from rmqtool.store.metadata import cq_max_offset, static_topics
 from rmqtool.store.store import Store
 
 TOPIC_STATUS_FIELDS = ["topic", "queue_id", "min_offset", "max_offset", "last_updated_timestamp"]
+STATIC_STATUS_FIELDS = ["logical_queue_id", "logical_min_offset", "logical_max_offset"]     # static topics only
 TRACK_FIELDS = ["msg_id", "topic", "queue_id", "queue_offset", "group", "offset", "consumed"]
 TRANSACTION_FIELDS = ["state", "half_offset", "queue_id", "queue_offset", "store_timestamp", "age_ms", "real_topic",
                       "uniq_key", "op_offset", "commit_offset"]
@@ -55,7 +57,10 @@ def _min_offset(store: Store, topic: str, queue_id: int) -> int:
 def topic_status_rows(store: Store, topics: Iterable[str], phy_end: int | None = None) -> Iterator[dict]:
     """mqadmin topicStatus: per queue its min and max offset and the store time of its last message
     (AdminBrokerProcessor.getTopicStatsInfo: getMessageStoreTimeStamp(topic, queue, max - 1) when max > 0).
-    ``phy_end`` caps the maxima after a crash (rmqtool.ops.metadata.crash_recovered_end)."""
+    ``phy_end`` caps the maxima after a crash (rmqtool.ops.metadata.crash_recovered_end). A queue of a static
+    topic adds its logical queue and offsets as MQAdminUtils.convertPhysicalTopicStats gives them: the min
+    through its item's computeStaticQueueOffsetLoosely, the max through computeStaticQueueOffsetStrictly."""
+    mapped = static_queues(store)
     for topic in topics:
         if store.consumequeue_is_rocksdb:
             queue_ids = store.rocksdb_consumequeue.queue_ids(topic)
@@ -64,9 +69,30 @@ def topic_status_rows(store: Store, topics: Iterable[str], phy_end: int | None =
             queue_ids = sorted(q.queue_id for q in queues)
         for queue_id in queue_ids:
             high = cq_max_offset(store, topic, queue_id, phy_end) or 0
-            yield {"topic": topic, "queue_id": queue_id, "min_offset": _min_offset(store, topic, queue_id),
-                   "max_offset": high,
+            low = _min_offset(store, topic, queue_id)
+            row = {"topic": topic, "queue_id": queue_id, "min_offset": low, "max_offset": high,
                    "last_updated_timestamp": store_time_at(store, topic, queue_id, high - 1) if high else None}
+            if (found := mapped.get((topic, queue_id))) is not None:
+                logical, item = found
+                row.update(logical_queue_id=logical, logical_min_offset=max(item.static_offset_loosely(low), 0),
+                           logical_max_offset=max(item.static_offset_strictly(high), 0))
+            yield row
+
+
+def static_queues(store: Store) -> dict[tuple[str, int], tuple[int, LogicQueueMappingItem]]:
+    """(topic, physical queue id) -> (logical queue id, its item) of every static topic's queue on this broker
+    (TopicQueueMappingDetail.physical_queues)."""
+    return {(topic, qid): found for topic, detail in static_topics(store).items()
+            for qid, found in detail.physical_queues().items()}
+
+
+def with_logical(row: dict, found: tuple[int, LogicQueueMappingItem] | None) -> dict:
+    """A record or unit row of a static topic's queue with its logical queue and logical queue offset (the
+    offset the send path answered: computeStaticQueueOffsetLoosely); other rows as they are."""
+    if found is not None and row.get("queue_offset") is not None:
+        logical, item = found
+        row.update(logical_queue_id=logical, logical_queue_offset=item.static_offset_loosely(row["queue_offset"]))
+    return row
 
 
 def track_rows(records: Iterable[dict], offsets: dict[tuple[str, str], dict[int, int]]) -> Iterator[dict]:

@@ -70,6 +70,8 @@ LEFT_TO = {
                          "backup",
     "timer_read_moved": "no offline fix: any start this late skips those slots; rmqtool timer lists their "
                         "messages to send again",
+    "static_queue_unmapped": "repair does not rewrite config files: restore topicQueueMapping.json from a backup "
+                             "or name the queue again (mqadmin updateStaticTopic)",
 }
 
 

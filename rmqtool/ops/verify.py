@@ -668,6 +668,7 @@ def _findings(store: Store, whole: FileQueue, skipped, deep: bool, progress: Pro
         from rmqtool.ops.timer import timer_findings
         yield from timer_findings(store)
         yield from _config_findings(store)
+        yield from static_topic_findings(store)
 
 
 def _config_findings(store: Store) -> Iterator[Finding]:
@@ -699,8 +700,64 @@ def _config_findings(store: Store) -> Iterator[Finding]:
                           loaded.fallback.removeprefix(f"{path}: "))
 
 
+def static_topic_findings(store: Store) -> Iterator[Finding]:
+    """Rule static_topic_mapping: each static topic's mapping against the topic table and the queues on disk."""
+    from rmqtool.errors import RmqError
+    from rmqtool.format.statictopic import MAPPING_FILE
+    from rmqtool.store.metadata import cq_max_offset, static_topics, topic_table
+
+    mappings = static_topics(store)
+    if not mappings:
+        return
+    path = str(store.path(L.config_file(MAPPING_FILE)))
+    try:
+        table = topic_table(store) or {}
+    except RmqError:
+        table = {}                    # _config_findings reports it
+    for topic, detail in mappings.items():
+        mapped = detail.physical_queues()
+        config = table.get(topic)
+        if config is None:
+            yield Finding(WARNING, "static_mapping_mismatch", path, None,
+                          f"static topic {topic!r} is not in the topic table: sends to it fail (msgCheck), "
+                          "its queues are served to no one")
+        owners: dict[int, list[int]] = {}
+        for logical, items in sorted(detail.hosted_queues.items()):
+            for item in items:
+                if item.bname == detail.bname:
+                    owners.setdefault(item.queue_id, []).append(logical)
+        for qid, logicals in sorted(owners.items()):
+            if len(set(logicals)) > 1:
+                yield Finding(WARNING, "static_mapping_mismatch", path, None,
+                              f"{topic}: logical queues {', '.join(map(str, sorted(set(logicals))))} name one "
+                              f"physical queue {qid}: each is served all of its messages", actual=qid)
+            if config is not None and qid >= max(config.read_queue_nums, config.write_queue_nums):
+                yield Finding(WARNING, "static_mapping_mismatch", path, None,
+                              f"{topic}: logical queue {logicals[0]} names physical queue {qid}, beyond the "
+                              f"topic's {max(config.read_queue_nums, config.write_queue_nums)} queue(s): its "
+                              "sends and pulls fail (msgCheck: queueId illegal)", actual=qid)
+        for qid in _physical_queue_ids(store, topic):
+            high = cq_max_offset(store, topic, qid) or 0
+            if qid in mapped and mapped[qid][1].logic_offset < 0 and high:
+                yield Finding(WARNING, "static_mapping_mismatch", path, None,
+                              f"{topic}: logical queue {mapped[qid][0]}'s item on physical queue {qid} has no logic "
+                              f"offset yet (-1, a remap's first step): pulls skip it (findLogicQueueMappingItem) "
+                              f"and sends are answered offset -1 until the remap sets it", actual=qid)
+            elif qid not in mapped and high:
+                yield Finding(ERROR, "static_queue_unmapped", str(store.path(L.queue_dir(topic, qid))), None,
+                              f"{topic}: physical queue {qid} holds {high} queue offset(s) but no item of "
+                              f"{detail.bname} names it: the static topic's consumers never read its messages",
+                              actual=qid)
+
+
+def _physical_queue_ids(store: Store, topic: str) -> list[int]:
+    if store.consumequeue_is_rocksdb:
+        return sorted(store.rocksdb_consumequeue.queue_ids(topic))
+    return sorted(q.queue_id for q in store.consume_queues(topic))
+
+
 ONLY_IN = {k: V5 for k in ("timer_read_moved", "timer_bad_chain", "timer_bad_unit", "timer_load",
-                            "config_kv_refused")}   # 5.x stores
+                           "config_kv_refused", "static_queue_unmapped")}   # 5.x stores
 REFUSED = ("wrong_file_size", "empty_last_file", "missing_file", "stray_file", "cq_file_size", "timer_load",
            "config_refused", "config_kv_refused")
 

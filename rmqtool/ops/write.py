@@ -435,14 +435,17 @@ _UNIQ_COUNTER = itertools.count()       # MessageClientIDSetter.COUNTER: per pro
 @dataclasses.dataclass(frozen=True)
 class BrokerStamp:
     """What a store's broker puts into each record it stores, as its newest record shows it: the store host
-    (brokerIP1:listenPort), the CLUSTER property (SendMessageProcessor adds brokerClusterName), whether the
-    properties end with a separator (<= 4.9.0 and 5.2+) and the HashMap the broker re-serializes them from
+    (brokerIP1:listenPort), the CLUSTER property (SendMessageProcessor adds brokerClusterName), MSG_REGION and
+    TRACE_ON (``region``, ``trace_on``; None: the broker adds neither), whether the properties end with a
+    separator (<= 4.9.0 and 5.2+) and the HashMap the broker re-serializes them from
     (MessageDecoder.string2messageProperties: 16 buckets in 4.x, 128 in 5.x)."""
 
     store_host: Host = DEFAULT_HOST
     cluster: str | None = None
     trailing_separator: bool = False
     map_capacity: int = 16
+    region: str | None = None
+    trace_on: str | None = None
 
 
 def newest_records(store: Store) -> list[Message]:
@@ -473,16 +476,29 @@ def newest_records(store: Store) -> list[Message]:
     return out
 
 
-def broker_stamp(store: Store) -> BrokerStamp:
+def broker_stamp(store: Store, region: str | None = None, trace_on: bool | None = None) -> BrokerStamp:
     """The store's BrokerStamp from its newest record, one the broker's send path wrote when there is one
-    (CLUSTER: the inner messages of a batch keep the client's properties); defaults in an empty store."""
+    (CLUSTER: the inner messages of a batch keep the client's properties); defaults in an empty store.
+
+    MSG_REGION and TRACE_ON (AbstractSendMessageProcessor.buildMsgContext: BrokerConfig regionId and
+    traceOn): ``region`` / ``trace_on`` when given, else the record's; a record without them gets the
+    BrokerConfig defaults (DefaultRegion, true) in a 5.x store, whose broker adds them to every message, and
+    none in another: a 4.9.7 broker adds them only when a SendMessageHook is registered (none in a stock
+    broker; buildMsgContext returns at once without one)."""
     capacity = 128 if store.is_5x else 16
     records = newest_records(store)
-    if not records:
-        return BrokerStamp(map_capacity=capacity)
-    record = next((r for r in records if C.PROPERTY_CLUSTER in r.properties), records[0])
-    return BrokerStamp(record.store_host, record.properties.get(C.PROPERTY_CLUSTER),
-                       without_crc32(record.properties_raw).endswith(C.PROPERTY_SEPARATOR), capacity)
+    record = next((r for r in records if C.PROPERTY_CLUSTER in r.properties), records[0] if records else None)
+    props = record.properties if record is not None else {}
+    if region is None and trace_on is None and C.PROPERTY_MSG_REGION not in props and not store.is_5x:
+        switch = None
+    else:
+        region = region if region is not None else props.get(C.PROPERTY_MSG_REGION, C.DEFAULT_TRACE_REGION_ID)
+        switch = str(trace_on).lower() if trace_on is not None else props.get(C.PROPERTY_TRACE_SWITCH, "true")
+    stamp = BrokerStamp(map_capacity=capacity, region=region if switch is not None else None, trace_on=switch)
+    if record is None:
+        return stamp
+    return dataclasses.replace(stamp, store_host=record.store_host, cluster=props.get(C.PROPERTY_CLUSTER),
+                               trailing_separator=without_crc32(record.properties_raw).endswith(C.PROPERTY_SEPARATOR))
 
 
 def new_uniq_key(ip: bytes) -> str:
@@ -499,8 +515,9 @@ def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int
 
     The producer's Message map (a HashMap of 16) takes TAGS, KEYS (joined by a space), the user properties
     and a new UNIQ_KEY (unless one is given: MessageClientIDSetter.setUniqID); the broker re-reads them into
-    its own map, adds CLUSTER when its records carry one (unless given) and drops WAIT (never added here),
-    and writes them in that map's order. The born host is the client's: the store host's address with port 0
+    its own map, adds MSG_REGION and TRACE_ON (the stamp's, over any given) when it does, re-reads them again,
+    adds CLUSTER when its records carry one (unless given) and drops WAIT (never added here), and writes them
+    in that map's order. The born host is the client's: the store host's address with port 0
     unless given, the address the UNIQ_KEY names.
     """
     store_host = store_host or stamp.store_host
@@ -519,6 +536,13 @@ def sent_message(topic: bytes, body: bytes, stamp: BrokerStamp, *, queue_id: int
         raise EncodeError("two property names differ only in bytes that are not UTF-8 (the broker reads them as "
                           "one name)")
     order = hashmap_order(list(names), 16)
+    for name, value in ((C.PROPERTY_MSG_REGION, stamp.region), (C.PROPERTY_TRACE_SWITCH, stamp.trace_on)):
+        if value is not None:        # buildMsgContext: the request's properties re-read, these two put
+            items[name.encode()] = value.encode()
+            if name not in names:
+                names[name] = name.encode()
+                order.append(name)
+    order = hashmap_order(order, stamp.map_capacity)
     if stamp.cluster and C.PROPERTY_CLUSTER.encode() not in items:
         items[C.PROPERTY_CLUSTER.encode()] = stamp.cluster.encode()
         names[C.PROPERTY_CLUSTER] = C.PROPERTY_CLUSTER.encode()
@@ -557,11 +581,13 @@ def _row_int(row: dict[str, Any], name: str) -> int | None:
 
 
 def message_from_row(row: dict[str, Any], store_host: Host = DEFAULT_HOST,
-                     override_store_host: Host | None = None) -> Message | None:
+                     override_store_host: Host | None = None, stamp: BrokerStamp | None = None) -> Message | None:
     """A jsonl row as written by cat-commitlog (see rmqtool.format.rows); None for a BLANK row. Every field is
     checked (EncodeError): nothing is guessed, truncated or dropped. ``topic_raw`` and ``properties_raw``
     (base64) are the stored bytes when given. A row without a store host gets ``store_host`` (and without a
-    born host, that address with port 0); ``override_store_host`` replaces every row's."""
+    born host, that address with port 0); ``override_store_host`` replaces every row's. A row without stored
+    property bytes and without MSG_REGION gets the ``stamp``'s MSG_REGION and TRACE_ON when it has them, its
+    properties then in the broker's map order (AbstractSendMessageProcessor.buildMsgContext)."""
     if not isinstance(row, dict):
         raise EncodeError(f"not a JSON object: {type(row).__name__}")
     if row.get("type") == "blank":
@@ -573,6 +599,11 @@ def message_from_row(row: dict[str, Any], store_host: Host = DEFAULT_HOST,
             raise ValueError(f"topic must be a non-empty string, got {topic!r}")
         if not isinstance(props, dict) or not all(isinstance(v, str) for v in props.values()):
             raise ValueError("properties must be an object of strings")
+        sent = stamp is not None and stamp.region is not None and row.get("properties_raw") is None \
+            and C.PROPERTY_MSG_REGION not in props
+        if sent:
+            props = dict(props, **{C.PROPERTY_MSG_REGION: stamp.region, C.PROPERTY_TRACE_SWITCH: stamp.trace_on})
+            props = {k: props[k] for k in hashmap_order(list(props), stamp.map_capacity)}
         body = decode_body(row.get("body"), row.get("body_encoding") or "base64")
         magic = row.get("magic_code")
         msg = build_message(
@@ -586,7 +617,8 @@ def message_from_row(row: dict[str, Any], store_host: Host = DEFAULT_HOST,
             magic_code=int(magic, 16) if magic else None)
         if row.get("properties_raw") is not None:   # the stored bytes: exact even for repeated keys
             msg = dataclasses.replace(msg, properties_raw=base64.b64decode(row["properties_raw"], validate=True))
-        elif msg.properties_raw and row.get("total_size") == msg.total_size + 1:   # the row's record had a
+        elif sent and stamp.trailing_separator or \
+                msg.properties_raw and row.get("total_size") == msg.total_size + 1:   # the row's record had a
             msg = dataclasses.replace(msg, properties_raw=msg.properties_raw + b"\x02")   # trailing \x02
         if row.get("topic_raw") is not None:        # a stored topic that is not UTF-8
             msg = dataclasses.replace(msg, topic_raw=base64.b64decode(row["topic_raw"], validate=True))

@@ -125,6 +125,17 @@ RULES = [
     Rule("timer_read_time", V5, "the dequeue reads from the checkpoint's lastReadTimeMs, moved up to the start's "
          "time (--now) less 7 days and 60 slots (formatTimeMs(now) - (slotsTotal - TIMER_BLANK_SLOTS) x precisionMs) "
          "when older: the messages of the slots before it are never delivered (an error)", "TimerMessageStore.recover"),
+    # -- static topics (config/topicQueueMapping.json) -------------------------------------------------
+    Rule("static_topic_mapping", V5, "the mapping is loaded as it is (nothing checked against the queues); a "
+         "static topic's clients see only its logical queues, each served from the physical queues its items "
+         "name on this broker: the messages of a physical queue no item names are never delivered (an error); "
+         "an item naming a queue beyond the topic's queue count, or a topic missing from topics.json, makes "
+         "sends and pulls of that logical queue fail, two logical queues naming one physical queue are both "
+         "served from it, and an item whose logic offset is still -1 (a remap's first step) is skipped by pulls "
+         "(warnings: nothing is lost)",
+         "TopicQueueMappingManager.decode, buildTopicQueueMappingContext, PullMessageProcessor."
+         "rewriteRequestForStaticTopic, TopicQueueMappingUtils.findLogicQueueMappingItem, "
+         "AbstractSendMessageProcessor.msgCheck"),
     Rule("timer_chain", V5, "the dequeue walks a slot from lastPos along prevPos and checks nothing: a link to "
          "what is not an earlier unit of that slot loses every unit behind it", "TimerMessageStore.dequeue"),
 ]
@@ -480,6 +491,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     "timer_bad_unit": (WARNING, ""),         # the finding says what the timer recovery cuts
     "timer_read_moved": (ERROR, ""),          # the start skips slots: their messages are never delivered
     "timer_slot_revised": (WARNING, "the broker's timer recovery re-links it: TimerWheel.reviseSlot"),
+    "static_queue_unmapped": (ERROR, ""),        # rule static_topic_mapping: its messages are never delivered
+    "static_mapping_mismatch": (WARNING, ""),    # rule static_topic_mapping: requests fail, nothing is lost
 }
 _DISPATCHED = "the broker's dispatch adds it on start (DefaultMessageStore.start: reput from the queues' end)"
 

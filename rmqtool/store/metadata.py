@@ -1,9 +1,10 @@
 """The broker's metadata in ``config/``: topics.json, subscriptionGroup.json, consumerOffset.json (or
-lmqConsumerOffset.json) and delayOffset.json (``TopicConfigManager``, ``SubscriptionGroupManager``,
-``ConsumerOffsetManager`` / ``LmqConsumerOffsetManager``, ``ScheduleMessageService``), each loaded as
-``ConfigManager.load`` does (``.bak`` fallback), or, on a broker with ``storeType=defaultRocksDB``, the
-first three from the RocksDB databases of the ``broker/config/v1`` managers (``load``); and the consume
-queues' max offsets that consumer lag is measured against.
+lmqConsumerOffset.json), delayOffset.json and topicQueueMapping.json (``TopicConfigManager``,
+``SubscriptionGroupManager``, ``ConsumerOffsetManager`` / ``LmqConsumerOffsetManager``,
+``ScheduleMessageService``, ``TopicQueueMappingManager``), each loaded as ``ConfigManager.load`` does
+(``.bak`` fallback), or, on a broker with ``storeType=defaultRocksDB``, the first three from the RocksDB
+databases of the ``broker/config/v1`` managers (``load``); and the consume queues' max offsets that consumer
+lag is measured against.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rmqtool.format.batchcq import decode_unit as decode_bcq_unit
 from rmqtool.errors import FormatError, RmqError, StoreError
 from rmqtool.format.consumequeue import UNIT
 from rmqtool.format.fastjson import DataVersion, as_int, data_version
+from rmqtool.format.statictopic import MAPPING_FILE, TopicQueueMappingDetail, decode_topic_queue_mapping
 from rmqtool.store.config import Loaded, load_config, load_kv_config, read_config
 from rmqtool.store import layout as L
 from rmqtool.store.filequeue import FileQueue
@@ -128,7 +130,8 @@ def decode_delay_offsets(value: Any) -> Table:
 
 CONFIG_FILES = {"topics.json": decode_topics, "subscriptionGroup.json": decode_groups,
                 "consumerOffset.json": decode_consumer_offsets,
-                "lmqConsumerOffset.json": decode_lmq_consumer_offsets, "delayOffset.json": decode_delay_offsets}
+                "lmqConsumerOffset.json": decode_lmq_consumer_offsets, "delayOffset.json": decode_delay_offsets,
+                MAPPING_FILE: decode_topic_queue_mapping}
 
 
 def load(store: Store, name: str) -> Loaded[Table] | None:
@@ -237,6 +240,16 @@ def topic_table(store: Store) -> dict[str, TopicConfig] | None:
     """Topic name -> TopicConfig from config/topics.json (or its .bak); None when there is none."""
     loaded = load(store, "topics.json")
     return loaded.value.entries if loaded is not None else None
+
+
+def static_topics(store: Store) -> dict[str, TopicQueueMappingDetail]:
+    """The static topics (5.x TopicQueueMappingManager, config/topicQueueMapping.json or its .bak): topic ->
+    this broker's mapping; none when the file is absent or unreadable (verify reports that)."""
+    try:
+        loaded = load(store, MAPPING_FILE)
+    except RmqError:
+        return {}
+    return loaded.value.entries if loaded is not None else {}
 
 
 def batch_cq_topics(store: Store) -> set[str]:
