@@ -31,6 +31,7 @@ DLEDGER_DATA = "data"
 DLEDGER_INDEX = "index"
 DLEDGER_CHECKPOINT = "checkpoint"
 DLEDGER_CURRTERM = "currterm"
+BROKER_PROPERTIES = "broker.properties"  # under config/: where the broker persists its configuration
 SIZES_FILE = "config/rmqtool.json"    # the sizes chosen at init (the broker keeps them in its own config)
 
 # The directories whose files the broker loads as its data (nothing else may be put there).

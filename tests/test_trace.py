@@ -1,0 +1,228 @@
+"""Message traces: the 5.3.3 client's trace codec (TraceDataEncoder) and ``rmqtool trace`` against the real
+trace set's readback (readback.json -> trace)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rmqtool.errors import FormatError
+from rmqtool.format.trace import (CONSUME_RETURN_TYPES, MESSAGE_TYPES, TRANSACTION_STATES, TraceBean, TraceContext,
+                                  decode_trace_data, encode_trace_context, encode_trace_data, java_split, trans_keys)
+from tests.conftest import readback, run, store_path
+
+SET = "dev-trace-5x"
+STORE = store_path(SET)
+CONTEXTS = "contexts(TraceDataEncoder.decoderFromTraceDataString)"
+RAW = "traceData(raw, \\u0001 content / \\u0002 field separators)"
+# Which TraceContext/TraceBean fields each line type carries (decoderFromTraceDataString); the others keep
+# Java defaults that are not in the data (and are None here).
+CONTEXT_FIELDS = {"timeStamp": "time_stamp", "regionId": "region_id", "groupName": "group_name",
+                  "requestId": "request_id", "success": "success", "costTime": "cost_time",
+                  "contextCode": "context_code"}
+BEAN_FIELDS = {"topic": "topic", "msgId": "msg_id", "offsetMsgId": "offset_msg_id", "tags": "tags", "keys": "keys",
+               "storeHost": "store_host", "bodyLength": "body_length", "retryTimes": "retry_times"}
+CARRIED = {
+    "Pub": {"timeStamp", "regionId", "groupName", "success", "costTime", "topic", "msgId", "offsetMsgId", "tags",
+            "keys", "storeHost", "bodyLength", "msgType"},
+    "SubBefore": {"timeStamp", "regionId", "groupName", "requestId", "msgId", "retryTimes", "keys"},
+    "SubAfter": {"requestId", "msgId", "costTime", "success", "keys", "contextCode", "timeStamp", "groupName"},
+}
+
+
+def _trace():
+    return readback(SET)["trace"]
+
+
+def _expected_contexts():
+    return [(m, c) for m in _trace()["traceMessages"] for c in m[CONTEXTS]]
+
+
+def _assert_context(ctx: TraceContext, exp: dict) -> None:
+    """Every field the line carries equals the readback's; every other one is absent."""
+    assert ctx.trace_type == exp["traceType"]
+    carried = CARRIED[ctx.trace_type]
+    bean, exp_bean = ctx.bean, exp["beans"][0]
+    assert len(exp["beans"]) == 1
+    for java, name in CONTEXT_FIELDS.items():
+        assert getattr(ctx, name) == (exp[java] if java in carried else None), (java, exp)
+    for java, name in BEAN_FIELDS.items():
+        assert getattr(bean, name) == (exp_bean[java] if java in carried else None), (java, exp)
+    assert ctx.msg_type_name == (exp_bean["msgType"] if "msgType" in carried else None)
+    assert bean.msg_type == (exp_bean["msgTypeOrdinal"] if "msgType" in carried else None)
+
+
+def test_every_trace_record_and_context_equals_the_readback():
+    """Every record of the trace topic, read from the store (compressed body included), decodes to the
+    readback's contexts, and encodes back to its body byte for byte."""
+    from rmqtool.ops.trace import record_contexts, trace_records, trace_topic
+    from rmqtool.store.store import Store
+
+    store = Store.open(STORE)
+    topic, source = trace_topic(store)
+    assert (topic, source) == (_trace()["traceTopic"], "default")
+    records = list(trace_records(store, topic))
+    expected = _trace()["traceMessages"]
+    assert [o for o, _ in records] == [m["physicalOffset"] for m in expected]
+    assert len(records) == _trace()["traceMessageCount"]
+    types = Counter()
+    for (offset, msg), exp in zip(records, expected):
+        assert (msg.queue_offset, msg.uniq_key, msg.sys_flag) == (exp["queueOffset"], exp["uniqKey"], exp["sysFlag"])
+        assert msg.compressed == exp["compressed(ZLIB by the trace producer)"]
+        body = msg.decompressed_body()
+        assert body.decode("utf-8") == exp[RAW] and len(body) == exp["traceDataUtf8Length"]
+        contexts = record_contexts(offset, msg)
+        assert len(contexts) == len(exp[CONTEXTS])
+        for ctx, exp_ctx in zip(contexts, exp[CONTEXTS]):
+            _assert_context(ctx, exp_ctx)
+            types[ctx.trace_type] += 1
+        assert encode_trace_data(contexts).encode("utf-8") == body
+        # the KEYS property: a HashSet of every bean's msgId and keys (set order); a bean without keys was
+        # encoded as "null" (StringBuilder.append(null)) but added no key
+        keys = exp["keysProperty"].split(" ")
+        assert len(keys) == len(set(keys))
+        assert set(keys) == {k for c in contexts for k in trans_keys(c)} - {"null"}
+    assert sum(m["compressed(ZLIB by the trace producer)"] for m in expected) >= 1
+    assert dict(types) == _trace()["contextsPerType"] and sum(types.values()) == _trace()["contextCount"]
+
+
+def _sample_ids():
+    """Every 9th traced msgId, with the contexts that name it in the readback."""
+    by_id: dict[str, list[dict]] = {}
+    for _, c in _expected_contexts():
+        by_id.setdefault(c["beans"][0]["msgId"], []).append(c)
+    return [(k, by_id[k]) for k in sorted(by_id)[::9]]
+
+
+def _key(row_or_ctx: dict) -> tuple:
+    if "trace_type" in row_or_ctx:
+        r = row_or_ctx
+        return (r["trace_type"], r["time_stamp"], r["group"], r["msg_id"], r["cost_time"], r["success"],
+                r["request_id"] if r["trace_type"] != "Pub" else None)
+    c = row_or_ctx
+    t = c["traceType"]
+    return (t, c["timeStamp"], c["groupName"], c["beans"][0]["msgId"], c["costTime"] if t != "SubBefore" else None,
+            c["success"] if t != "SubBefore" else None, c["requestId"] if t != "Pub" else None)
+
+
+def _rows(*args) -> tuple[int, list[dict]]:
+    result = run("trace", STORE, *args, "-f", "jsonl")
+    return result.exit_code, [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_trace_by_uniq_key_prints_every_context_naming_it():
+    samples = _sample_ids()
+    assert len(samples) >= 5
+    code, rows = _rows(*(msg_id for msg_id, _ in samples))
+    assert code == 0
+    assert Counter(map(_key, rows)) == Counter(_key(c) for _, cs in samples for c in cs)
+    statuses = {r["status"] for r in rows if r["trace_type"] == "SubAfter"}
+    assert statuses <= set(CONSUME_RETURN_TYPES) and statuses
+
+
+def test_trace_by_offset_msg_id_and_by_key():
+    """An offsetMsgId names its record's UNIQ_KEY; a key names every context carrying it (also by --scan)."""
+    pub = next(c for _, c in _expected_contexts() if c["traceType"] == "Pub" and c["beans"][0]["keys"] != "null")
+    uniq, offset_id = pub["beans"][0]["msgId"], pub["beans"][0]["offsetMsgId"]
+    naming = [c for _, c in _expected_contexts() if c["beans"][0]["msgId"] == uniq]
+    code, rows = _rows(offset_id)
+    assert code == 0 and Counter(map(_key, rows)) == Counter(map(_key, naming))
+    key = pub["beans"][0]["keys"].split(" ")[0]
+    with_key = [c for _, c in _expected_contexts() if key in c["beans"][0]["keys"].split(" ")]
+    for extra in ((), ("--scan",)):
+        code, rows = _rows(key, *extra)
+        assert code == 0 and Counter(map(_key, rows)) == Counter(map(_key, with_key))
+
+
+def test_bulk_listing_by_group_topic_and_time():
+    everything = [c for _, c in _expected_contexts()]
+    code, rows = _rows()
+    assert code == 0 and Counter(map(_key, rows)) == Counter(map(_key, everything))
+    points = {c["beans"][0]["msgId"]: c["beans"][0]["pointsTo"]["topic"] for c in everything}
+    code, rows = _rows("--group", "CG_Trace2", "--topic", "TopicB")
+    want = [c for c in everything if c["groupName"] == "CG_Trace2" and points[c["beans"][0]["msgId"]] == "TopicB"]
+    assert code == 0 and want and Counter(map(_key, rows)) == Counter(map(_key, want))
+    middle = sorted(c["timeStamp"] for c in everything)[len(everything) // 2]
+    code, rows = _rows("--since", str(middle))
+    assert code == 0 and Counter(map(_key, rows)) == Counter(_key(c) for c in everything if c["timeStamp"] >= middle)
+
+
+def test_nothing_found_and_the_trace_topic_name(store_copy):
+    result = run("trace", STORE, "no-such-key")
+    assert result.exit_code == 1 and "no trace context names no-such-key" in result.stderr
+    assert run("trace", STORE, "--group", "no-such-group").exit_code == 1
+    assert run("trace", STORE, "--since", "not a time").exit_code == 2
+    msg_id = _sample_ids()[0][0]
+    store = store_copy(SET)
+    (store / "config").mkdir()
+    (store / "config" / "broker.properties").write_text("brokerName=broker-a\nmsgTraceTopicName = TRACE_X\n")
+    result = run("trace", store, msg_id)
+    assert result.exit_code == 1 and "'TRACE_X'" in result.stderr
+    assert run("trace", store, msg_id, "--trace-topic", "RMQ_SYS_TRACE_TOPIC").exit_code == 0
+
+
+# -- the codec ----------------------------------------------------------------------------------------
+def test_java_split_and_decoder_errors():
+    assert java_split("", "\x01") == [""]
+    assert java_split("\x01\x01", "\x01") == []
+    assert java_split("\x01a\x01\x01", "\x01") == ["", "a"]
+    assert decode_trace_data("\x02\x02Other\x01x\x02") == []           # empty and unknown lines are skipped
+    with pytest.raises(FormatError, match="too few"):
+        decode_trace_data("SubBefore\x011\x01r\x01g\x01req\x01m\x010\x01\x02")   # empty keys: Java's AIOOBE
+    with pytest.raises(FormatError, match="retryTimes"):
+        decode_trace_data("SubBefore\x011\x01r\x01g\x01req\x01m\x01 1\x01k\x02")
+    with pytest.raises(FormatError, match="MessageType"):
+        decode_trace_data("Pub\x011\x01r\x01g\x01t\x01m\x01a\x01k\x01h\x011\x012\x015\x01o\x01true\x02")
+    (ctx,) = decode_trace_data("SubAfter\x01req\x01m\x01+7\x01TRUE\x01k\x013\x02")  # parseInt / parseBoolean
+    assert (ctx.cost_time, ctx.success, ctx.status, ctx.time_stamp) == (7, True, "RETURNNULL", None)
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=12)
+_word = _text.filter(bool)
+_int = st.integers(-2**31, 2**31 - 1)
+_long = st.integers(-2**63, 2**63 - 1)
+
+
+@st.composite
+def _contexts(draw) -> TraceContext:
+    kind = draw(st.sampled_from(["Pub", "SubBefore", "SubAfter", "EndTransaction", "Recall"]))
+    msg_id = draw(_text)
+    if kind == "Pub":
+        bean = TraceBean(msg_id, topic=draw(_text), offset_msg_id=draw(st.none() | _text), tags=draw(_text),
+                         keys=draw(_text), store_host=draw(_text), client_host=draw(st.none() | _word),
+                         body_length=draw(_int), msg_type=draw(st.integers(0, len(MESSAGE_TYPES) - 1)))
+        if bean.offset_msg_id is None:
+            bean = TraceBean(**{**bean.__dict__, "client_host": None})
+        return TraceContext(kind, bean, draw(_long), draw(_text), draw(_text), cost_time=draw(_int),
+                            success=draw(st.booleans()))
+    if kind == "SubBefore":
+        return TraceContext(kind, TraceBean(msg_id, retry_times=draw(_int), keys=draw(_word)), draw(_long),
+                            draw(_text), draw(_text), request_id=draw(_text))
+    if kind == "SubAfter":
+        code = draw(st.none() | _int)
+        stamp = None if code is None else draw(st.none() | _long)
+        return TraceContext(kind, TraceBean(msg_id, keys=draw(_word if code is None else _text)), stamp,
+                            group_name=None if stamp is None else draw(_word), request_id=draw(_text),
+                            cost_time=draw(_int), success=draw(st.booleans()), context_code=code)
+    if kind == "EndTransaction":
+        bean = TraceBean(msg_id, topic=draw(_text), tags=draw(_text), keys=draw(_text), store_host=draw(_text),
+                         msg_type=draw(st.integers(0, len(MESSAGE_TYPES) - 1)), transaction_id=draw(_text),
+                         transaction_state=draw(st.sampled_from(TRANSACTION_STATES)),
+                         from_transaction_check=draw(st.booleans()))
+        return TraceContext(kind, bean, draw(_long), draw(_text), draw(_text))
+    return TraceContext(kind, TraceBean(msg_id, topic=draw(_text)), draw(_long), draw(_text), draw(_text),
+                        success=draw(st.booleans()))
+
+
+@given(st.lists(_contexts(), max_size=6))
+def test_codec_round_trip_is_byte_exact(contexts):
+    """encode -> decode gives the contexts; decode -> encode gives the same bytes (UTF-8)."""
+    text = encode_trace_data(contexts)
+    decoded = decode_trace_data(text)
+    assert decoded == contexts
+    assert encode_trace_data(decoded).encode("utf-8") == text.encode("utf-8")
+    assert all(encode_trace_context(c).endswith("\x02") for c in contexts)
