@@ -16,9 +16,10 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (Damage, check_crc_option, count_option, end_partial, filter_options, jobs_option,
-                                 option, read_anyway_option, recognized, record_filter, record_options, since_until)
-from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, Format, check_fields,
+from rmqtool.cli.options import (TIME_HELP, Damage, check_crc_option, count_option, end_partial, filter_options,
+                                 jobs_option, option, read_anyway_option, recognized, record_filter, record_options,
+                                 since_until)
+from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, TIMESTAMP, Format, check_fields,
                                 format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
                                 write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError, StoreWarning
@@ -935,9 +936,8 @@ TRACE_COLUMNS = ["trace_type", "time_stamp", "group", "msg_id", "region_id", "co
               help="An ID to trace (as mqadmin queryMsgTraceById -i; repeatable).")
 @click.option("--topic", metavar="TOPIC", help="Only contexts of messages of this topic.")
 @click.option("--group", metavar="GROUP", help="Only contexts of this producer or consumer group.")
-@option("--until", type=CALENDAR_TIME, help="Only contexts at or before TIME (their timeStamp).")
-@option("--since", type=CALENDAR_TIME, help="Only contexts at or after TIME (their timeStamp; ISO-8601, epoch ms, "
-                                            "or relative/local like -2h, yesterday).")
+@click.option("--since", type=TIMESTAMP, help=f"Only contexts at or after TIME (their timeStamp; {TIME_HELP}).")
+@click.option("--until", type=TIMESTAMP, help="Only contexts at or before TIME (their timeStamp).")
 @click.option("--trace-topic", metavar="TOPIC",
               help="The trace topic [default: msgTraceTopicName of config/broker.properties, else "
                    "RMQ_SYS_TRACE_TOPIC].")
@@ -968,11 +968,14 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
     \b
     Examples:
       rmqtool trace TRACE_STORE \\
-        FD00000000000000000000000000000273E75FFD2B271A98829A0006
+        FD00000000000000000000000000000273E75FFD2B271A98829A0006 --fields \\
+        trace_type,time_stamp,group,cost_time,status -f plain
       rmqtool trace TRACE_STORE C0A8000A00002A9F00000000000003A4 -f jsonl \\
         --fields trace_type,group,status
-      rmqtool trace TRACE_STORE --group CG_Trace2 --topic TopicB -f csv \\
-        --fields time_stamp,msg_id,status
+      rmqtool trace TRACE_STORE 键-45 --scan -f csv \\
+        --fields trace_type,group,msg_id
+      rmqtool trace TRACE_STORE --group CG_Trace1 --topic TopicA -f csv \\
+        --fields time_stamp,msg_id,status | grep -E 'FAILED|EXCEPTION'
       rmqtool trace TRACE_STORE no-such-key   # exit 1
     """
     from rmqtool.ops.trace import (ContextFilter, context_row, index_trace_records, names_message, names_of,
