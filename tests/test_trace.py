@@ -226,3 +226,34 @@ def test_codec_round_trip_is_byte_exact(contexts):
     assert decoded == contexts
     assert encode_trace_data(decoded).encode("utf-8") == text.encode("utf-8")
     assert all(encode_trace_context(c).endswith("\x02") for c in contexts)
+
+
+def test_a_trace_body_that_does_not_decode(store_copy):
+    """Java's decoder throws on the whole message: an error (exit 3); --read-anyway skips that trace message
+    with a warning naming it and prints the rest (exit 3)."""
+    first = _trace()["traceMessages"][0]
+    line = first[RAW].split("\x02")[0].split("\x01")
+    store = store_copy(SET)
+    path = store / "commitlog" / "00000000000000000000"
+    data = path.read_bytes()
+    old = ("\x01".join(line[:2])).encode()
+    assert data.count(old) == 1
+    path.write_bytes(data.replace(old, old[:4] + b"x" + old[5:]))
+    msg_id = line[5]
+    result = run("trace", store, msg_id)
+    assert result.exit_code == 3 and f"offset {first['physicalOffset']}" in result.stderr
+    assert "timeStamp" in result.stderr
+    result = run("trace", store, msg_id, "--read-anyway", "-f", "jsonl")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    naming = [c for _, c in _expected_contexts() if c["beans"][0]["msgId"] == msg_id and c["traceType"] != "Pub"]
+    assert result.exit_code == 3 and "that trace message skipped" in result.stderr
+    assert Counter(map(_key, rows)) == Counter(map(_key, naming))
+
+
+def test_broker_properties_as_java_reads_them():
+    from rmqtool.format.javaprops import parse_java_properties
+
+    text = ("# comment\n! also\n  msgTraceTopicName : My\\\n    Trace\nbrokerName=broker-a\nflag\n"
+            "key\\=x = a\\u0041\\tb\nspaced   value here\n")
+    assert parse_java_properties(text) == {"msgTraceTopicName": "MyTrace", "brokerName": "broker-a", "flag": "",
+                                           "key=x": "aA\tb", "spaced": "value here"}

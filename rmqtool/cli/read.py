@@ -992,6 +992,7 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
                           topic_resolver(st, topic, published) if topic is not None else None)
     scanned: list | None = None
     missing: list[str] = []
+    undecodable: list[int] = []                       # trace records skipped under --read-anyway
     filtered = " that matches" if topic or group or since is not None or until is not None else ""
 
     def all_records() -> list:
@@ -1009,7 +1010,8 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
             except FormatError as exc:
                 if damage is None:
                     raise
-                damage(exc)
+                undecodable.append(offset)
+                click.echo(f"rmqtool: warning: {exc}; that trace message skipped", err=True)
                 continue
             published.update((c.bean.msg_id, c.bean.topic) for c in decoded if c.trace_type == "Pub")
             yield from ((c, offset, msg) for c in decoded)
@@ -1018,7 +1020,7 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
         rows = (context_row(c, offset, msg) for c, offset, msg in contexts(all_records()) if where(c))
         n = write_rows(rows, out, columns=TRACE_COLUMNS, tablefmt=tablefmt)
         if n == 0:
-            _note(f"no trace context in topic {traces!r}{filtered}")
+            _note(f"no trace context in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
     else:
         rows = []
         for msg_id in ids:
@@ -1032,14 +1034,30 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
                      if names_message(c, names) and where(c)]
             if not found:
                 missing.append(msg_id)
-                _note(f"no trace context names {msg_id} in topic {traces!r}{filtered}")
+                _note(f"no trace context names {msg_id} in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
             rows += found
         n = write_rows(rows, out, columns=TRACE_COLUMNS, tablefmt=tablefmt)
     end_partial(skipped)
+    if undecodable:
+        ctx.exit(ExitCode.BAD_INPUT)
     if damage is not None:
         damage.exit(ExitCode.FINDINGS if n == 0 or missing else ExitCode.OK)
     if n == 0 or missing:
         ctx.exit(ExitCode.FINDINGS)
+
+
+def _unknown_topic(st: Store, topic: str) -> str:
+    """A hint when the store knows no such topic: a client can trace to a customizedTraceTopic, or with
+    AccessChannel.CLOUD to rmq_sys_TRACE_DATA_<region> (TraceConstants.TRACE_TOPIC_PREFIX)."""
+    from rmqtool.ops.trace import CLOUD_TRACE_TOPIC_PREFIX
+    from rmqtool.store.metadata import known_topics
+
+    known = known_topics(st)
+    if topic in known:
+        return ""
+    cloud = [t for t in known if t.startswith(CLOUD_TRACE_TOPIC_PREFIX)]
+    also = f", as {', '.join(cloud)} may be" if cloud else ""
+    return f" (the store has no topic {topic!r}: --trace-topic names another{also})"
 
 
 # -- checkpoint -------------------------------------------------------------------------------------

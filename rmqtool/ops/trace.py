@@ -20,6 +20,7 @@ from rmqtool.store.store import Store
 
 DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"         # TopicValidator.RMQ_SYS_TRACE_TOPIC
 TRACE_TOPIC_SETTING = "msgTraceTopicName"           # BrokerConfig.msgTraceTopicName
+CLOUD_TRACE_TOPIC_PREFIX = "rmq_sys_TRACE_DATA_"    # TraceConstants.TRACE_TOPIC_PREFIX (AccessChannel.CLOUD)
 TRACE_FIELDS = ["trace_type", "time_stamp", "group", "topic", "msg_id", "offset_msg_id", "tags", "keys",
                 "region_id", "cost_time", "success", "status", "context_code", "retry_times", "store_host",
                 "client_host", "body_length", "msg_type", "request_id", "transaction_id", "transaction_state",
@@ -40,19 +41,19 @@ def trace_topic(store: Store, override: str | None = None) -> tuple[str, str]:
 
 
 def names_of(store: Store, msg_id: str) -> set[str]:
-    """What an ID given to ``trace`` names: itself (a UNIQ_KEY or a key), and when it is the offsetMsgId of
-    a record of the store, that record's UNIQ_KEY (the msgId the client traced)."""
+    """What an ID given to ``trace`` names: itself (a UNIQ_KEY or a key; upper-cased too when it is 32 or 56
+    hex characters), and when it is the offsetMsgId of a record of the store, that record's UNIQ_KEY (the
+    msgId the client traced)."""
     names = {msg_id}
     text = msg_id.upper()
     try:
         _, offset = decode_message_id(text)
     except FormatError:
         return names
+    names.add(text)                           # IDs are upper-case hex (MessageClientIDSetter, UtilAll.bytes2string)
     found = _read_message(store.commitlog, offset) if offset >= 0 else None
-    if found is not None and found.msg_id == text:
-        names.add(text)
-        if found.uniq_key:
-            names.add(found.uniq_key)
+    if found is not None and found.msg_id == text and found.uniq_key:
+        names.add(found.uniq_key)
     return names
 
 
