@@ -987,21 +987,11 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
     st, skipped = open_readable(store, read_anyway)
     damage = Damage() if read_anyway else None
     traces, _ = topic_of_traces(st, trace_topic)
-    published: dict[str, str] = {}
+    published: dict[str, str] = {}                    # msgId -> topic of the Pub contexts read (for --topic)
     where = ContextFilter(topic, group, since, until,
                           topic_resolver(st, topic, published) if topic is not None else None)
-    scanned: list | None = None
-    missing: list[str] = []
     undecodable: list[int] = []                       # trace records skipped under --read-anyway
     filtered = " that matches" if topic or group or since is not None or until is not None else ""
-
-    def all_records() -> list:
-        nonlocal scanned
-        if scanned is None:
-            with progress_bar(sum(f.length for f in st.commitlog.queue), f"reading {traces}", streaming=True) \
-                    as progress:
-                scanned = list(trace_records(st, traces, progress=progress, on_damage=damage))
-        return scanned
 
     def contexts(records):
         for offset, msg in records:
@@ -1013,30 +1003,43 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
                 undecodable.append(offset)
                 click.echo(f"rmqtool: warning: {exc}; that trace message skipped", err=True)
                 continue
-            published.update((c.bean.msg_id, c.bean.topic) for c in decoded if c.trace_type == "Pub")
-            yield from ((c, offset, msg) for c in decoded)
+            if topic is not None:
+                published.update((c.bean.msg_id, c.bean.topic) for c in decoded if c.trace_type == "Pub")
+            yield from ((c, offset, msg) for c in decoded if where(c))
+
+    def scanning():
+        return progress_bar(sum(f.length for f in st.commitlog.queue), f"reading {traces}", streaming=True)
 
     if not ids:
-        rows = (context_row(c, offset, msg) for c, offset, msg in contexts(all_records()) if where(c))
-        n = write_rows(rows, out, columns=TRACE_COLUMNS, tablefmt=tablefmt)
+        with scanning() as progress:
+            records = trace_records(st, traces, progress=progress, on_damage=damage)
+            n = write_rows((context_row(*found) for found in contexts(records)), out, columns=TRACE_COLUMNS,
+                           tablefmt=tablefmt)
         if n == 0:
             _note(f"no trace context in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
+        missing = []
     else:
-        rows = []
+        rows: dict[str, list[dict]] = {}
+        unanswered: dict[str, set[str]] = {}          # IDs the index has no trace record for: one scan for all
         for msg_id in ids:
             names = names_of(st, msg_id)
             records, capped = ([], []) if scan else index_trace_records(st, traces, names, max_num=count)
             for name in capped:
                 _note(f"{name}: {count} index hits, the --count limit: raise it to see more")
             if not records:
-                records = all_records()
-            found = [context_row(c, offset, msg) for c, offset, msg in contexts(records)
-                     if names_message(c, names) and where(c)]
-            if not found:
-                missing.append(msg_id)
-                _note(f"no trace context names {msg_id} in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
-            rows += found
-        n = write_rows(rows, out, columns=TRACE_COLUMNS, tablefmt=tablefmt)
+                unanswered[msg_id] = names
+            rows[msg_id] = [context_row(*found) for found in contexts(records) if names_message(found[0], names)]
+        if unanswered:
+            with scanning() as progress:
+                for found in contexts(trace_records(st, traces, progress=progress, on_damage=damage)):
+                    for msg_id, names in unanswered.items():
+                        if names_message(found[0], names):
+                            rows[msg_id].append(context_row(*found))
+        missing = [msg_id for msg_id in ids if not rows[msg_id]]
+        for msg_id in missing:
+            _note(f"no trace context names {msg_id} in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
+        n = write_rows([row for msg_id in ids for row in rows[msg_id]], out, columns=TRACE_COLUMNS,
+                       tablefmt=tablefmt)
     end_partial(skipped)
     if undecodable:
         ctx.exit(ExitCode.BAD_INPUT)
