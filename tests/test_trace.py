@@ -162,6 +162,7 @@ def test_nothing_found_and_the_trace_topic_name(store_copy):
     (store / "config" / "broker.properties").write_text("brokerName=broker-a\nmsgTraceTopicName = TRACE_X\n")
     result = run("trace", store, msg_id)
     assert result.exit_code == 1 and "'TRACE_X'" in result.stderr
+    assert "trace topic TRACE_X (msgTraceTopicName in config/broker.properties)" in result.stderr
     assert run("trace", store, msg_id, "--trace-topic", "RMQ_SYS_TRACE_TOPIC").exit_code == 0
 
 

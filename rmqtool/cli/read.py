@@ -986,7 +986,9 @@ def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tu
     out = resolve_format(fmt)
     st, skipped = open_readable(store, read_anyway)
     damage = Damage() if read_anyway else None
-    traces, _ = topic_of_traces(st, trace_topic)
+    traces, source = topic_of_traces(st, trace_topic)
+    if source not in ("given", "default"):
+        _note(f"trace topic {traces} ({source})")
     published: dict[str, str] = {}                    # msgId -> topic of the Pub contexts read (for --topic)
     where = ContextFilter(topic, group, since, until,
                           topic_resolver(st, topic, published) if topic is not None else None)

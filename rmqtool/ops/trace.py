@@ -21,10 +21,6 @@ from rmqtool.store.store import Store
 DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"         # TopicValidator.RMQ_SYS_TRACE_TOPIC
 TRACE_TOPIC_SETTING = "msgTraceTopicName"           # BrokerConfig.msgTraceTopicName
 CLOUD_TRACE_TOPIC_PREFIX = "rmq_sys_TRACE_DATA_"    # TraceConstants.TRACE_TOPIC_PREFIX (AccessChannel.CLOUD)
-TRACE_FIELDS = ["trace_type", "time_stamp", "group", "topic", "msg_id", "offset_msg_id", "tags", "keys",
-                "region_id", "cost_time", "success", "status", "context_code", "retry_times", "store_host",
-                "client_host", "body_length", "msg_type", "request_id", "transaction_id", "transaction_state",
-                "from_transaction_check", "trace_physical_offset", "trace_uniq_key"]
 
 
 def trace_topic(store: Store, override: str | None = None) -> tuple[str, str]:
