@@ -19,19 +19,35 @@ SET = "dev-trace-5x"
 STORE = store_path(SET)
 CONTEXTS = "contexts(TraceDataEncoder.decoderFromTraceDataString)"
 RAW = "traceData(raw, \\u0001 content / \\u0002 field separators)"
-# Which TraceContext/TraceBean fields each line type carries (decoderFromTraceDataString); the others keep
-# Java defaults that are not in the data (and are None here).
+# Where decoderFromTraceDataString reads each TraceContext/TraceBean field (by Java name) in a line of each
+# type; fields a line does not carry keep Java defaults that are not data (None here).
+LAYOUT = {
+    "Pub": ["timeStamp", "regionId", "groupName", "topic", "msgId", "tags", "keys", "storeHost", "bodyLength",
+            "costTime", "msgType"],
+    "SubBefore": ["timeStamp", "regionId", "groupName", "requestId", "msgId", "retryTimes", "keys"],
+    "SubAfter": ["requestId", "msgId", "costTime", "success", "keys"],
+    "EndTransaction": ["timeStamp", "regionId", "groupName", "topic", "msgId", "tags", "keys", "storeHost", "msgType",
+                       "transactionId", "transactionState", "fromTransactionCheck"],
+    "Recall": ["timeStamp", "regionId", "groupName", "topic", "msgId", "success"],
+}
 CONTEXT_FIELDS = {"timeStamp": "time_stamp", "regionId": "region_id", "groupName": "group_name",
                   "requestId": "request_id", "success": "success", "costTime": "cost_time",
                   "contextCode": "context_code"}
 BEAN_FIELDS = {"topic": "topic", "msgId": "msg_id", "offsetMsgId": "offset_msg_id", "tags": "tags", "keys": "keys",
-               "storeHost": "store_host", "bodyLength": "body_length", "retryTimes": "retry_times"}
-CARRIED = {
-    "Pub": {"timeStamp", "regionId", "groupName", "success", "costTime", "topic", "msgId", "offsetMsgId", "tags",
-            "keys", "storeHost", "bodyLength", "msgType"},
-    "SubBefore": {"timeStamp", "regionId", "groupName", "requestId", "msgId", "retryTimes", "keys"},
-    "SubAfter": {"requestId", "msgId", "costTime", "success", "keys", "contextCode", "timeStamp", "groupName"},
-}
+               "storeHost": "store_host", "bodyLength": "body_length", "retryTimes": "retry_times",
+               "transactionId": "transaction_id", "transactionState": "transaction_state",
+               "fromTransactionCheck": "from_transaction_check"}
+
+
+def _carried(line: list[str]) -> set[str]:
+    """The Java fields a split line sets, by its type and length (the decoder's length rules)."""
+    kind, n = line[0], len(line)
+    carried = set(LAYOUT[kind])
+    if kind == "Pub":
+        carried |= {"success"} | ({"offsetMsgId"} if n >= 14 else set())
+    if kind == "SubAfter":
+        carried |= ({"contextCode"} if n >= 7 else set()) | ({"timeStamp", "groupName"} if n >= 9 else set())
+    return carried
 
 
 def _trace():
@@ -39,19 +55,34 @@ def _trace():
 
 
 def _expected_contexts():
-    return [(m, c) for m in _trace()["traceMessages"] for c in m[CONTEXTS]]
+    """(trace message, context) of the readback, the context's fields its line does not carry set to None."""
+    out = []
+    for m in _trace()["traceMessages"]:
+        for c, line in zip(m[CONTEXTS], _lines(m[RAW]), strict=True):
+            carried = _carried(line)
+            out.append((m, {k: (v if k not in CONTEXT_FIELDS or k in carried else None) for k, v in c.items()}))
+    return out
 
 
-def _assert_context(ctx: TraceContext, exp: dict) -> None:
-    """Every field the line carries equals the readback's; every other one is absent."""
-    assert ctx.trace_type == exp["traceType"]
-    carried = CARRIED[ctx.trace_type]
+def _lines(raw: str) -> list[list[str]]:
+    """The lines of a trace text the decoder makes a context of."""
+    lines = (java_split(context, "\x01") for context in java_split(raw, "\x02"))
+    return [line for line in lines if line[0] in LAYOUT]
+
+
+def _assert_context(ctx: TraceContext, exp: dict, line: list[str]) -> None:
+    """Every field the line carries equals the readback's (where the readback has it); every other one is
+    absent."""
+    assert ctx.trace_type == exp["traceType"] == line[0]
+    carried = _carried(line)
     bean, exp_bean = ctx.bean, exp["beans"][0]
     assert len(exp["beans"]) == 1
-    for java, name in CONTEXT_FIELDS.items():
-        assert getattr(ctx, name) == (exp[java] if java in carried else None), (java, exp)
-    for java, name in BEAN_FIELDS.items():
-        assert getattr(bean, name) == (exp_bean[java] if java in carried else None), (java, exp)
+    for fields, have, want in ((CONTEXT_FIELDS, ctx, exp), (BEAN_FIELDS, bean, exp_bean)):
+        for java, name in fields.items():
+            if java not in carried:
+                assert getattr(have, name) is None, (java, exp)
+            elif java in want:
+                assert getattr(have, name) == want[java], (java, exp)
     assert ctx.msg_type_name == (exp_bean["msgType"] if "msgType" in carried else None)
     assert bean.msg_type == (exp_bean["msgTypeOrdinal"] if "msgType" in carried else None)
 
@@ -63,8 +94,8 @@ def test_every_trace_record_and_context_equals_the_readback():
     from rmqtool.store.store import Store
 
     store = Store.open(STORE)
-    topic, source = trace_topic(store)
-    assert (topic, source) == (_trace()["traceTopic"], "default")
+    topic, _ = trace_topic(store)
+    assert topic == _trace()["traceTopic"]
     records = list(trace_records(store, topic))
     expected = _trace()["traceMessages"]
     assert [o for o, _ in records] == [m["physicalOffset"] for m in expected]
@@ -77,8 +108,8 @@ def test_every_trace_record_and_context_equals_the_readback():
         assert body.decode("utf-8") == exp[RAW] and len(body) == exp["traceDataUtf8Length"]
         contexts = record_contexts(offset, msg)
         assert len(contexts) == len(exp[CONTEXTS])
-        for ctx, exp_ctx in zip(contexts, exp[CONTEXTS]):
-            _assert_context(ctx, exp_ctx)
+        for ctx, exp_ctx, line in zip(contexts, exp[CONTEXTS], _lines(exp[RAW]), strict=True):
+            _assert_context(ctx, exp_ctx, line)
             types[ctx.trace_type] += 1
         assert encode_trace_data(contexts).encode("utf-8") == body
         # the KEYS property: a HashSet of every bean's msgId and keys (set order); a bean without keys was
@@ -86,7 +117,6 @@ def test_every_trace_record_and_context_equals_the_readback():
         keys = exp["keysProperty"].split(" ")
         assert len(keys) == len(set(keys))
         assert set(keys) == {k for c in contexts for k in trans_keys(c)} - {"null"}
-    assert sum(m["compressed(ZLIB by the trace producer)"] for m in expected) >= 1
     assert dict(types) == _trace()["contextsPerType"] and sum(types.values()) == _trace()["contextCount"]
 
 
@@ -99,14 +129,13 @@ def _sample_ids():
 
 
 def _key(row_or_ctx: dict) -> tuple:
+    """What a printed row and a readback context (_expected_contexts) must agree on."""
     if "trace_type" in row_or_ctx:
         r = row_or_ctx
-        return (r["trace_type"], r["time_stamp"], r["group"], r["msg_id"], r["cost_time"], r["success"],
-                r["request_id"] if r["trace_type"] != "Pub" else None)
+        return r["trace_type"], r["time_stamp"], r["group"], r["msg_id"], r["cost_time"], r["success"], r["request_id"]
     c = row_or_ctx
-    t = c["traceType"]
-    return (t, c["timeStamp"], c["groupName"], c["beans"][0]["msgId"], c["costTime"] if t != "SubBefore" else None,
-            c["success"] if t != "SubBefore" else None, c["requestId"] if t != "Pub" else None)
+    return (c["traceType"], c["timeStamp"], c["groupName"], c["beans"][0]["msgId"], c["costTime"], c["success"],
+            c["requestId"])
 
 
 def _rows(*args) -> tuple[int, list[dict]]:
@@ -143,12 +172,16 @@ def test_bulk_listing_by_group_topic_and_time():
     code, rows = _rows()
     assert code == 0 and Counter(map(_key, rows)) == Counter(map(_key, everything))
     points = {c["beans"][0]["msgId"]: c["beans"][0]["pointsTo"]["topic"] for c in everything}
-    code, rows = _rows("--group", "CG_Trace2", "--topic", "TopicB")
-    want = [c for c in everything if c["groupName"] == "CG_Trace2" and points[c["beans"][0]["msgId"]] == "TopicB"]
+    group, topic = Counter((c["groupName"], points[c["beans"][0]["msgId"]]) for c in everything
+                           if c["traceType"] == "SubAfter").most_common()[-1][0]
+    code, rows = _rows("--group", group, "--topic", topic)
+    want = [c for c in everything if c["groupName"] == group and points[c["beans"][0]["msgId"]] == topic]
     assert code == 0 and want and Counter(map(_key, rows)) == Counter(map(_key, want))
-    middle = sorted(c["timeStamp"] for c in everything)[len(everything) // 2]
+    times = sorted(c["timeStamp"] for c in everything if c["timeStamp"] is not None)
+    middle = times[len(times) // 2]
     code, rows = _rows("--since", str(middle))
-    assert code == 0 and Counter(map(_key, rows)) == Counter(_key(c) for c in everything if c["timeStamp"] >= middle)
+    want = [c for c in everything if c["timeStamp"] is not None and c["timeStamp"] >= middle]
+    assert code == 0 and Counter(map(_key, rows)) == Counter(map(_key, want))
 
 
 def test_nothing_found_and_the_trace_topic_name(store_copy):
@@ -232,21 +265,22 @@ def test_codec_round_trip_is_byte_exact(contexts):
 def test_a_trace_body_that_does_not_decode(store_copy):
     """Java's decoder throws on the whole message: an error (exit 3); --read-anyway skips that trace message
     with a warning naming it and prints the rest (exit 3)."""
-    first = _trace()["traceMessages"][0]
-    line = first[RAW].split("\x02")[0].split("\x01")
+    damaged, line = next((m, line) for m in _trace()["traceMessages"] if not m["compressed(ZLIB by the trace producer)"]
+                         for line in _lines(m[RAW])[:1] if line[0] != "SubAfter")      # field 1: a timeStamp
     store = store_copy(SET)
-    path = store / "commitlog" / "00000000000000000000"
+    path = store / "commitlog" / next(f["file"] for f in readback(SET)["commitlogFiles"]
+                                      if 0 <= damaged["physicalOffset"] - f["fileFromOffset"] < f["fileSize"])
     data = path.read_bytes()
-    old = ("\x01".join(line[:2])).encode()
+    old = "\x01".join(line[:2]).encode()
     assert data.count(old) == 1
-    path.write_bytes(data.replace(old, old[:4] + b"x" + old[5:]))
+    path.write_bytes(data.replace(old, old[:len(line[0]) + 1] + b"x" + old[len(line[0]) + 2:]))
     msg_id = line[5]
     result = run("trace", store, msg_id)
-    assert result.exit_code == 3 and f"offset {first['physicalOffset']}" in result.stderr
+    assert result.exit_code == 3 and f"offset {damaged['physicalOffset']}" in result.stderr
     assert "timeStamp" in result.stderr
     result = run("trace", store, msg_id, "--read-anyway", "-f", "jsonl")
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    naming = [c for _, c in _expected_contexts() if c["beans"][0]["msgId"] == msg_id and c["traceType"] != "Pub"]
+    naming = [c for m, c in _expected_contexts() if c["beans"][0]["msgId"] == msg_id and m is not damaged]
     assert result.exit_code == 3 and "that trace message skipped" in result.stderr
     assert Counter(map(_key, rows)) == Counter(map(_key, naming))
 
