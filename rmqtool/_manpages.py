@@ -50,6 +50,7 @@ PLACEHOLDERS = {
     "LMQ_STORE": "dev-lmq-5x",                   # light message queues
     "ROCKSDB_STORE": "dev-rocksdbcq-5x",         # a RocksDB consume queue
     "TIMER_STORE": "dev-timer-5x",               # the 5.x timer store
+    "TRACE_STORE": "dev-trace-5x",               # message traces (RMQ_SYS_TRACE_TOPIC)
 }
 _PLACEHOLDER = re.compile(r"\b(" + "|".join(sorted(PLACEHOLDERS, key=len, reverse=True)) + r")\b")
 

@@ -44,7 +44,7 @@ PEOPLE = (Format.TABLE, Format.PLAIN, Format.RECORD)
 TIMESTAMP_FIELDS = frozenset({"born_timestamp", "store_timestamp", "begin_timestamp", "end_timestamp",
                               "physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
                               "min_store_timestamp", "max_store_timestamp", "deliver_timestamp",
-                              "min_timestamp", "min_timestamp_index", "created_timestamp"})
+                              "min_timestamp", "min_timestamp_index", "created_timestamp", "time_stamp"})
 SIZE_FIELDS = frozenset({"bytes", "commitlog_file_size", "commitlog_bytes", "file_size", "input_bytes"})
 # A table's columns fit its first SAMPLE_ROWS rows (all rows of a shorter output, or of a list the caller
 # has); later rows stream in those widths. Only free text (these fields) is ever cut, ending in "…": in a

@@ -1,4 +1,4 @@
-"""Read-only commands: info, cat-commitlog, cat-cq, cat-index, query-key, query-id, decode-id, checkpoint.
+"""Read-only commands: info, cat-commitlog, cat-cq, cat-index, query-key, query-id, decode-id, trace, checkpoint.
 
 Nothing here imports pyarrow or pyspark: look-ups start fast.
 """
@@ -16,9 +16,10 @@ import click
 from rmqtool import constants as C
 from rmqtool.cli import RmqCliError, cli
 from rmqtool.cli.exitcodes import ExitCode
-from rmqtool.cli.options import (Damage, check_crc_option, count_option, end_partial, filter_options, jobs_option,
-                                 option, read_anyway_option, recognized, record_filter, record_options, since_until)
-from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, Format, check_fields,
+from rmqtool.cli.options import (TIME_HELP, Damage, check_crc_option, count_option, end_partial, filter_options,
+                                 jobs_option, option, read_anyway_option, recognized, record_filter, record_options,
+                                 since_until)
+from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEOPLE, TIMESTAMP, Format, check_fields,
                                 format_timestamp, output_options, progress_bar, resolve_format, skip_pandas_probe,
                                 write_record, write_rows)
 from rmqtool.errors import FormatError, StoreError, StoreWarning
@@ -932,6 +933,147 @@ def _check_id(msg_id: str) -> str:
     except FormatError as exc:
         raise click.BadParameter(str(exc), param_hint="ID") from None
     return msg_id
+
+
+# -- trace ------------------------------------------------------------------------------------------
+TRACE_COLUMNS = ["trace_type", "time_stamp", "group", "msg_id", "region_id", "cost_time", "success", "status",
+                 "store_host", "client_host", "retry_times", "request_id"]
+
+
+@cli.command("trace")
+@click.argument("store", type=click.Path(), callback=recognized)
+@click.argument("msg_ids", metavar="[ID]...", nargs=-1)
+@click.option("--id", "-i", "more_ids", multiple=True, metavar="ID",
+              help="An ID to trace (as mqadmin queryMsgTraceById -i; repeatable).")
+@click.option("--topic", metavar="TOPIC", help="Only contexts of messages of this topic.")
+@click.option("--group", metavar="GROUP", help="Only contexts of this producer or consumer group.")
+@click.option("--since", type=TIMESTAMP, help=f"Only contexts at or after TIME (their timeStamp; {TIME_HELP}).")
+@click.option("--until", type=TIMESTAMP, help="Only contexts at or before TIME (their timeStamp).")
+@click.option("--trace-topic", metavar="TOPIC",
+              help="The trace topic [default: msgTraceTopicName of config/broker.properties, else "
+                   "RMQ_SYS_TRACE_TOPIC].")
+@count_option(default=C.INDEX_MAX_MSGS_NUM_BATCH, show_default=True,
+              help="Most index hits to collect per ID (as mqadmin queryMsgTraceById -c).")
+@click.option("--scan", is_flag=True, help="Read the trace topic's records from the commit log instead of the index.")
+@read_anyway_option()
+@output_options
+@click.pass_context
+def trace(ctx: click.Context, store: str, msg_ids: tuple[str, ...], more_ids: tuple[str, ...], topic: str | None,
+          group: str | None, since: int | None, until: int | None, trace_topic: str | None, count: int, scan: bool,
+          read_anyway: bool, fmt: str | None, tablefmt: str) -> None:
+    """Print the message-trace contexts (client enableMsgTrace) that name a message: Pub (sent), SubBefore /
+    SubAfter (consumed: group, cost, success and ConsumeReturnType status), EndTransaction, Recall.
+
+    An ID is a UNIQ_KEY (the client's msgId), an offsetMsgId (of a record of the store: its UNIQ_KEY is
+    traced) or a key. The trace messages are found through the index, as mqadmin queryMsgTraceById finds
+    them (their KEYS hold every traced msgId and key), or by reading the trace topic's records from the
+    commit log when the index has none (or with --scan); each body (decompressed when compressed) is
+    decoded as TraceDataEncoder.decoderFromTraceDataString does, one row per context and bean, and a
+    context is printed when its msgId, offsetMsgId or one of its keys is the ID. Without an ID, every
+    context of the trace topic is listed; --topic, --group, --since and --until select contexts either
+    way (SubBefore/SubAfter lines carry no topic: a message's topic comes from its Pub context or the
+    index). client_host is the trace message's born host (TraceView). Exits 1 when an ID has no context,
+    or nothing is listed; a trace body that does not decode is an error (exit 3), skipped with a warning
+    under --read-anyway.
+
+    \b
+    Examples:
+      rmqtool trace TRACE_STORE \\
+        FD00000000000000000000000000000273E75FFD2B271A98829A0006 --fields \\
+        trace_type,time_stamp,group,cost_time,status -f plain
+      rmqtool trace TRACE_STORE C0A8000A00002A9F00000000000003A4 -f jsonl \\
+        --fields trace_type,group,status
+      rmqtool trace TRACE_STORE 键-45 --scan -f csv \\
+        --fields trace_type,group,msg_id
+      rmqtool trace TRACE_STORE --group CG_Trace1 --topic TopicA -f csv \\
+        --fields time_stamp,msg_id,status | grep -E 'FAILED|EXCEPTION'
+      rmqtool trace TRACE_STORE no-such-key   # exit 1
+    """
+    from rmqtool.ops.trace import (ContextFilter, context_row, index_trace_records, names_message, names_of,
+                                   record_contexts, topic_resolver, trace_records)
+    from rmqtool.ops.trace import trace_topic as topic_of_traces
+
+    ids = list(dict.fromkeys(i.strip() for i in msg_ids + more_ids if i.strip()))
+    out = resolve_format(fmt)
+    st, skipped = open_readable(store, read_anyway)
+    damage = Damage() if read_anyway else None
+    traces, source = topic_of_traces(st, trace_topic)
+    if source not in ("given", "default"):
+        _note(f"trace topic {traces} ({source})")
+    published: dict[str, str] = {}                    # msgId -> topic of the Pub contexts read (for --topic)
+    where = ContextFilter(topic, group, since, until,
+                          topic_resolver(st, topic, published) if topic is not None else None)
+    undecodable: list[int] = []                       # trace records skipped under --read-anyway
+    filtered = " that matches" if topic or group or since is not None or until is not None else ""
+
+    def contexts(records):
+        for offset, msg in records:
+            try:
+                decoded = record_contexts(offset, msg)
+            except FormatError as exc:
+                if damage is None:
+                    raise
+                undecodable.append(offset)
+                click.echo(f"rmqtool: warning: {exc}; that trace message skipped", err=True)
+                continue
+            if topic is not None:
+                published.update((c.bean.msg_id, c.bean.topic) for c in decoded if c.trace_type == "Pub")
+            yield from ((c, offset, msg) for c in decoded if where(c))
+
+    def scanning():
+        return progress_bar(sum(f.length for f in st.commitlog.queue), f"reading {traces}", streaming=True)
+
+    if not ids:
+        with scanning() as progress:
+            records = trace_records(st, traces, progress=progress, on_damage=damage)
+            n = write_rows((context_row(*found) for found in contexts(records)), out, columns=TRACE_COLUMNS,
+                           tablefmt=tablefmt)
+        if n == 0:
+            _note(f"no trace context in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
+        missing = []
+    else:
+        rows: dict[str, list[dict]] = {}
+        unanswered: dict[str, set[str]] = {}          # IDs the index has no trace record for: one scan for all
+        for msg_id in ids:
+            names = names_of(st, msg_id)
+            records, capped = ([], []) if scan else index_trace_records(st, traces, names, max_num=count)
+            for name in capped:
+                _note(f"{name}: {count} index hits, the --count limit: raise it to see more")
+            if not records:
+                unanswered[msg_id] = names
+            rows[msg_id] = [context_row(*found) for found in contexts(records) if names_message(found[0], names)]
+        if unanswered:
+            with scanning() as progress:
+                for found in contexts(trace_records(st, traces, progress=progress, on_damage=damage)):
+                    for msg_id, names in unanswered.items():
+                        if names_message(found[0], names):
+                            rows[msg_id].append(context_row(*found))
+        missing = [msg_id for msg_id in ids if not rows[msg_id]]
+        for msg_id in missing:
+            _note(f"no trace context names {msg_id} in topic {traces!r}{filtered}{_unknown_topic(st, traces)}")
+        n = write_rows([row for msg_id in ids for row in rows[msg_id]], out, columns=TRACE_COLUMNS,
+                       tablefmt=tablefmt)
+    end_partial(skipped)
+    if undecodable:
+        ctx.exit(ExitCode.BAD_INPUT)
+    if damage is not None:
+        damage.exit(ExitCode.FINDINGS if n == 0 or missing else ExitCode.OK)
+    if n == 0 or missing:
+        ctx.exit(ExitCode.FINDINGS)
+
+
+def _unknown_topic(st: Store, topic: str) -> str:
+    """A hint when the store knows no such topic: a client can trace to a customizedTraceTopic, or with
+    AccessChannel.CLOUD to rmq_sys_TRACE_DATA_<region> (TraceConstants.TRACE_TOPIC_PREFIX)."""
+    from rmqtool.ops.trace import CLOUD_TRACE_TOPIC_PREFIX
+    from rmqtool.store.metadata import known_topics
+
+    known = known_topics(st)
+    if topic in known:
+        return ""
+    cloud = [t for t in known if t.startswith(CLOUD_TRACE_TOPIC_PREFIX)]
+    also = f", as {', '.join(cloud)} may be" if cloud else ""
+    return f" (the store has no topic {topic!r}: --trace-topic names another{also})"
 
 
 # -- checkpoint -------------------------------------------------------------------------------------

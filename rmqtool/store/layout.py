@@ -36,6 +36,7 @@ DLEDGER_CURRTERM = "currterm"
 KV_CONFIG_DIRS = {"topics.json": "topics", "subscriptionGroup.json": "subscriptionGroups",
                   "consumerOffset.json": "consumerOffsets"}
 KV_CONFIG_V2_DIR = "rdb"              # configManagerVersion=v2: one database for every table (ConfigStorage)
+BROKER_PROPERTIES = "broker.properties"  # under config/: where the broker persists its configuration
 SIZES_FILE = "config/rmqtool.json"    # the sizes chosen at init (the broker keeps them in its own config)
 
 # The directories whose files the broker loads as its data (nothing else may be put there).

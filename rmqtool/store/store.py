@@ -19,6 +19,7 @@ from rmqtool.format.checkpoint import Checkpoint, decode_checkpoint_mapped
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, valid_prefix
 from rmqtool.format.indexfile import (DEFAULT_GEOMETRY, Geometry, IndexHeader, decode_header, infer_geometry, is_time_matched,
                                       select_phy_offsets)
+from rmqtool.format.javaprops import parse_java_properties
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.compaction import Compaction, CompactionLog, is_compaction_log_dir
 from rmqtool.store.config import read_config
@@ -472,6 +473,14 @@ class Store:
     def config(self, name: str):
         path = self.path(L.config_file(name))
         return read_config(path) if path.is_file() else None
+
+    def broker_properties(self) -> dict[str, str] | None:
+        """config/broker.properties (BrokerPathConfigHelper's default brokerConfigPath, which lies in the
+        store when the broker ran without -c and with the default storePathRootDir), or None."""
+        path = self.path(L.config_file(L.BROKER_PROPERTIES))
+        if not self.is_store_root or not path.is_file():
+            return None
+        return parse_java_properties(path.read_bytes().decode("latin-1"))
 
 
 def _is_root(p: Path) -> bool:
