@@ -88,6 +88,18 @@ def test_small_store_commands_import_no_pyarrow(args):
     assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
 
 
+@pytest.mark.parametrize("name", ["dev-sample-5x", "dev-timer-5x"])
+def test_verify_of_a_5x_store_without_compaction_queues_imports_no_pyarrow(name):
+    """A 5.x store has compaction/ (its position-checkpoint) whether or not a topic is compacted: with no
+    compaction log, the compaction checks import nothing (verify stays on numpy, as on a 4.9.7 store)."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "numba", "pandas", "multiprocessing")')
+    proc = subprocess.run([sys.executable, "-c", probe, "verify", str(store_path(name))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, 1, None), proc.stderr
+    assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
+
+
 def test_verify_of_compaction_topics_imports_no_pandas():
     """verify reads compaction topics into Arrow arrays (pyarrow imported on the way): pyarrow's first
     conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run once pyarrow is)."""

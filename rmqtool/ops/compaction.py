@@ -90,6 +90,8 @@ def compaction_facts(store: Store, queues: list[QueueFacts]) -> list[QueueFacts]
     """Fill in the facts of compaction queues from one scan of the commit log (the records of compaction
     topics only): the keyed records, and where a queue's ``log`` is read, each log record against its
     commit-log record."""
+    if not queues:                    # a 5.x store without compaction topics: nothing to import or scan
+        return []
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
