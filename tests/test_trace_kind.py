@@ -110,3 +110,17 @@ def test_an_undecodable_trace_body(store_copy, tmp_path, trace_rows):
     with pytest.raises(Exception, match=f"offset {damaged['physicalOffset']}"):
         source_rows(store)
     assert source_rows(store, mode="permissive") == rest
+
+
+def test_the_trace_topic_follows_broker_properties(store_copy, tmp_path, trace_rows):
+    """Each store's msgTraceTopicName (config/broker.properties), unless traceTopic / --trace-topic."""
+    store = store_copy(SET)
+    (store / "config").mkdir(exist_ok=True)
+    (store / "config" / "broker.properties").write_text("msgTraceTopicName=MyTraces\n", "latin-1")
+    assert source_rows(store) == []
+    assert source_rows(store, traceTopic="RMQ_SYS_TRACE_TOPIC") == trace_rows
+    to = tmp_path / "t.jsonl"
+    assert run("export", store, "--kind", "trace", "--to", to).exit_code == 0 and to.read_text() == ""
+    assert run("export", store, "--kind", "trace", "--to", to, "--force",
+               "--trace-topic", "RMQ_SYS_TRACE_TOPIC").exit_code == 0
+    assert [json.loads(line) for line in to.read_text("utf-8").splitlines()] == trace_rows

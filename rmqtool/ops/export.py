@@ -219,8 +219,8 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
                  trace_topic: str | None = None, read_anyway: bool = False, overwrite: bool = False,
                  progress: Callable[[int], None] | None = None) -> ExportResult:
     """Every message-trace context of the stores into one file, in one process: the rows of ``rmqtool trace``
-    (ops.trace.context_row; jsonl and csv as its jsonl prints them, every field; Parquet in
-    ``ops.trace.trace_schema``). ``result.records`` counts the rows, ``result.messages`` the trace records.
+    (ops.trace.context_row, every field: JSON lines as ``trace -f jsonl`` prints them, CSV cells as ``trace -f
+    csv`` writes them, Parquet in ``ops.trace.trace_schema``). ``result.records`` counts the rows, ``result.messages`` the trace records.
     The commit-log files are read as the data source's kind trace reads them; a store the broker refuses to
     load, damage and a trace body that does not decode are refused (nothing written) unless ``read_anyway``:
     then ``result.skipped``, ``result.damaged`` and ``result.undecodable`` say what was left out."""

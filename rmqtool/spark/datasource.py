@@ -174,18 +174,14 @@ class RocketMQReader(DataSourceReader):
         return [FilePartition(f) for f in files] or [FilePartition(None)]
 
     def read(self, partition):
-        from rmqtool.spark.schema import file_batches, trace_batches
+        from rmqtool.spark.schema import file_batches
 
         if partition.value is None:
             return
+        # mode permissive: a damaged record ends its file; kind trace: a body that does not decode is left out
         on_damage = (lambda exc: None) if self.permissive else None
-        if self.kind == "trace":            # mode permissive: a trace body that does not decode is left out
-            batches = trace_batches(partition.value, partition.trace_topic, on_damage=on_damage,
-                                    on_undecodable=on_damage)
-            yield from (b for b in map(self._keep, batches) if b.num_rows)
-            return
         for batch in file_batches(partition.value, self.kind, check_crc=self.check_crc, decompress=self.decompress,
-                                  on_damage=on_damage):
+                                  on_damage=on_damage, trace_topic=partition.trace_topic):
             batch = self._keep(batch)
             if batch.num_rows:
                 yield batch

@@ -99,8 +99,15 @@ def _with_location(batch: pa.RecordBatch, f: scan.StoreFile, schema: pa.Schema) 
 
 
 def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decompress: bool = False,
-                 on_damage=None) -> Iterator[pa.RecordBatch]:
-    """Batches of one store file in the data source's schema of ``kind``."""
+                 on_damage=None, trace_topic: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Batches of one store file in the data source's schema of ``kind``. Kind trace reads the records of
+    ``trace_topic`` [default: RMQ_SYS_TRACE_TOPIC] and leaves out those ``on_damage`` is told of."""
+    if kind == "trace":
+        from rmqtool.ops.trace import DEFAULT_TRACE_TOPIC
+
+        yield from trace_batches(f, trace_topic or DEFAULT_TRACE_TOPIC, on_damage=on_damage,
+                                 on_undecodable=on_damage)
+        return
     schema = arrow_schema(kind, check_crc)
     if f.kind == "rocksdbcq":
         yield from (_with_location(b, f, schema) for b in rocksdb_batches(f))
