@@ -156,3 +156,22 @@ def test_spark_reads_and_writes_s3(s3):
     want = stats_rows(merge([file_stats(f, "topic") for f in scan.list_files(local_stores)], "topic"), "topic")
     assert got["stats"] == json.loads(json.dumps(want, default=str))
     assert len(read_s3_dataset(s3, "out/spark")) == got["records"] > 100
+
+
+def test_trace_kind_reads_s3(s3):
+    """The data source's kind trace on a store on S3 (its broker.properties and records read through
+    pyarrow.fs) gives the rows it gives locally."""
+    from rmqtool.spark.datasource import RocketMQDataSource
+
+    fs.copy_files(str(store_path("dev-trace-5x")), f"{BUCKET}/traced/store", source_filesystem=fs.LocalFileSystem(),
+                  destination_filesystem=s3)
+    s3.create_dir(f"{BUCKET}/traced/store/config")
+    with s3.open_output_stream(f"{BUCKET}/traced/store/config/broker.properties") as out:
+        out.write(b"msgTraceTopicName=MyTraces\n")
+
+    def rows(path: str, **options) -> list[dict]:
+        reader = RocketMQDataSource({"path": path, "kind": "trace", **options}).reader(None)
+        return [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    local, remote = rows(str(store_path("dev-trace-5x"))), f"s3://{BUCKET}/traced/store"
+    assert len(local) > 100 and rows(remote, traceTopic="RMQ_SYS_TRACE_TOPIC") == local
+    assert rows(remote) == []

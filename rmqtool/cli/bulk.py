@@ -43,6 +43,12 @@ class Size(click.ParamType):
                    "s3://bucket/dir, or with --partition-by): one part per commit-log file.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["parquet", "jsonl", "csv"]), default=None,
               help="Output format [default: from the extension of --to; parquet for a directory].")
+@click.option("--kind", type=click.Choice(["commitlog", "trace"]), default="commitlog", show_default=True,
+              help="commitlog: a row per record; trace: a row per message-trace context and bean, the fields "
+                   "of `rmqtool trace -f jsonl` (one file, this process; no record option).")
+@click.option("--trace-topic", metavar="TOPIC",
+              help="--kind trace: the trace topic [default: msgTraceTopicName of config/broker.properties, "
+                   "else RMQ_SYS_TRACE_TOPIC].")
 @click.option("--partition-by", metavar="topic,date", help="Hive-partition a dataset directory by topic and/or "
                                                               "store date (UTC).")
 @filter_options
@@ -60,8 +66,8 @@ class Size(click.ParamType):
               help="Worker processes for a dataset directory, one part (commit-log file) each [default: from "
                    "256 MiB of commit log one per core, 1 GB of available memory each; else 1]. One output "
                    "file is written by one process.")
-def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_regex, since, until, include_blank,
-           engine, master, check_crc, body, read_anyway, commitlog_records, force, jobs):
+def export(stores, to, fmt, kind, trace_topic, partition_by, topics, queue_ids, tags, keys, body_regex, since, until,
+           include_blank, engine, master, check_crc, body, read_anyway, commitlog_records, force, jobs):
     """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one
     file, or to a dataset directory with one part per commit-log file.
 
@@ -70,6 +76,11 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
     that its sparse queues name, the newest per key up to the compaction, each with its compaction-log
     offset as physical_offset and its compaction-log file as commitlog_file; --commitlog-records exports
     its commit-log records instead. A dataset export takes either compaction topics or others.
+
+    --kind trace writes the message-trace contexts of the trace topic's records instead, one row per
+    context and bean with every field `rmqtool trace STORE -f jsonl` prints (Parquet: time_stamp as a
+    timestamp), to one file; a trace body that does not decode is an error (exit 3), skipped with a warning
+    under --read-anyway.
 
     The filters are those of grep and cat-commitlog. BLANK padding records are left out unless
     --include-blank, so integer columns stay integers in pandas and DuckDB. A row is a commit-log record
@@ -131,10 +142,15 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
       rmqtool export STORE --to /tmp/rmqtool-a.jsonl --topic TopicA --since \\
         2026-11-20 --force
       rmqtool export STORE --to /tmp/rmqtool-dataset --partition-by topic --force
+      rmqtool export TRACE_STORE --kind trace --to /tmp/rmqtool-traces.csv --force
     """
     from rmqtool.cli.pipeline import export_to_dataset, is_dataset_target
     from rmqtool.ops.export import export as run_export
 
+    if kind == "trace":
+        return _export_trace(stores, to, fmt, trace_topic, partition_by, engine, read_anyway, force)
+    if trace_topic is not None:
+        raise click.UsageError("--trace-topic goes with --kind trace")
     where = record_filter(topics, queue_ids, tags, keys, body_regex, since, until)
     if include_blank and (not where.is_empty or partition_by):
         raise click.UsageError("--include-blank exports every record: it takes no filter or --partition-by")
@@ -163,6 +179,48 @@ def export(stores, to, fmt, partition_by, topics, queue_ids, tags, keys, body_re
         click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
     end_partial(result.skipped, f" export in {result.path}")
     if result.damaged:
+        raise click.exceptions.Exit(ExitCode.BAD_INPUT)
+
+
+# export options that select or shape commit-log records: none applies to --kind trace
+_RECORD_OPTIONS = {"topics": "--topic", "queue_ids": "--queue-id", "tags": "--tag",
+                   "keys": "--key", "body_regex": "--body-regex", "since": "--since", "until": "--until",
+                   "include_blank": "--include-blank", "check_crc": "--check-crc", "body": "--body-encoding",
+                   "commitlog_records": "--commitlog-records", "jobs": "--jobs"}
+
+
+def _export_trace(stores, to, fmt, trace_topic, partition_by, engine, read_anyway, force) -> None:
+    """export --kind trace: one file in this process (ops.export.export_trace)."""
+    from click.core import ParameterSource
+
+    from rmqtool.cli.output import progress_bar
+    from rmqtool.cli.pipeline import is_dataset_target
+    from rmqtool.ops.export import export_trace, format_for
+    from rmqtool.ops.scan import list_files
+
+    ctx = click.get_current_context()
+    given = [flag for name, flag in _RECORD_OPTIONS.items()
+             if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)]
+    if given:
+        raise click.UsageError(f"--kind trace takes no record option ({', '.join(given)}): to select contexts, "
+                               f"use rmqtool trace STORE --topic/--group/--since/--until -f jsonl")
+    if engine == "spark" or is_dataset_target(to, partition_by):
+        raise click.UsageError("--kind trace writes one file in this process: give --to a .jsonl, .csv or "
+                               ".parquet file, no --partition-by and no --engine spark (for a dataset or on "
+                               "Spark, read the rocketmq data source's kind trace)")
+    size = sum(f.size for f in list_files(stores))
+    with progress_bar(size, "export") as progress:
+        result = export_trace(stores, to, format_for(to, fmt), trace_topic=trace_topic, read_anyway=read_anyway,
+                              overwrite=force, progress=progress)
+    partial = " (partial: see the warnings)" if result.damaged or result.skipped or result.undecodable else ""
+    click.echo(f"exported {result.records} trace contexts ({result.messages} trace messages) to {result.path} "
+               f"({result.format}) in {clock.elapsed():.2f} s{partial}", err=True)
+    for exc in result.damaged:
+        click.echo(f"rmqtool: warning: {exc}; the rest of that file was skipped", err=True)
+    for exc in result.undecodable:
+        click.echo(f"rmqtool: warning: {exc}; that trace message skipped", err=True)
+    end_partial(result.skipped, f" export in {result.path}")
+    if result.damaged or result.undecodable:
         raise click.exceptions.Exit(ExitCode.BAD_INPUT)
 
 

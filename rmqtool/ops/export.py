@@ -53,6 +53,7 @@ class ExportResult:
     seconds: float = 0.0
     damaged: list[FormatError] = field(default_factory=list)
     skipped: list = field(default_factory=list)     # rmqtool.store.readable.Skipped: what --read-anyway skipped
+    undecodable: list[FormatError] = field(default_factory=list)   # kind trace: trace bodies skipped
 
 
 def export_schema(check_crc: bool = False):
@@ -212,6 +213,78 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             gc.enable()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
+                 trace_topic: str | None = None, read_anyway: bool = False, overwrite: bool = False,
+                 progress: Callable[[int], None] | None = None) -> ExportResult:
+    """Every message-trace context of the stores into one file, in one process: the rows of ``rmqtool trace``
+    (ops.trace.context_row, every field: JSON lines as ``trace -f jsonl`` prints them, CSV cells as ``trace -f
+    csv`` writes them, Parquet in ``ops.trace.trace_schema``). ``result.records`` counts the rows, ``result.messages`` the trace records.
+    The commit-log files are read as the data source's kind trace reads them; a store the broker refuses to
+    load, damage and a trace body that does not decode are refused (nothing written) unless ``read_anyway``:
+    then ``result.skipped``, ``result.damaged`` and ``result.undecodable`` say what was left out."""
+    import csv
+    import json
+
+    from rmqtool.ops.scan import list_files, readable_files
+    from rmqtool.ops.trace import TRACE_FIELDS, file_trace_rows, store_trace_topics, trace_schema
+
+    to = Path(to)
+    if fmt not in FORMATS:
+        raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
+    if to.exists() and not overwrite:
+        raise StoreError("output exists (use --force to replace it)", path=str(to))
+    if to.is_dir():
+        raise StoreError("output is a directory", path=str(to))
+    files, skipped = readable_files(list_files([str(p) for p in store_paths], "trace"), read_anyway)
+    topics = store_trace_topics((f.store for f in files), trace_topic)
+    result = ExportResult(to, fmt, skipped=skipped)
+    names = [name for name, _ in TRACE_FIELDS]
+    tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
+    started = time.perf_counter()
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = trace_schema()
+        out = pq.ParquetWriter(tmp, schema, compression=PARQUET_COMPRESSION)
+
+        def write(rows: list[dict]) -> None:
+            out.write_table(pa.Table.from_pylist(rows, schema=schema))
+    else:
+        out = open(tmp, "w", encoding="utf-8", newline="")
+        cells = csv.writer(out, lineterminator="\n")
+        if fmt == "csv":
+            cells.writerow(names)
+
+        def write(rows: list[dict]) -> None:
+            if fmt == "jsonl":
+                out.write("".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows))
+            else:               # as rmqtool trace -f csv: no value empty, booleans true / false
+                cells.writerows([[_csv_cell(row[name]) for name in names] for row in rows])
+    try:
+        for f in files:
+            for rows in file_trace_rows(f, topics[f.store], on_damage=result.damaged.append if read_anyway else None,
+                                        on_undecodable=result.undecodable.append if read_anyway else None,
+                                        progress=progress):
+                result.messages += 1
+                result.records += len(rows)
+                if rows:
+                    write(rows)
+            result.input_bytes += f.size
+        out.close()
+        os.replace(tmp, to)
+    except BaseException:
+        out.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _csv_cell(value):
+    return "" if value is None else ("true" if value else "false") if isinstance(value, bool) else value
 
 
 def message_total(batch) -> int:

@@ -24,7 +24,7 @@ from rmqtool import constants as C
 from rmqtool.errors import FormatError, RmqError, StoreError, first_line
 from rmqtool.store import layout as L
 
-KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "compactionlog", "compactioncq")
+KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "compactionlog", "compactioncq", "trace")
 QUEUE_DIRS = {"consumequeue": (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE), "batchconsumequeue": (L.BATCHCONSUMEQUEUE,),
               "compactionlog": (posixpath.join(L.COMPACTION, L.COMPACTION_LOG),),
               "compactioncq": (posixpath.join(L.COMPACTION, L.COMPACTION_CQ),)}
@@ -124,9 +124,11 @@ def list_files(paths: list[str] | tuple[str, ...], kind: str = "commitlog") -> l
     """The files of ``kind`` in every named store, in (argument, store, offset) order. ``consumequeue``
     lists the batch consume queues too (``batchconsumequeue/``, 5.x BatchCQ topics), after the others, and
     a RocksDB consume queue (5.2+ storeType=defaultRocksDB) as one entry, its database directory.
-    ``compactionlog`` / ``compactioncq``: the compaction topics' logs and sparse queues (``compaction/``)."""
+    ``compactionlog`` / ``compactioncq``: the compaction topics' logs and sparse queues (``compaction/``).
+    ``trace`` (message-trace contexts, read from the trace topic's records): the commit-log files."""
     if kind not in KINDS:
         raise StoreError(f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+    kind = "commitlog" if kind == "trace" else kind
     out: list[StoreFile] = []
     for pattern in paths:
         for store in expand(str(pattern)):
@@ -283,6 +285,24 @@ def read_bytes(f: StoreFile):
         raise StoreError(f"cannot read: {exc}", path=f.shown) from None
 
 
+def broker_properties(store: str) -> dict[str, str] | None:
+    """A store root's config/broker.properties (as ``Store.broker_properties``, on any filesystem), or None
+    (no such file, or the path is no store root)."""
+    from pyarrow import fs
+
+    from rmqtool.format.javaprops import parse_java_properties
+
+    fsys, path = filesystem(store)
+    path = posixpath.join(path, L.config_file(L.BROKER_PROPERTIES))
+    try:
+        if fsys.get_file_info(path).type != fs.FileType.File:
+            return None
+        with fsys.open_input_stream(path) as fh:
+            return parse_java_properties(fh.read().decode("latin-1"))
+    except OSError as exc:
+        raise StoreError(f"cannot read: {exc}", path=store) from None
+
+
 def first_store_timestamp(f: StoreFile) -> int | None:
     """The store time (ms) of the first record of a commit-log file (inside the first entry of a DLedger
     data file); None when the file does not begin with a message."""
@@ -351,7 +371,7 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
 
     with local_path(f) as path:
         try:
-            for batch in iter_record_batches(_cut(path, f.size), check_crc=check_crc,
+            for batch in iter_record_batches(cut_commitlog(path, f.size), check_crc=check_crc,
                                              on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
                 if named is not None:
@@ -364,7 +384,7 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
     counted.finish(f.size)
 
 
-def _cut(path: str, size: int):
+def cut_commitlog(path: str, size: int):
     """The commit log of one file, read up to ``size`` bytes (readable_files cut it to what is readable)."""
     from rmqtool.columnar import open_commitlog
     from rmqtool.store.filequeue import FileQueue

@@ -8,6 +8,7 @@ instead when the index has nothing.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -27,9 +28,13 @@ def trace_topic(store: Store, override: str | None = None) -> tuple[str, str]:
     """The trace topic and where its name comes from: ``override``, the broker's msgTraceTopicName in
     config/broker.properties (where the broker persists its configuration when started without -c), else
     RMQ_SYS_TRACE_TOPIC."""
+    return properties_trace_topic(store.broker_properties(), override)
+
+
+def properties_trace_topic(props: dict[str, str] | None, override: str | None = None) -> tuple[str, str]:
+    """``trace_topic`` from a store's broker.properties (None: none)."""
     if override:
         return override, "given"
-    props = store.broker_properties()
     name = (props or {}).get(TRACE_TOPIC_SETTING, "").strip()
     if name:
         return name, f"{TRACE_TOPIC_SETTING} in config/broker.properties"
@@ -109,6 +114,71 @@ def context_row(ctx: TraceContext, offset: int, msg: Message) -> dict:
             "msg_type": ctx.msg_type_name, "request_id": ctx.request_id, "transaction_id": b.transaction_id,
             "transaction_state": b.transaction_state, "from_transaction_check": b.from_transaction_check,
             "trace_physical_offset": offset, "trace_uniq_key": msg.uniq_key}
+
+
+# context_row's fields as Arrow columns (the rocketmq data source's kind trace, export --kind trace): ints as
+# TraceContext / TraceBean declare them (timeStamp long, the others int)
+TRACE_FIELDS = (("trace_type", "string"), ("time_stamp", "timestamp"), ("group", "string"), ("topic", "string"),
+                ("msg_id", "string"), ("offset_msg_id", "string"), ("tags", "string"), ("keys", "string"),
+                ("region_id", "string"), ("cost_time", "int32"), ("success", "bool"), ("status", "string"),
+                ("context_code", "int32"), ("retry_times", "int32"), ("store_host", "string"),
+                ("client_host", "string"), ("body_length", "int32"), ("msg_type", "string"),
+                ("request_id", "string"), ("transaction_id", "string"), ("transaction_state", "string"),
+                ("from_transaction_check", "bool"), ("trace_physical_offset", "int64"),
+                ("trace_uniq_key", "string"))
+
+
+def trace_schema():
+    """The Arrow schema of context rows; time_stamp (ms since the epoch) as a UTC timestamp."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "timestamp": pa.timestamp("ms", "UTC"), "int32": pa.int32(),
+             "int64": pa.int64(), "bool": pa.bool_()}
+    return pa.schema([(name, types[t]) for name, t in TRACE_FIELDS])
+
+
+def store_trace_topics(paths: Iterable[str], override: str | None = None) -> dict[str, str]:
+    """The trace topic of each store (as ``trace_topic``; paths as ``scan.list_files`` names them), for
+    readers of commit-log files that hold no Store."""
+    from rmqtool.ops.scan import broker_properties
+
+    return {p: properties_trace_topic(None if override else broker_properties(p), override)[0]
+            for p in dict.fromkeys(paths)}
+
+
+def file_trace_records(f, topic: str, *, on_damage=None,
+                       progress: Callable[[int], None] | None = None) -> Iterator[tuple[int, Message]]:
+    """The records of the trace topic in one commit-log file (a ``scan.StoreFile``): its columnar batches
+    filtered on the topic column, then each of those records read; ``progress``: as ``record_batches``."""
+    from rmqtool.ops.filters import RecordFilter, keep_records
+    from rmqtool.ops.scan import cut_commitlog, local_path, record_batches
+
+    where = RecordFilter(topics=(topic,))
+    with contextlib.ExitStack() as opened:
+        cl = None                       # the file opened for reading records once it holds one of the topic
+        for batch in record_batches(f, on_damage=on_damage, progress=progress):
+            offsets = keep_records(batch, where, False).column("physical_offset").to_pylist()
+            if offsets and cl is None:
+                cl = cut_commitlog(opened.enter_context(local_path(f)), f.size)
+            for offset in offsets:
+                msg = _read_message(cl, offset)
+                if msg is not None:
+                    yield offset, msg
+
+
+def file_trace_rows(f, topic: str, *, on_damage=None, on_undecodable: Callable[[FormatError], None] | None = None,
+                    progress: Callable[[int], None] | None = None) -> Iterator[list[dict]]:
+    """``context_row``s of each trace record of one commit-log file. A body that does not decode raises its
+    FormatError, or is told to ``on_undecodable`` and skipped."""
+    for offset, msg in file_trace_records(f, topic, on_damage=on_damage, progress=progress):
+        try:
+            contexts = record_contexts(offset, msg)
+        except FormatError as exc:
+            if on_undecodable is None:
+                raise exc.at(path=f.shown) from None
+            on_undecodable(exc.at(path=f.shown))
+            continue
+        yield [context_row(ctx, offset, msg) for ctx in contexts]
 
 
 @dataclass

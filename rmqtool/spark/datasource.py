@@ -6,7 +6,9 @@
 PySpark (4.0+) finds it by name in any session: it registers the ``DefaultSource`` of every installed
 top-level module named ``pyspark_*`` (``pyspark_rocketmq`` here). Options (README, "The rocketmq data
 source"): ``kind`` = commitlog (default) | consumequeue (every queue layout, a RocksDB consume queue
-included) | batchconsumequeue | index | compactionlog (compaction topics as their consumers see them) | compactioncq;
+included) | batchconsumequeue | index | compactionlog (compaction topics as their consumers see them) | compactioncq
+| trace (message-trace contexts, the rows of ``rmqtool trace``, from the records of the trace topic: ``traceTopic``,
+else each store's msgTraceTopicName in config/broker.properties, else RMQ_SYS_TRACE_TOPIC);
 ``checkCrc`` and ``decompress``; ``mode`` = failfast | permissive; ``includeBlank`` (BLANK padding
 records, left out by default); ``since`` / ``until`` / ``topics``; ``pruneFiles``; ``pushFilters``. One
 input partition per store file that may hold a wanted row (``may_hold``: by byte range, time range and
@@ -111,9 +113,13 @@ class RocketMQDataSource(DataSource):
             raise ValueError(f"options since, until and topics select commit-log records: not with kind {kind}")
         pushing = _flag(self.options, "pushFilters") and _planning_with_pushdown()
         cls = PushdownReader if pushing else RocketMQReader
+        trace_topic = self.options.get("traceTopic", self.options.get("tracetopic"))
+        if trace_topic is not None and kind != "trace":
+            raise ValueError(f"option traceTopic names the topic of kind trace: not with kind {kind}")
         return cls(paths_option(self.options), kind, _flag(self.options, "checkCrc"),
                    _flag(self.options, "decompress"), self._choice("mode", MODES) == "permissive",
-                   _flag(self.options, "includeBlank"), _flag(self.options, "pruneFiles", True), pushed)
+                   _flag(self.options, "includeBlank"), _flag(self.options, "pruneFiles", True), pushed,
+                   trace_topic)
 
 
 def _planning_with_pushdown() -> bool:
@@ -129,20 +135,23 @@ def _planning_with_pushdown() -> bool:
 
 
 class FilePartition(InputPartition):
-    def __init__(self, file: scan.StoreFile | None):
+    def __init__(self, file: scan.StoreFile | None, trace_topic: str | None = None):
         super().__init__(file)
+        self.trace_topic = trace_topic          # kind trace: the topic of the file's store
 
 
 class RocketMQReader(DataSourceReader):
     def __init__(self, paths: list[str], kind: str, check_crc: bool, decompress: bool, permissive: bool,
-                 include_blank: bool = False, prune_files: bool = True, pushed: list | None = None):
+                 include_blank: bool = False, prune_files: bool = True, pushed: list | None = None,
+                 trace_topic: str | None = None):
         self.paths, self.kind, self.check_crc, self.decompress = paths, kind, check_crc, decompress
+        self.trace_topic = trace_topic
         self.permissive, self.include_blank, self.prune_files = permissive, include_blank, prune_files
         self.pushed: list[tuple[str, str, object]] = list(pushed or ())   # (comparison, column, value)
 
     def partitions(self):
         files = scan.list_files(self.paths, self.kind)
-        if self.kind == "commitlog":            # a store the broker refuses to load: failfast raises
+        if self.kind in ("commitlog", "trace"):     # a store the broker refuses to load: failfast raises
             files, skipped = scan.readable_files(files, read_anyway=self.permissive)
             if skipped:
                 from rmqtool.store.readable import skipped_line
@@ -150,6 +159,17 @@ class RocketMQReader(DataSourceReader):
                       file=sys.stderr)
         if self.kind == "commitlog" and self.prune_files:
             files = [f for f, keep in zip(files, may_hold(files, self.pushed)) if keep]
+        if self.kind == "trace":
+            from rmqtool.ops.trace import store_trace_topics
+
+            topics = store_trace_topics((f.store for f in files), self.trace_topic)
+            if self.prune_files:            # the files the trace topic's consume queues point into
+                keep = {}
+                for topic in set(topics.values()):
+                    group = [f for f in files if topics[f.store] == topic]
+                    keep.update(zip((f.uri for f in group), topic_may_hold(group, {topic})))
+                files = [f for f in files if keep[f.uri]]
+            return [FilePartition(f, topics[f.store]) for f in files] or [FilePartition(None)]
         # no partition at all is not allowed: one that reads nothing
         return [FilePartition(f) for f in files] or [FilePartition(None)]
 
@@ -158,9 +178,10 @@ class RocketMQReader(DataSourceReader):
 
         if partition.value is None:
             return
+        # mode permissive: a damaged record ends its file; kind trace: a body that does not decode is left out
         on_damage = (lambda exc: None) if self.permissive else None
         for batch in file_batches(partition.value, self.kind, check_crc=self.check_crc, decompress=self.decompress,
-                                  on_damage=on_damage):
+                                  on_damage=on_damage, trace_topic=partition.trace_topic):
             batch = self._keep(batch)
             if batch.num_rows:
                 yield batch

@@ -67,7 +67,16 @@ def record_schema(check_crc: bool) -> pa.Schema:
                                pa.field("commitlog_file", pa.string())])
 
 
+def trace_schema() -> pa.Schema:
+    """Kind trace: ``rmqtool trace``'s row fields (ops.trace.context_row), in Spark's types."""
+    from rmqtool.ops.trace import trace_schema as rows_schema
+
+    return pa.schema([f.with_type(spark_type(f.type)) for f in rows_schema()])
+
+
 def arrow_schema(kind: str, check_crc: bool = False) -> pa.Schema:
+    if kind == "trace":
+        return trace_schema()
     if kind in ("consumequeue", "batchconsumequeue", "compactioncq"):
         return CQ_SCHEMA
     if kind == "index":
@@ -90,8 +99,15 @@ def _with_location(batch: pa.RecordBatch, f: scan.StoreFile, schema: pa.Schema) 
 
 
 def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decompress: bool = False,
-                 on_damage=None) -> Iterator[pa.RecordBatch]:
-    """Batches of one store file in the data source's schema of ``kind``."""
+                 on_damage=None, trace_topic: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Batches of one store file in the data source's schema of ``kind``. Kind trace reads the records of
+    ``trace_topic`` [default: RMQ_SYS_TRACE_TOPIC] and leaves out those ``on_damage`` is told of."""
+    if kind == "trace":
+        from rmqtool.ops.trace import DEFAULT_TRACE_TOPIC
+
+        yield from trace_batches(f, trace_topic or DEFAULT_TRACE_TOPIC, on_damage=on_damage,
+                                 on_undecodable=on_damage)
+        return
     schema = arrow_schema(kind, check_crc)
     if f.kind == "rocksdbcq":
         yield from (_with_location(b, f, schema) for b in rocksdb_batches(f))
@@ -111,6 +127,18 @@ def file_batches(f: scan.StoreFile, kind: str, *, check_crc: bool = False, decom
         return
     if batch.num_rows:
         yield _with_location(batch, f, schema)
+
+
+def trace_batches(f: scan.StoreFile, topic: str, *, on_damage=None, on_undecodable=None) -> Iterator[pa.RecordBatch]:
+    """Kind trace: one batch per record of the trace ``topic`` in a commit-log file, a row per context and
+    bean (``ops.trace.file_trace_rows``)."""
+    from rmqtool.ops.trace import file_trace_rows
+    from rmqtool.ops.trace import trace_schema as rows_schema
+
+    schema, spark = rows_schema(), trace_schema()
+    for rows in file_trace_rows(f, topic, on_damage=on_damage, on_undecodable=on_undecodable):
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema).cast(spark)
 
 
 def rocksdb_batches(f: scan.StoreFile) -> Iterator[pa.RecordBatch]:
