@@ -14,14 +14,14 @@ Retries and dead letters count for the topic they came from: ``--by topic`` file
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Iterable
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from rmqtool import constants as C
 from rmqtool.ops import scan
-from rmqtool.ops.facts import message_counts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+# pyarrow is imported where it is used
 
 GROUPINGS = {"topic": ["topic"], "queue": ["topic", "queue_id"], "hour": ["hour"],
              "store_host": ["store_host"], "tag": ["tags"], "store": ["store"], "group": ["group"]}
@@ -34,6 +34,9 @@ _AGGREGATES = [(c, "sum") for c in COUNTS] + [("min_store_timestamp", "min"), ("
 
 
 def _key_columns(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> dict[str, pa.Array]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     out = {}
     for key in keys:
         if key == "topic" and keys == ["topic"]:
@@ -50,11 +53,16 @@ def _key_columns(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> d
 
 
 def _retry_or_dlq(topic: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
     return pc.or_(pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX), pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX))
 
 
 def original_topic(batch: pa.RecordBatch) -> pa.Array:
     """The topic a record was first sent to: RETRY_TOPIC for retry and DLQ records that carry it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     topic = batch.column("topic")
     retried = pc.fill_null(_retry_or_dlq(topic), False)
     if not pc.any(retried).as_py():
@@ -65,6 +73,9 @@ def original_topic(batch: pa.RecordBatch) -> pa.Array:
 
 def consumer_group(topic: pa.Array) -> pa.Array:
     """The consumer group a %RETRY%<group> or %DLQ%<group> topic names (null for other topics)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     retry = pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX)
     dlq = pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX)
     return pc.if_else(retry, pc.utf8_slice_codeunits(topic, len(C.RETRY_GROUP_TOPIC_PREFIX)),
@@ -73,6 +84,11 @@ def consumer_group(topic: pa.Array) -> pa.Array:
 
 
 def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rmqtool.ops.facts import message_counts
+
     messages = pc.equal(batch.column("type"), "message")
     if not pc.all(messages).as_py():             # a BLANK row: filtered (a copy of every column)
         batch = batch.filter(messages)
@@ -102,6 +118,8 @@ def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) ->
 
 
 def _group(table: pa.Table, keys: list[str], aggregates) -> pa.Table:
+    import pyarrow as pa
+
     if not keys:
         table = table.append_column("_all", pa.repeat(pa.scalar(0, pa.int8()), table.num_rows))
     out = table.group_by(keys or ["_all"], use_threads=False).aggregate(aggregates)
@@ -123,6 +141,8 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
 
 
 def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
+    import pyarrow as pa
+
     partials = [p for p in partials if p.num_rows]
     if not partials:
         return pa.table({})
@@ -132,6 +152,9 @@ def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
 
 def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
     """Rows sorted by their key, with the shares; timestamps in epoch ms."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     keys = GROUPINGS[by] if by else []
     if not table.num_rows:
         return []
