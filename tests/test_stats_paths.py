@@ -21,7 +21,7 @@ def test_small_path_and_arrow_path_give_the_same_rows(name, monkeypatch):
     monkeypatch.setattr(scan, "FEW_BYTES", -1)                  # stats_local: the Arrow path only
     for by in BYS:
         damage: list = []
-        arrow = stats.stats_local(files, by, on_damage=damage.append, jobs=1)
+        arrow = stats.stats_local(files, by, on_damage=damage.append)
         if damage:
             with pytest.raises(FormatError):
                 stats._few_stats(files, by, None)

@@ -263,13 +263,14 @@ def stats_local(files: list[scan.StoreFile], by: str | None,
     from rmqtool.errors import FormatError, StoreError
     from rmqtool.ops.workers import default_jobs, process_map
 
-    if sum(f.size for f in files) <= scan.FEW_BYTES and (where is None or where.is_empty) and \
-            all(f.kind == "commitlog" and "://" not in f.uri for f in files):
-        try:
+    total = sum(f.size for f in files)
+    if jobs is None and default_jobs(total, len(files)) == 1 and total <= scan.FEW_BYTES and \
+            (where is None or where.is_empty) and all(f.kind == "commitlog" and "://" not in f.uri for f in files):
+        try:                               # one process, no --jobs asked for: the record-at-a-time totals
             return _few_stats(files, by, progress)
         except (FormatError, StoreError, OSError, _Irregular):
             pass                           # the Arrow path: its output, its warnings and exit status
-    jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
+    jobs = default_jobs(total, len(files)) if jobs is None else jobs
     if jobs > 1 and len(files) > 1:
         from rmqtool.ops.filters import keep_records
         keys = GROUPINGS[by] if by else []
