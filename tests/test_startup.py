@@ -100,6 +100,18 @@ def test_verify_of_a_5x_store_without_compaction_queues_imports_no_pyarrow(name)
     assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
 
 
+@pytest.mark.parametrize("name", ["dev-sample", "dev-sample-5x"])
+@pytest.mark.parametrize("by", [[], ["--by", "topic"], ["--by", "hour"]])
+def test_small_store_stats_imports_no_bulk_modules(name, by):
+    """stats of a small store totals its records one by one: no numpy, pyarrow (nor pyarrow.compute), numba
+    or columnar kernel (listing its files takes no pyarrow.fs either)."""
+    proc = subprocess.run([sys.executable, "-c", _PROBE, "stats", str(store_path(name)), *by, "-f", "jsonl"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and '"messages"' in proc.stdout, proc.stderr
+    assert result["heavy"] == []
+
+
 def test_verify_of_compaction_topics_imports_no_pandas():
     """verify reads compaction topics into Arrow arrays (pyarrow imported on the way): pyarrow's first
     conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run once pyarrow is)."""

@@ -25,6 +25,7 @@ from rmqtool.cli.output import (CALENDAR_TIME, FIELDS_META, NO_HEADERS_META, PEO
 from rmqtool.errors import FormatError, StoreError, StoreWarning
 from rmqtool.format.commitlog import Blank
 from rmqtool.format.rows import BCQ_UNIT_FIELDS, CQ_UNIT_FIELDS, INDEX_HIT_FIELDS, encode_body, entry_row
+from rmqtool.ops import scan
 from rmqtool.store import layout as L
 from rmqtool.store.commitlog import CommitLog
 from rmqtool.store.readable import open_readable
@@ -261,11 +262,9 @@ def _commitlog_total(cl: CommitLog, start: int | None) -> int:
     return sum(f.length for f in files) - ((start - files[0].start) if start is not None and files else 0)
 
 
-# cat-commitlog -n up to this, or over a commit log of up to FEW_BYTES: the record-at-a-time decoder (~30 us a
-# record: 2,000 cost ~0.1 CPU-s and 25 MB, the bulk path's start-up alone ~0.35 CPU-s and ~300 MB: numpy,
-# pyarrow, the kernel and its first window)
+# cat-commitlog -n up to this, or over a commit log of up to FEW_BYTES: the record-at-a-time decoder
 FEW_RECORDS = 2000
-FEW_BYTES = 1 << 20
+FEW_BYTES = scan.FEW_BYTES
 
 
 @cli.command("cat-commitlog")

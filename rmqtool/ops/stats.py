@@ -14,14 +14,14 @@ Retries and dead letters count for the topic they came from: ``--by topic`` file
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Iterable
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from rmqtool import constants as C
 from rmqtool.ops import scan
-from rmqtool.ops.facts import message_counts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+# pyarrow is imported where it is used: a small store's stats totals its records without it
 
 GROUPINGS = {"topic": ["topic"], "queue": ["topic", "queue_id"], "hour": ["hour"],
              "store_host": ["store_host"], "tag": ["tags"], "store": ["store"], "group": ["group"]}
@@ -34,6 +34,9 @@ _AGGREGATES = [(c, "sum") for c in COUNTS] + [("min_store_timestamp", "min"), ("
 
 
 def _key_columns(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> dict[str, pa.Array]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     out = {}
     for key in keys:
         if key == "topic" and keys == ["topic"]:
@@ -50,11 +53,16 @@ def _key_columns(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> d
 
 
 def _retry_or_dlq(topic: pa.Array) -> pa.Array:
+    import pyarrow.compute as pc
+
     return pc.or_(pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX), pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX))
 
 
 def original_topic(batch: pa.RecordBatch) -> pa.Array:
     """The topic a record was first sent to: RETRY_TOPIC for retry and DLQ records that carry it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     topic = batch.column("topic")
     retried = pc.fill_null(_retry_or_dlq(topic), False)
     if not pc.any(retried).as_py():
@@ -65,6 +73,9 @@ def original_topic(batch: pa.RecordBatch) -> pa.Array:
 
 def consumer_group(topic: pa.Array) -> pa.Array:
     """The consumer group a %RETRY%<group> or %DLQ%<group> topic names (null for other topics)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     retry = pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX)
     dlq = pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX)
     return pc.if_else(retry, pc.utf8_slice_codeunits(topic, len(C.RETRY_GROUP_TOPIC_PREFIX)),
@@ -73,6 +84,11 @@ def consumer_group(topic: pa.Array) -> pa.Array:
 
 
 def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from rmqtool.ops.facts import message_counts
+
     messages = pc.equal(batch.column("type"), "message")
     if not pc.all(messages).as_py():             # a BLANK row: filtered (a copy of every column)
         batch = batch.filter(messages)
@@ -102,6 +118,8 @@ def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) ->
 
 
 def _group(table: pa.Table, keys: list[str], aggregates) -> pa.Table:
+    import pyarrow as pa
+
     if not keys:
         table = table.append_column("_all", pa.repeat(pa.scalar(0, pa.int8()), table.num_rows))
     out = table.group_by(keys or ["_all"], use_threads=False).aggregate(aggregates)
@@ -123,6 +141,8 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
 
 
 def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
+    import pyarrow as pa
+
     partials = [p for p in partials if p.num_rows]
     if not partials:
         return pa.table({})
@@ -132,6 +152,9 @@ def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
 
 def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
     """Rows sorted by their key, with the shares; timestamps in epoch ms."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     keys = GROUPINGS[by] if by else []
     if not table.num_rows:
         return []
@@ -140,7 +163,11 @@ def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
     if "hour" in keys:
         hours = pc.strftime(table.column("hour"), format="%Y-%m-%d %H:00")
         table = table.set_column(table.schema.get_field_index("hour"), "hour", hours)
-    rows = table.select(keys + [c for c in STATS_FIELDS if c in table.schema.names]).to_pylist()
+    return _finish(table.select(keys + [c for c in STATS_FIELDS if c in table.schema.names]).to_pylist(), keys)
+
+
+def _finish(rows: list[dict], keys: list[str]) -> list[dict]:
+    """The rows with their shares, sorted by their key (both engines and the small-store path)."""
     for row in rows:
         row["retry_share"] = round(row["retries"] / row["messages"], 6)
         row["dlq_share"] = round(row["dlq"] / row["messages"], 6)
@@ -148,14 +175,102 @@ def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
     return [{k: r[k] for k in keys + STATS_FIELDS} for r in rows]
 
 
+class _Irregular(Exception):
+    """A record the small-store path does not total exactly as the Arrow path: that path is taken instead."""
+
+
+def _odd_property(raw: bytes, key: str, props: dict[str, str]) -> bool:
+    """Might the Arrow path read property ``key`` otherwise than ``props`` (the record-at-a-time parse) has it:
+    named more than once, dropped by the parse, or a value holding a name-value separator?"""
+    from rmqtool.format.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+
+    item = (key + NAME_VALUE_SEPARATOR).encode()
+    named = raw.count(PROPERTY_SEPARATOR.encode() + item) + raw.startswith(item)
+    return named > 1 or (named == 1) != (key in props) or NAME_VALUE_SEPARATOR in props.get(key, "")
+
+
+def _few_stats(files: list[scan.StoreFile], by: str | None, progress: Callable[[int], None] | None) -> list[dict]:
+    """``stats_local`` of a small store without a filter, record by record (the record-at-a-time decoder: no
+    numpy, pyarrow or kernel to import), with the Arrow path's rules. Raises on damage and on a record whose
+    properties, topic or time the Arrow path might read differently."""
+    from datetime import datetime, timezone
+
+    keys = GROUPINGS[by] if by else []
+    prefixes = (C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX)
+    inner, named, retry = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE), (C.PROPERTY_TAGS,), (C.PROPERTY_RETRY_TOPIC,)
+    totals: dict[tuple, dict] = {}
+    for f in files:
+        for msg in scan._cut(f.uri, f.size).iter_messages():
+            topic, props, ts = msg.topic, msg.properties, msg.store_timestamp
+            if msg.topic_raw is not None or not 0 <= ts < 253402300800000:     # not UTF-8, year > 9999
+                raise _Irregular
+            used = [*inner, *(named if "tags" in keys else ()),
+                    *(retry if keys == ["topic"] and topic.startswith(prefixes) else ())]
+            if any(_odd_property(msg.properties_raw, k, props) for k in used):
+                raise _Irregular
+            tx = msg.sys_flag & C.TRANSACTION_MASK
+            if topic == C.SALVAGED_TOPIC and tx == C.TransactionType.ROLLBACK:
+                continue                                   # repair's placeholder: not a message
+            num, base = props.get(C.PROPERTY_INNER_NUM), props.get(C.PROPERTY_INNER_BASE)
+            messages = 1
+            if num is not None and base is not None:
+                if not num.isascii() or (num.isdigit() and (len(num) > 19 or int(num) >= 1 << 63)):
+                    raise _Irregular                       # beyond int64 (Arrow's cast), or a non-ASCII digit
+                messages = int(num) if num.isdigit() else 1
+            key = []
+            for k in keys:
+                if k == "topic":
+                    key.append(props.get(C.PROPERTY_RETRY_TOPIC, topic)
+                               if keys == ["topic"] and topic.startswith(prefixes) else topic)
+                elif k == "group":
+                    key.append(next((topic[len(p):] for p in prefixes if topic.startswith(p)), None))
+                elif k == "store":
+                    key.append(f.store)
+                elif k == "hour":
+                    hour = datetime.fromtimestamp(ts // 3_600_000 * 3600, timezone.utc)
+                    key.append(hour.strftime("%Y-%m-%d %H:00"))
+                elif k == "store_host":
+                    key.append(str(msg.store_host))
+                elif k == "tags":
+                    key.append(props.get(C.PROPERTY_TAGS))
+                else:
+                    key.append(msg.queue_id)
+            t = totals.get(tuple(key))
+            if t is None:
+                t = totals[tuple(key)] = dict(zip(keys, key), min_store_timestamp=ts, max_store_timestamp=ts,
+                                              **dict.fromkeys(COUNTS, 0))
+            t["messages"] += messages
+            t["bytes"] += msg.total_size
+            t["retries"] += topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)
+            t["dlq"] += topic.startswith(C.DLQ_GROUP_TOPIC_PREFIX)
+            t["transaction_half"] += topic == C.RMQ_SYS_TRANS_HALF_TOPIC or tx == C.TransactionType.PREPARED
+            t["transaction_commit"] += tx == C.TransactionType.COMMIT
+            t["transaction_rollback"] += tx == C.TransactionType.ROLLBACK
+            t["transaction_op"] += topic == C.RMQ_SYS_TRANS_OP_HALF_TOPIC
+            t["delayed"] += topic == C.RMQ_SYS_SCHEDULE_TOPIC
+            t["min_store_timestamp"] = min(t["min_store_timestamp"], ts)
+            t["max_store_timestamp"] = max(t["max_store_timestamp"], ts)
+        if progress:
+            progress(f.size)
+    return _finish(list(totals.values()), keys)
+
+
 def stats_local(files: list[scan.StoreFile], by: str | None,
                 on_damage: Callable[[Exception], None] | None = None,
                 progress: Callable[[int], None] | None = None, where=None, jobs: int | None = None) -> list[dict]:
     """The local engine: the files' partial sums in ``jobs`` processes (default: ``workers.default_jobs``),
     merged here; ``on_damage`` told of each file's damage in file order (``progress(n)``: bytes scanned)."""
+    from rmqtool.errors import FormatError, StoreError
     from rmqtool.ops.workers import default_jobs, process_map
 
-    jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
+    total = sum(f.size for f in files)
+    if jobs is None and default_jobs(total, len(files)) == 1 and total <= scan.FEW_BYTES and \
+            (where is None or where.is_empty) and all(f.kind == "commitlog" and "://" not in f.uri for f in files):
+        try:                               # one process, no --jobs asked for: the record-at-a-time totals
+            return _few_stats(files, by, progress)
+        except (FormatError, StoreError, OSError, _Irregular):
+            pass                           # the Arrow path: its output, its warnings and exit status
+    jobs = default_jobs(total, len(files)) if jobs is None else jobs
     if jobs > 1 and len(files) > 1:
         from rmqtool.ops.filters import keep_records
         keys = GROUPINGS[by] if by else []
