@@ -200,7 +200,7 @@ def _few_stats(files: list[scan.StoreFile], by: str | None, progress: Callable[[
     inner, named, retry = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE), (C.PROPERTY_TAGS,), (C.PROPERTY_RETRY_TOPIC,)
     totals: dict[tuple, dict] = {}
     for f in files:
-        for msg in scan._cut(f.uri, f.size).iter_messages():
+        for msg in scan.cut_commitlog(f.uri, f.size).iter_messages():
             topic, props, ts = msg.topic, msg.properties, msg.store_timestamp
             if msg.topic_raw is not None or not 0 <= ts < 253402300800000:     # not UTF-8, year > 9999
                 raise _Irregular
