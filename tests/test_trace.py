@@ -262,9 +262,9 @@ def test_codec_round_trip_is_byte_exact(contexts):
     assert all(encode_trace_context(c).endswith("\x02") for c in contexts)
 
 
-def test_a_trace_body_that_does_not_decode(store_copy):
-    """Java's decoder throws on the whole message: an error (exit 3); --read-anyway skips that trace message
-    with a warning naming it and prints the rest (exit 3)."""
+def damage_a_trace_body(store_copy):
+    """A copy of the set with one uncompressed trace message's first timeStamp made non-numeric (Java's decoder
+    throws on it): (store, that message's readback entry, its first line's fields)."""
     damaged, line = next((m, line) for m in _trace()["traceMessages"] if not m["compressed(ZLIB by the trace producer)"]
                          for line in _lines(m[RAW])[:1] if line[0] != "SubAfter")      # field 1: a timeStamp
     store = store_copy(SET)
@@ -274,6 +274,13 @@ def test_a_trace_body_that_does_not_decode(store_copy):
     old = "\x01".join(line[:2]).encode()
     assert data.count(old) == 1
     path.write_bytes(data.replace(old, old[:len(line[0]) + 1] + b"x" + old[len(line[0]) + 2:]))
+    return store, damaged, line
+
+
+def test_a_trace_body_that_does_not_decode(store_copy):
+    """Java's decoder throws on the whole message: an error (exit 3); --read-anyway skips that trace message
+    with a warning naming it and prints the rest (exit 3)."""
+    store, damaged, line = damage_a_trace_body(store_copy)
     msg_id = line[5]
     result = run("trace", store, msg_id)
     assert result.exit_code == 3 and f"offset {damaged['physicalOffset']}" in result.stderr

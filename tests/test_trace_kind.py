@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from tests.conftest import readback, run, store_path
-from tests.test_trace import RAW, SET, _lines, _trace
+from tests.conftest import run, store_path
+from tests.test_trace import SET, _trace, damage_a_trace_body
 
 pytest.importorskip("pyspark.sql.datasource")
 from rmqtool.spark.datasource import RocketMQDataSource  # noqa: E402
@@ -92,14 +92,7 @@ def test_trace_topic_goes_with_kind_trace(tmp_path):
 def test_an_undecodable_trace_body(store_copy, tmp_path, trace_rows):
     """As ``trace``: an error (exit 3, nothing written; failfast raises), or with --read-anyway (mode
     permissive) that trace message is left out and the rest is there."""
-    damaged, line = next((m, line) for m in _trace()["traceMessages"] if not m["compressed(ZLIB by the trace producer)"]
-                         for line in _lines(m[RAW])[:1] if line[0] != "SubAfter")      # field 1: a timeStamp
-    store = store_copy(SET)
-    path = store / "commitlog" / next(f["file"] for f in readback(SET)["commitlogFiles"]
-                                      if 0 <= damaged["physicalOffset"] - f["fileFromOffset"] < f["fileSize"])
-    data = path.read_bytes()
-    old = "\x01".join(line[:2]).encode()
-    path.write_bytes(data.replace(old, old[:len(line[0]) + 1] + b"x" + old[len(line[0]) + 2:]))
+    store, damaged, _ = damage_a_trace_body(store_copy)
     rest = [r for r in trace_rows if r["trace_physical_offset"] != damaged["physicalOffset"]]
     to = tmp_path / "t.jsonl"
     result = run("export", store, "--kind", "trace", "--to", to)

@@ -128,6 +128,19 @@ def export(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt:
     return export_local(store_paths, to, format_for(to, fmt), **options)
 
 
+def _output_file(to: str | os.PathLike, fmt: str, overwrite: bool) -> Path:
+    """The one-file output ``to``, refused when its format is unknown, it exists (unless ``overwrite``) or it
+    is a directory."""
+    to = Path(to)
+    if fmt not in FORMATS:
+        raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
+    if to.exists() and not overwrite:
+        raise StoreError("output exists (use --force to replace it)", path=str(to))
+    if to.is_dir():
+        raise StoreError("output is a directory", path=str(to))
+    return to
+
+
 def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
                  check_crc: bool = False, body_encoding: str = "base64", read_anyway: bool = False,
                  overwrite: bool = False, batch_rows: int | None = None, where=None, include_blank: bool = False,
@@ -150,13 +163,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     from rmqtool.ops.scan import BytesCounter, list_files, record_batches
     from rmqtool.store.readable import commitlog_view
 
-    to = Path(to)
-    if fmt not in FORMATS:
-        raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
-    if to.exists() and not overwrite:
-        raise StoreError("output exists (use --force to replace it)", path=str(to))
-    if to.is_dir():
-        raise StoreError("output is a directory", path=str(to))
+    to = _output_file(to, fmt, overwrite)
     result = ExportResult(to, fmt)
     commitlogs = []
     for store in store_paths:                 # every store judged before a byte is written
@@ -230,13 +237,7 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     from rmqtool.ops.scan import list_files, readable_files
     from rmqtool.ops.trace import TRACE_FIELDS, file_trace_rows, store_trace_topics, trace_schema
 
-    to = Path(to)
-    if fmt not in FORMATS:
-        raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
-    if to.exists() and not overwrite:
-        raise StoreError("output exists (use --force to replace it)", path=str(to))
-    if to.is_dir():
-        raise StoreError("output is a directory", path=str(to))
+    to = _output_file(to, fmt, overwrite)
     files, skipped = readable_files(list_files([str(p) for p in store_paths], "trace"), read_anyway)
     topics = store_trace_topics((f.store for f in files), trace_topic)
     result = ExportResult(to, fmt, skipped=skipped)
