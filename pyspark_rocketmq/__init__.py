@@ -8,17 +8,15 @@ unless made with ``--config-settings editable_mode=compat``; there, call
 
 The look-up, and the planning of every Python data source, runs in a Python worker the driver's JVM
 starts with ``$PYSPARK_DRIVER_PYTHON``, else ``$PYSPARK_PYTHON``, else the ``python3`` on PATH: a script
-run as ``.venv/bin/python job.py`` without an activated virtualenv (cron) gets an interpreter without
-rmqtool, and Spark's bare DATA_SOURCE_NOT_FOUND. Importing this module before the session starts, with
-neither variable set, pins those workers to the importing interpreter.
+run as ``.venv/bin/python job.py`` without an activated virtualenv (cron) would get an interpreter
+without rmqtool, and Spark's bare DATA_SOURCE_NOT_FOUND: the install's ``rmqtool-pyspark.pth`` pins those
+workers to the interpreter that imports PySpark (rmqtool/spark/interpreter.py), and so does importing this
+module before the session starts, where that file is not installed.
 """
 
-import os
-import sys
-
 from rmqtool.spark.datasource import RocketMQDataSource as DefaultSource
+from rmqtool.spark.interpreter import pin_workers
 
-if not (os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON")):
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+pin_workers()
 
 __all__ = ["DefaultSource"]

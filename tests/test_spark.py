@@ -349,10 +349,9 @@ print(get_session().read.format("rocketmq").load(sys.argv[1]).count())
 """
 
 
-# The README's plain session: one import makes it work without an activated virtualenv.
+# The README's plain session: nothing of rmqtool imported, no activated virtualenv.
 PLAIN_JOB = """
 import sys
-import pyspark_rocketmq  # noqa: F401
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 print(spark.read.format("rocketmq").load(sys.argv[1]).count())
@@ -369,6 +368,29 @@ def cron_env(tmp_path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "VIRTUAL_ENV"))}
     env.update(PATH=f"{bin_dir}:/usr/bin:/bin", PYTHONPATH=str(ROOT))
     return env
+
+
+PINNED = """
+import os, sys
+before = os.environ.get("PYSPARK_DRIVER_PYTHON")
+if sys.argv[1:] == ["import"]:
+    import pyspark  # noqa: F401
+print(before, os.environ.get("PYSPARK_DRIVER_PYTHON"), os.environ.get("PYSPARK_PYTHON"))
+"""
+
+
+@pytest.mark.parametrize("imports, chosen, expect", [
+    (True, {}, "None {python} None"),                            # pinned when PySpark is imported
+    (False, {}, "None None None"),                               # a program without PySpark: untouched
+    (True, {"PYSPARK_PYTHON": "/opt/py"}, "None None /opt/py"),  # the user's choice stands
+    (True, {"PYSPARK_DRIVER_PYTHON": "/opt/py"}, "/opt/py /opt/py None"),
+])
+def test_the_install_pins_sparks_python_workers_when_pyspark_is_imported(tmp_path, imports, chosen, expect):
+    env = {**cron_env(tmp_path), **chosen}
+    proc = subprocess.run([sys.executable, "-c", PINNED, *(["import"] if imports else [])], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.split() == expect.format(python=sys.executable).split()
 
 
 def messages(name: str) -> int:
@@ -394,8 +416,9 @@ def test_without_an_activated_venv_and_without_warnings(tmp_path):
 
 @pytest.mark.slow
 def test_a_plain_session_without_an_activated_venv(tmp_path):
-    """A session the script builds itself, run as cron runs it: `import pyspark_rocketmq` before the session
-    pins the workers that look up and plan Python data sources (else Spark's bare DATA_SOURCE_NOT_FOUND)."""
+    """A session the script builds itself, importing nothing of rmqtool, run as cron runs it: the install's
+    rmqtool-pyspark.pth pins the workers that look up and plan Python data sources to the script's
+    interpreter (else Spark's bare DATA_SOURCE_NOT_FOUND)."""
     (tmp_path / "job.py").write_text(PLAIN_JOB)
     store = str(store_path("dev-sample"))
     job = subprocess.run([sys.executable, "job.py", store], cwd=tmp_path, env=cron_env(tmp_path),

@@ -203,7 +203,8 @@ def _cpu_seconds(argv: list[str], env: dict[str, str]) -> float:
 def test_first_command_after_a_fresh_install_compiles_nothing(tmp_path):
     """After a non-editable install into a new venv, with an empty compiled-code cache, the first
     `verify --check-crc` of the bundled store costs at most 6 times `--version` (CPU seconds, median of
-    three fresh caches; CPU time, not wall: the machine may be shared), and it leaves no compiled code."""
+    three fresh caches; CPU time, not wall: the machine may be shared), and it leaves no compiled code. The
+    install pins Spark's Python workers to its interpreter."""
     rmqtool = fresh_install(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     where = subprocess.run([rmqtool.parent / "python", "-c", "import rmqtool; print(rmqtool.__file__)"],
@@ -211,6 +212,12 @@ def test_first_command_after_a_fresh_install_compiles_nothing(tmp_path):
     assert where.returncode == 0, where.stderr
     where = where.stdout
     assert where.startswith(str(tmp_path / "venv")), where
+    # the wheel installs rmqtool-pyspark.pth: importing PySpark pins Spark's Python workers to this venv
+    pinned = subprocess.run([rmqtool.parent / "python", "-c",
+                             "import os, pyspark; print(os.environ['PYSPARK_DRIVER_PYTHON'])"],
+                            env={k: v for k, v in env.items() if not k.startswith("PYSPARK")},
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert pinned.stdout.strip() == str(rmqtool.parent / "python"), pinned.stderr
     store = str(store_path("dev-sample"))
     _cpu_seconds([rmqtool, "--version"], env)           # the interpreter and click read from disk once
     version, first = [], []
