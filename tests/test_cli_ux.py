@@ -410,6 +410,29 @@ def test_progress_on_a_terminal_leaves_the_data_on_stdout(big_store):
     assert lines[0] == "physical_offset" and len(lines) > 40000
 
 
+def test_verdict_lines_fit_a_terminal_whole():
+    """verify's verdict on an 80-column terminal: broken at spaces into lines that fit, the same words as
+    the one line a pipe gets."""
+    import pty
+
+    store = str(store_path("dev-damage-midfile-magic-533"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "RMQTOOL_NO_PROGRESS": "1"}
+    argv = [sys.executable, "-m", "rmqtool", "verify", store, "-f", "plain"]
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=slave, timeout=120, env=env)
+        shown = os.read(master, 1 << 16).decode().replace("\r", "")
+    finally:
+        os.close(slave)
+        os.close(master)
+    verdict = piped.stderr.splitlines()[-1]
+    assert proc.returncode == piped.returncode == 1 and len(verdict) > 80 and verdict.startswith("4.9.7: ")
+    lines = shown.splitlines()
+    assert max(map(len, lines)) <= 80 and len(lines) > len(piped.stderr.splitlines())
+    assert " ".join(shown.split()) == " ".join(piped.stderr.split())
+
+
 def test_fields_pick_keys_of_single_objects():
     assert json.loads(run("info", SAMPLE, "-f", "jsonl", "--fields", "messages,topics").stdout) == \
         {"messages": len(messages()), "topics": len({r["topic"] for r in messages()})}

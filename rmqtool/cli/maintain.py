@@ -25,7 +25,7 @@ from rmqtool.cli import cli, stdout_may_close
 from rmqtool.cli.exitcodes import ExitCode
 from rmqtool.cli.options import (check_crc_option, end_partial, jobs_option, option, output_path, read_anyway_option,
                                  recognized)
-from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, write_rows
+from rmqtool.cli.output import PEOPLE, output_options, progress_bar, resolve_format, say, write_rows
 from rmqtool.cli.pipeline import choose_engine, engine_options, spark_session
 from rmqtool.store import layout as L
 
@@ -243,7 +243,7 @@ def verify(stores: tuple[str, ...], check_crc: bool, strict: bool, jobs: int | N
         click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)" if findings else "no problems found",
                    err=True)
         for line in verdicts:
-            click.echo(line, err=True)
+            say(line)
     end_partial(skipped)
     raise click.exceptions.Exit(ExitCode.FINDINGS if errors or (strict and findings) else ExitCode.OK)
 

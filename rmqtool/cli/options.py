@@ -15,7 +15,7 @@ from typing import Callable
 
 import click
 
-from rmqtool.cli.output import TIMESTAMP
+from rmqtool.cli.output import TIMESTAMP, say
 from rmqtool.format.rows import BODY_ENCODINGS
 
 
@@ -171,7 +171,7 @@ def end_partial(skipped, what: str = "") -> None:
         from rmqtool.cli.exitcodes import ExitCode
         from rmqtool.store.readable import skipped_line
 
-        click.echo(f"rmqtool: warning: {skipped_line(skipped, what)}", err=True)
+        say(f"rmqtool: warning: {skipped_line(skipped, what)}")
         raise click.exceptions.Exit(ExitCode.BAD_INPUT)
 
 

@@ -354,6 +354,15 @@ def _screen(out) -> int | None:
     return shutil.get_terminal_size((200, 24)).columns
 
 
+def say(text: str) -> None:
+    """A status line on stderr; on a terminal, broken at spaces to its width (continued lines indented)."""
+    width = _screen(sys.stderr)
+    if width and len(text) > width:
+        first, *rest = _wrap(text, width)
+        text = "\n".join([first, *("  " + line for line in _wrap(" ".join(rest), width - 2))])
+    click.echo(text, err=True)
+
+
 def _wrap(text: str, width: int) -> list[str]:
     """``text`` as lines of at most ``width`` terminal cells, broken at spaces where it has them (whole:
     nothing is left out but the spaces lines break at)."""
