@@ -230,7 +230,7 @@ def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = 
         for inner, msg in parts:
             if count is not None and n >= count:
                 return
-            if not isinstance(msg, Blank) and where is not None and not where.matches(msg):
+            if not isinstance(msg, Blank) and where is not None and not where.matches(msg, loc.offset):
                 continue
             n += 1
             row = entry_row(msg, loc.offset, body_encoding=body, check_crc=check_crc and inner is None,

@@ -41,8 +41,11 @@ class RecordFilter:
         except re.error as exc:
             raise ValueError(str(exc)) from None
 
-    def matches(self, msg: Message, body: bytes | None = None) -> bool:
-        """Does this message pass? ``body``: the decompressed body, when the message is compressed."""
+    def matches(self, msg: Message, offset: int | None = None) -> bool:
+        """Does this message (at commit-log ``offset``) pass? The regex searches the body decompressed, as
+        the columnar path's does."""
+        from rmqtool.ops.scan import body_of
+
         rx = self.compiled()
         return ((not self.topics or msg.topic in self.topics)
                 and (not self.queue_ids or msg.queue_id in self.queue_ids)
@@ -50,7 +53,7 @@ class RecordFilter:
                 and (self.until is None or msg.store_timestamp <= self.until)
                 and (not self.tags or msg.tags in self.tags)
                 and (not self.keys or any(k in self.keys for k in msg.keys) or msg.uniq_key in self.keys)
-                and (rx is None or rx.search(msg.body if body is None else body) is not None))
+                and (rx is None or rx.search(body_of(msg.body, msg.sys_flag, offset)) is not None))
 
     def mask(self, batch):
         """A boolean Arrow array: the MESSAGE rows of ``batch`` that pass every filter but the regex."""
