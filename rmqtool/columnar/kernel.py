@@ -63,10 +63,10 @@ MIN_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
 _BORN_V6 = int(C.SysFlag.BORNHOST_V6)
 _STORE_V6 = int(C.SysFlag.STOREHOSTADDRESS_V6)
 
-# Properties whose value spans every scan returns (``Window.prop``).
+# Properties whose value spans every scan returns (``Window.prop``): the columns' and those the bulk commands read.
 PROPERTIES = (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_REAL_TOPIC,
               C.PROPERTY_REAL_QUEUE_ID, C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE,
-              C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+              C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET, C.PROPERTY_RETRY_TOPIC)
 _NAME_BYTES = np.frombuffer(b"".join(n.encode() for n in PROPERTIES), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in PROPERTIES]).astype(np.int64)
 _ID_ROOM = 2 * (C.IPV6_HOST_LEN + 8)    # msgId hex digits of a record at most (IPv6 store host and offset)
@@ -184,8 +184,20 @@ def _jit(fn, *, plain: bool = True):
         # instead of running their old code
         index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
         index._source_stamp = (index._source_stamp, _SOURCES)
+        compiled._cache.load_overload = _load_overload.__get__(compiled._cache)
         return compiled
     return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build, wrap=True)
+
+
+def _load_overload(cache, sig, target_context):
+    """numba's ``Cache.load_overload`` without its ``target_context.refresh()``: loading machine code needs the
+    runtime (NRT) only, not the typing and lowering registries the refresh installs (~0.2 CPU-s, most of
+    what loading cached code costs a process); a miss compiles, and compiling refreshes the contexts itself
+    (``compiler.compile_extra``)."""
+    from numba.core.runtime import rtsys
+    rtsys.initialize(target_context)
+    with cache._guard_against_spurious_io_errors():
+        return cache._load_overload(sig, target_context)
 
 
 def _sources_stamp() -> str:
@@ -619,6 +631,24 @@ def _split(d, starts, ends, sep, lists, part_starts, part_ends):
             j += 1
         lists[i + 1] = k
     return k
+
+
+@_jit
+def any_high(d, starts, lens):
+    """Whether a byte of the spans d[starts[i]:starts[i] + lens[i]] is 0x80 or above (not ASCII), eight bytes
+    a step: what a text check needs to know without copying the spans out."""
+    for i in range(len(starts)):
+        a = starts[i]
+        e = a + lens[i]
+        while a + 8 <= e:
+            if np.uint64(_le64(d, a)) & _HIGH:
+                return True
+            a += 8
+        while a < e:
+            if d[a] >= 128:
+                return True
+            a += 1
+    return False
 
 
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):

@@ -67,7 +67,10 @@ def original_topic(batch: pa.RecordBatch) -> pa.Array:
     retried = pc.fill_null(_retry_or_dlq(topic), False)
     if not pc.any(retried).as_py():
         return topic
-    first = pc.map_lookup(batch.column("properties"), pa.scalar(C.PROPERTY_RETRY_TOPIC), "first")
+    if C.PROPERTY_RETRY_TOPIC in batch.schema.names:           # decoded as a column (file_stats)
+        first = batch.column(C.PROPERTY_RETRY_TOPIC)
+    else:
+        first = pc.map_lookup(batch.column("properties"), pa.scalar(C.PROPERTY_RETRY_TOPIC), "first")
     return pc.if_else(pc.and_(retried, pc.is_valid(first)), first, topic)
 
 
@@ -135,9 +138,20 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
     from rmqtool.ops.filters import keep_records
 
     keys = GROUPINGS[by] if by else []
+    columns = None if where is not None and not where.is_empty else _columns(keys)
     parts = [_batch_partial(keep_records(b, where), f, keys)
-             for b in scan.record_batches(f, on_damage=on_damage, progress=progress)]
+             for b in scan.record_batches(f, on_damage=on_damage, progress=progress, columns=columns)]
     return merge(parts, by)
+
+
+def _columns(keys: list[str]) -> list[str]:
+    """The columns ``_batch_partial`` reads (a scan that copies no bodies and makes no properties map)."""
+    from rmqtool.columnar.facts import DISPATCH_PROPERTIES
+
+    by = {"hour": ["store_timestamp"], "store": [], "group": ["topic"],
+          "topic": ["topic", C.PROPERTY_RETRY_TOPIC] if keys == ["topic"] else ["topic"]}
+    return list(dict.fromkeys(["type", "topic", "sys_flag", "store_timestamp", "total_size", *DISPATCH_PROPERTIES,
+                               *(c for k in keys for c in by.get(k, [k]))]))
 
 
 def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
