@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, delay_tags_code
-from rmqtool.columnar.kernel import PROPERTIES, Window, any_high, java_hashes, read_only
+from rmqtool.columnar.kernel import PROPERTIES, Window, java_hashes, read_only
 from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, queue_ids, spans,
                                    split_keys, strings, valid_rows)
 from rmqtool.columnar.schema import record_schema
@@ -131,9 +131,7 @@ def _column(name: str, data: np.ndarray, win: Window, file_start: int, col) -> p
     if name == "keys":
         return split_keys(col(C.PROPERTY_KEYS))
     if name == "_text":            # whether the records' PROPERTIES are UTF-8 (ASCII, mostly: not copied out)
-        ascii_only = not any_high(read_only(data), np.ascontiguousarray(win["props_pos"]),
-                                  np.ascontiguousarray(win["props_len"]))
-        return ascii_only or as_text(col("properties_raw")) is not None
+        return not win["props_high"].any() or as_text(col("properties_raw")) is not None
     prop = _TEXT_PROPERTIES.get(name, name)
     if not col("_text"):                              # invalid UTF-8: the record-at-a-time parser
         return pa.array([parse_properties(b).get(prop) for b in col("properties_raw").to_pylist()], pa.string())

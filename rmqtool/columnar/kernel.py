@@ -57,7 +57,7 @@ FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset"
           "sys_flag", "born_timestamp", "born_host_pos", "store_timestamp", "store_host_pos", "reconsume_times",
           "prepared_transaction_offset", "body_pos", "body_len", "topic_pos", "topic_len", "props_pos",
           "props_len", "crc_ok", "items_end", "body_off", "topic_off", "props_off", "born_key",
-          "store_key", "id_off")
+          "store_key", "id_off", "props_high")      # props_high: scans without items only
 _F = {name: i for i, name in enumerate(FIELDS)}
 MIN_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
 _BORN_V6 = int(C.SysFlag.BORNHOST_V6)
@@ -450,6 +450,7 @@ def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items
             m = _properties(parsed, props_used - props_len, props_used, props, n, items, m, names, name_off)
         else:
             m = _properties(d, props_pos, end, props, n, items, m, names, name_off)
+            cols[29, n] = _high(d, props_pos, end)       # while in cache: is the text ASCII (decode_columns)
         cols[22, n] = m
         n += 1
         pos = end
@@ -461,6 +462,20 @@ def _copy(d, a, n, out, o):
     """d[a:a+n] into out at o; returns o + n."""
     _memcpy(d, a, n, out, o)
     return o + n
+
+
+@_helper
+def _high(d, a, e):
+    """1 where a byte of d[a:e] is 0x80 or above (not ASCII), else 0; eight bytes a step."""
+    while a + 8 <= e:
+        if np.uint64(_le64(d, a)) & _HIGH:
+            return 1
+        a += 8
+    while a < e:
+        if d[a] >= 128:
+            return 1
+        a += 1
+    return 0
 
 
 @_helper
@@ -631,24 +646,6 @@ def _split(d, starts, ends, sep, lists, part_starts, part_ends):
             j += 1
         lists[i + 1] = k
     return k
-
-
-@_jit
-def any_high(d, starts, lens):
-    """Whether a byte of the spans d[starts[i]:starts[i] + lens[i]] is 0x80 or above (not ASCII), eight bytes
-    a step: what a text check needs to know without copying the spans out."""
-    for i in range(len(starts)):
-        a = starts[i]
-        e = a + lens[i]
-        while a + 8 <= e:
-            if np.uint64(_le64(d, a)) & _HIGH:
-                return True
-            a += 8
-        while a < e:
-            if d[a] >= 128:
-                return True
-            a += 1
-    return False
 
 
 def split_spans(d: np.ndarray, starts: np.ndarray, ends: np.ndarray, sep: int):
