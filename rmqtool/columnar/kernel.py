@@ -270,6 +270,23 @@ def _st64(typingctx, arr, idx, value):
     return types.void(arr, idx, types.uint64), codegen
 
 
+def _st64be_plain(arr, idx, value):
+    arr[idx:idx + 8] = np.frombuffer(int(value).to_bytes(8, "big"), np.uint8)
+
+
+@_intrinsic(_st64be_plain)
+def _st64be(typingctx, arr, idx, value):
+    """An unaligned big-endian store of a uint64 at arr[idx] (arr: a byte array)."""
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.bswap.i64")
+        builder.store(builder.call(fn, [args[2]]), builder.bitcast(builder.gep(ary.data, [args[1]]), i64.as_pointer()),
+                      align=1)
+        return context.get_dummy_value()
+    return types.void(arr, idx, types.uint64), codegen
+
+
 @_intrinsic(lambda arr, idx: None)
 def _prefetch(typingctx, arr, idx):
     """Ask the CPU to fetch the cache line of arr[idx] (llvm.prefetch). The chain of records is a chain of
@@ -478,17 +495,42 @@ def _high(d, a, e):
     return 0
 
 
+_U4, _U7, _U8, _U16, _U32 = (np.uint64(k) for k in (4, 7, 8, 16, 32))
+_LOW16, _HIGH16, _LOW32 = np.uint64(0xFFFF), np.uint64(0xFFFF0000), np.uint64(0xFFFFFFFF)
+_B1, _B0 = np.uint64(0x0000FF000000FF00), np.uint64(0x000000FF000000FF)
+_N1, _N0 = np.uint64(0x00F000F000F000F0), np.uint64(0x000F000F000F000F)
+_SIX, _ONES, _ZEROS = np.uint64(0x0606060606060606), np.uint64(0x0101010101010101), np.uint64(0x3030303030303030)
+
+
+@_helper
+def _hex8(v):
+    """The 8 upper-case hex digits of the 32-bit ``v`` as the bytes of a uint64, the last digit in its lowest
+    byte (stored big-endian, they read in order): the nibbles spread one to a byte, then made digits or
+    letters without a branch."""
+    x = ((v & _HIGH16) << _U16) | (v & _LOW16)
+    x = ((x & _B1) << _U8) | (x & _B0)
+    x = ((x & _N1) << _U4) | (x & _N0)
+    return x + _ZEROS + (((x + _SIX) >> _U4) & _ONES) * _U7
+
+
 @_helper
 def _msg_id(d, host, host_len, offset, out, o):
     """Write the offsetMsgId text (MessageDecoder.createMessageId: store address and port, then the
-    stored PHYSICALOFFSET, as upper-case hex) at out[o:]; returns the end."""
-    for j in range(host_len):
-        b = d[host + j]
-        out[o] = _HEX[b >> 4]
-        out[o + 1] = _HEX[b & 15]
-        o += 2
-    for j in range(16):
-        out[o + j] = _HEX[(offset >> (60 - 4 * j)) & 15]
+    stored PHYSICALOFFSET, as upper-case hex) at out[o:]; returns the end. Eight digits a store."""
+    if host_len == C.IPV4_HOST_LEN:               # address and port: one 8-byte load
+        v = np.uint64(_be64(d, host))
+        _st64be(out, o, _hex8(v >> _U32))
+        _st64be(out, o + 8, _hex8(v & _LOW32))
+        o += 16
+    else:
+        for j in range(host_len):
+            b = d[host + j]
+            out[o] = _HEX[b >> 4]
+            out[o + 1] = _HEX[b & 15]
+            o += 2
+    v = np.uint64(offset)
+    _st64be(out, o, _hex8(v >> _U32))
+    _st64be(out, o + 8, _hex8(v & _LOW32))
     return o + 16
 
 
