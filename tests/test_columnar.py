@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import rmqtool.columnar.batches as columnar
 from rmqtool import constants as C
 from rmqtool.columnar import iter_record_batches
+from rmqtool.columnar.decode import COLUMNS
 from rmqtool.columnar.props import _per_record
 from rmqtool.columnar.text import encode_bodies, text_fallbacks
 from rmqtool.errors import FormatError
@@ -58,12 +59,27 @@ def columnar_rows(path, **kwargs) -> tuple[list[dict], str | None]:
                 cols[name] = col.to_pylist()
             for values in zip(*cols.values()):
                 row = dict(zip(cols, values))
-                if row["properties"] is not None:
+                if row.get("properties") is not None:
                     row["properties"] = [tuple(item) for item in row["properties"]]   # order and repeats count
                 rows.append(row)
     except FormatError as exc:
         return rows, f"{type(exc).__name__}: {exc} @ {exc.offset}"
     return rows, None
+
+
+def projected(row: dict, names) -> dict:
+    """A whole row's values of ``names`` (a column, or a property's value)."""
+    props = dict(row.get("properties") or [])
+    return {n: row[n] if n in row else props.get(n) for n in names}
+
+
+def assert_columns_parity(path, **kwargs) -> None:
+    """Batches of only some columns (every one ``decode_columns`` makes) hold the values of whole ones."""
+    names = sorted(COLUMNS)
+    whole, whole_error = columnar_rows(path, **kwargs)
+    got, got_error = columnar_rows(path, columns=names, **kwargs)
+    assert got_error == whole_error
+    assert [projected(r, names) for r in got] == [projected(r, names) for r in whole]
 
 
 def _epoch_ms(value) -> int:
@@ -87,6 +103,7 @@ STORES = [(name, which) for name in ALL_SETS for which in ("store", "recovered-s
 @pytest.mark.parametrize("name,which", STORES)
 def test_fixture_parity(name, which):
     rows = assert_parity(FIXTURES / name / which)
+    assert_columns_parity(FIXTURES / name / which)
     assert any(r["type"] == "blank" for r in rows)
     assert all(r["crc_ok"] for r in rows if r["type"] == "message")
 
@@ -95,6 +112,7 @@ def test_fixture_parity(name, which):
 def test_parity_across_batches_and_windows(name, which, monkeypatch):
     monkeypatch.setattr(columnar, "WINDOW_BYTES", 1500)
     assert_parity(FIXTURES / name / which, batch_rows=3)
+    assert_columns_parity(FIXTURES / name / which, batch_rows=3)
 
 
 @pytest.mark.parametrize("name", CLEAN_SETS)
@@ -201,6 +219,7 @@ def test_random_commitlog_parity(tmp_path_factory, msgs, file_size, damage, batc
         data[at:at + len(patch)] = patch
         target.write_bytes(bytes(data[:len(data)]))
     assert_parity(d, batch_rows=batch_rows)
+    assert_columns_parity(d, batch_rows=batch_rows)
 
 
 def _fields(m: Message) -> dict:

@@ -47,6 +47,21 @@ def test_window_of_small_ipv6_records_is_whole():
     assert bytes(win.ids[win["id_off"][-1]:]).decode() == decode_entry(raw, win.starts[-1]).msg_id
 
 
+@pytest.mark.parametrize("address,port,offset", [(b"\xab\xcd\xef\x9f", -1, 0x7EDCBA9876543210),
+                                                  (b"\x00\x0a\xf0\x01", 0x1234ABCD, 0x0123456789ABCDEF),
+                                                  (bytes(range(0xF0, 0x100)), 10911, 0xA0)])
+def test_msg_ids_have_every_hex_digit_in_place(address, port, offset):
+    """The msgId text (store host, then the stored PHYSICALOFFSET, upper-case hex, eight digits a store)
+    for digits and letters in every position, IPv4 and IPv6."""
+    from rmqtool.format.hosts import Host
+    flag = int(C.SysFlag.STOREHOSTADDRESS_V6) if len(address) == 16 else 0
+    raw = encode_message(Message(topic="T", body=b"x", properties_raw=b"", sys_flag=flag, physical_offset=offset,
+                                 born_host=Host(b"\x01\x02\x03\x04", 0), store_host=Host(address, port)))
+    win = scan_window(np.frombuffer(raw, np.uint8), 0, len(raw), items=True)
+    assert bytes(win.ids).decode() == decode_entry(raw, 0).msg_id == (
+        address + port.to_bytes(4, "big", signed=True) + offset.to_bytes(8, "big")).hex().upper()
+
+
 def _reference(data: bytes, deep: bool, delay: bool = True):
     """(records, stop position, error or None) of a walk with decode_entry to a BLANK or the zero end of
     data, as the broker's recovery checks (``delay``: a malformed DELAY stops it too)."""
@@ -105,6 +120,8 @@ def test_kernel_matches_decode_entry(msgs, damage, tail, crc, items):
         if items:
             at = win["id_off"][i]
             assert bytes(win.ids[at:at + len(m.msg_id)]).decode() == m.msg_id
+        else:
+            assert win["props_high"][i] == (max(m.properties_raw, default=0) >= 0x80)
         if crc:
             assert bool(win["crc_ok"][i]) == (body_crc(m.body) == m.body_crc or not m.body)
         if _utf8(m.properties_raw):

@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from rmqtool import constants as C
-from rmqtool.columnar.decode import decode_batch
+from rmqtool.columnar.decode import decode_batch, decode_columns
 from rmqtool.columnar.schema import record_schema
 from rmqtool.columnar.kernel import Window, scan_window, words
 from rmqtool.columnar.props import arrow, strings
@@ -58,11 +58,14 @@ def open_commitlog(source: str | os.PathLike | Store | CommitLog) -> CommitLog:
 
 def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_crc: bool = False,
                         batch_rows: int = DEFAULT_BATCH_ROWS, start: int | None = None,
-                        on_damage: Callable[[FormatError], None] | None = None) -> Iterator[pa.RecordBatch]:
+                        on_damage: Callable[[FormatError], None] | None = None,
+                        columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of a commit log (a store root, commitlog/ directory, single file, Store or
     CommitLog) from ``start`` (default: its first file) to the end of written data.
 
-    ``check_crc`` adds the ``crc_ok`` column (a mismatch is a value, not an error).
+    ``check_crc`` adds the ``crc_ok`` column (a mismatch is a value, not an error). ``columns`` (of
+    ``decode.COLUMNS``): the batches of a window's records hold only these (``decode_columns``: the scan
+    copies no bodies), the one-record batches (BLANKs) every column.
     """
     cl = open_commitlog(source)
     files = cl.queue.files
@@ -76,7 +79,7 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
         file_batches = _file_batches
     for f in files[files.index(first):]:
         try:
-            end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1))
+            end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1), columns)
         except FormatError as exc:
             if on_damage is None:
                 raise
@@ -87,7 +90,8 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
         pos = 0
 
 
-def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
+                  columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches of one file from ``pos``; returns True at the end of written data."""
     if f.length == 0:
         return False
@@ -103,9 +107,9 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
             return False                      # file end without a BLANK: next file
         size, magic = peek_header(buf, pos)
         if magic in _MESSAGE_MAGICS:
-            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc, items=True, data64=data64,
-                              scratch=scratch)
-            yield from _window_batches(data, win, f.start, check_crc, batch_rows)
+            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc, items=columns is None,
+                              data64=data64, scratch=scratch)
+            yield from _window_batches(data, win, f.start, check_crc, batch_rows, columns)
             if win.bad < 0:
                 pos = win.next
                 continue
@@ -124,7 +128,8 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> I
         pos += entry.total_size
 
 
-def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
+                        columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches of one DLedger data file from the entry at ``pos``: the records inside the entries (at
     entry position + 48), then the BLANK row; returns True at the end of written data."""
     if f.length == 0:
@@ -143,10 +148,10 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
             return True
         if magic in D.VALID_MAGICS and len(data) - pos > D.HEADER_SIZE + 8 \
                 and peek_header(buf, pos + D.HEADER_SIZE)[1] in _MESSAGE_MAGICS:
-            win = scan_window(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE, check_crc=check_crc, items=True,
-                              data64=data64, scratch=scratch)
+            win = scan_window(data, pos, pos + WINDOW_BYTES, D.HEADER_SIZE, check_crc=check_crc,
+                              items=columns is None, data64=data64, scratch=scratch)
             good = ledger_headers_ok(data, win.starts, win["total"], f.start)
-            yield from _window_batches(data, win.head(good), f.start, check_crc, batch_rows)
+            yield from _window_batches(data, win.head(good), f.start, check_crc, batch_rows, columns)
             if good and good == win.n and win.bad < 0:
                 pos = win.next
                 continue
@@ -160,9 +165,11 @@ def ledger_file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int
 
 
 def _window_batches(data: np.ndarray, win: Window, file_start: int, check_crc: bool,
-                    batch_rows: int) -> Iterator[pa.RecordBatch]:
+                    batch_rows: int, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
     for lo in range(0, win.n, batch_rows):
-        yield decode_batch(data, win.slice(lo, min(lo + batch_rows, win.n)), file_start, check_crc)
+        part = win.slice(lo, min(lo + batch_rows, win.n))
+        yield decode_batch(data, part, file_start, check_crc) if columns is None else \
+            decode_columns(data, part, file_start, columns)
 
 
 def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, delay_tags_code
-from rmqtool.columnar.kernel import Window, java_hashes, read_only
-from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, spans,
+from rmqtool.columnar.kernel import PROPERTIES, Window, java_hashes, read_only
+from rmqtool.columnar.props import (arrow, as_text, properties_from, property_values, queue_ids, spans,
                                    split_keys, strings, valid_rows)
 from rmqtool.columnar.schema import record_schema
 from rmqtool.format.hosts import Host
@@ -66,6 +66,76 @@ def decode_batch(data: np.ndarray, win: Window, file_start: int, check_crc: bool
         cols["crc_ok"] = _bools(win["crc_ok"])
     schema = record_schema(check_crc)
     return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+_INT32 = {"total_size": "total", "body_crc": "body_crc", "queue_id": "queue_id", "flag": "flag", "sys_flag": "sys_flag",
+          "reconsume_times": "reconsume_times", "body_length": "body_len"}
+_INT64 = {"queue_offset": "queue_offset", "prepared_transaction_offset": "prepared_transaction_offset"}
+_TIMES = ("born_timestamp", "store_timestamp")
+_TEXT_PROPERTIES = {"tags": C.PROPERTY_TAGS, "uniq_key": C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+                    "real_topic": C.PROPERTY_REAL_TOPIC}
+# what decode_columns makes: these columns of decode_batch, and the value of any property of kernel.PROPERTIES
+# (a column named as the property)
+COLUMNS = frozenset(["type", "physical_offset", "magic_code", "born_host", "store_host", "topic", "topic_raw",
+                     "properties_raw", "keys", "real_queue_id", "tags_code", "crc_ok", *_INT32, *_INT64, *_TIMES,
+                     *_TEXT_PROPERTIES]) | frozenset(PROPERTIES)
+
+
+def decode_columns(data: np.ndarray, win: Window, file_start: int, names) -> pa.RecordBatch:
+    """Columns ``names`` (of ``COLUMNS``) of the records of ``win``, scanned without copies (``items=False``),
+    over the mapped ``data``: the values of ``decode_batch``'s columns, without making the bodies, msgIds and
+    properties map a command does not read (copying bodies is most of the kernel's pass)."""
+    made: dict[str, pa.Array] = {}
+
+    def col(name: str) -> pa.Array:
+        if name not in made:
+            made[name] = _column(name, data, win, file_start, col)
+        return made[name]
+
+    return pa.RecordBatch.from_arrays([col(name) for name in names], names=list(names))
+
+
+def _column(name: str, data: np.ndarray, win: Window, file_start: int, col) -> pa.Array:
+    """One column of ``decode_columns`` (``col``: the others, made once)."""
+    if name in _INT32:
+        return _int32(win[_INT32[name]])
+    if name in _INT64:
+        return _field(win, _INT64[name])
+    if name in _TIMES:
+        return _field(win, name, _TS)
+    if name == "physical_offset":
+        return _field(win, "start", plus=file_start)
+    if name == "crc_ok":
+        return _bools(win["crc_ok"])
+    if name == "magic_code":
+        return _magic_codes(win["v2"])
+    if name in ("born_host", "store_host"):
+        which = name[:-5]
+        return _hosts(data, win, which, win["sys_flag"] & (C.SysFlag.BORNHOST_V6 if which == "born"
+                                                           else C.SysFlag.STOREHOSTADDRESS_V6))
+    if name == "type":
+        sys_flag = win["sys_flag"]
+        if ((sys_flag >> 2) & 3 == C.TransactionType.ROLLBACK >> 2).any():
+            return _salvaged(col("topic"), sys_flag, win.n)
+        return _repeated("message", win.n)
+    if name in ("topic", "topic_raw"):
+        pos = win["topic_pos"]
+        return _topics(spans(data, pos, pos + win["topic_len"], pa.binary()))[name == "topic_raw"]
+    if name == "properties_raw":
+        pos = win["props_pos"]
+        return spans(data, pos, pos + win["props_len"], pa.binary())
+    if name == "tags_code":
+        return _tags_codes(col("tags"), col("topic"), col("properties_raw"), col("store_timestamp"))
+    if name == "real_queue_id":
+        return queue_ids(col(C.PROPERTY_REAL_QUEUE_ID))
+    if name == "keys":
+        return split_keys(col(C.PROPERTY_KEYS))
+    if name == "_text":            # whether the records' PROPERTIES are UTF-8 (ASCII, mostly: not copied out)
+        return not win["props_high"].any() or as_text(col("properties_raw")) is not None
+    prop = _TEXT_PROPERTIES.get(name, name)
+    if not col("_text"):                              # invalid UTF-8: the record-at-a-time parser
+        return pa.array([parse_properties(b).get(prop) for b in col("properties_raw").to_pylist()], pa.string())
+    return property_values(data, win, {prop: prop})[prop]
 
 
 FACT_COLUMNS = ("physical_offset", "total_size", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "topic",

@@ -57,16 +57,16 @@ FIELDS = ("start", "total", "v2", "body_crc", "queue_id", "flag", "queue_offset"
           "sys_flag", "born_timestamp", "born_host_pos", "store_timestamp", "store_host_pos", "reconsume_times",
           "prepared_transaction_offset", "body_pos", "body_len", "topic_pos", "topic_len", "props_pos",
           "props_len", "crc_ok", "items_end", "body_off", "topic_off", "props_off", "born_key",
-          "store_key", "id_off")
+          "store_key", "id_off", "props_high")      # props_high: scans without items only
 _F = {name: i for i, name in enumerate(FIELDS)}
 MIN_RECORD = C.FIXED_WITHOUT_HOSTS + 2 * C.IPV4_HOST_LEN + 1
 _BORN_V6 = int(C.SysFlag.BORNHOST_V6)
 _STORE_V6 = int(C.SysFlag.STOREHOSTADDRESS_V6)
 
-# Properties whose value spans every scan returns (``Window.prop``).
+# Properties whose value spans every scan returns (``Window.prop``): the columns' and those the bulk commands read.
 PROPERTIES = (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, C.PROPERTY_REAL_TOPIC,
               C.PROPERTY_REAL_QUEUE_ID, C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE,
-              C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+              C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET, C.PROPERTY_RETRY_TOPIC)
 _NAME_BYTES = np.frombuffer(b"".join(n.encode() for n in PROPERTIES), np.uint8)
 _NAME_OFF = np.cumsum([0] + [len(n) for n in PROPERTIES]).astype(np.int64)
 _ID_ROOM = 2 * (C.IPV6_HOST_LEN + 8)    # msgId hex digits of a record at most (IPv6 store host and offset)
@@ -184,8 +184,20 @@ def _jit(fn, *, plain: bool = True):
         # instead of running their old code
         index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
         index._source_stamp = (index._source_stamp, _SOURCES)
+        compiled._cache.load_overload = _load_overload.__get__(compiled._cache)
         return compiled
     return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build, wrap=True)
+
+
+def _load_overload(cache, sig, target_context):
+    """numba's ``Cache.load_overload`` without its ``target_context.refresh()``: loading machine code needs the
+    runtime (NRT) only, not the typing and lowering registries the refresh installs (~0.2 CPU-s, most of
+    what loading cached code costs a process); a miss compiles, and compiling refreshes the contexts itself
+    (``compiler.compile_extra``)."""
+    from numba.core.runtime import rtsys
+    rtsys.initialize(target_context)
+    with cache._guard_against_spurious_io_errors():
+        return cache._load_overload(sig, target_context)
 
 
 def _sources_stamp() -> str:
@@ -254,6 +266,23 @@ def _st64(typingctx, arr, idx, value):
         ary = context.make_array(signature.args[0])(context, builder, args[0])
         i64 = ir.IntType(64)
         builder.store(args[2], builder.bitcast(builder.gep(ary.data, [args[1]]), i64.as_pointer()), align=1)
+        return context.get_dummy_value()
+    return types.void(arr, idx, types.uint64), codegen
+
+
+def _st64be_plain(arr, idx, value):
+    arr[idx:idx + 8] = np.frombuffer(int(value).to_bytes(8, "big"), np.uint8)
+
+
+@_intrinsic(_st64be_plain)
+def _st64be(typingctx, arr, idx, value):
+    """An unaligned big-endian store of a uint64 at arr[idx] (arr: a byte array)."""
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.bswap.i64")
+        builder.store(builder.call(fn, [args[2]]), builder.bitcast(builder.gep(ary.data, [args[1]]), i64.as_pointer()),
+                      align=1)
         return context.get_dummy_value()
     return types.void(arr, idx, types.uint64), codegen
 
@@ -438,6 +467,7 @@ def _scan(d, d64, shift, pos, limit, gap, t, names, name_off, cols, props, items
             m = _properties(parsed, props_used - props_len, props_used, props, n, items, m, names, name_off)
         else:
             m = _properties(d, props_pos, end, props, n, items, m, names, name_off)
+            cols[29, n] = _high(d, props_pos, end)       # while in cache: is the text ASCII (decode_columns)
         cols[22, n] = m
         n += 1
         pos = end
@@ -452,16 +482,55 @@ def _copy(d, a, n, out, o):
 
 
 @_helper
+def _high(d, a, e):
+    """1 where a byte of d[a:e] is 0x80 or above (not ASCII), else 0; eight bytes a step."""
+    while a + 8 <= e:
+        if np.uint64(_le64(d, a)) & _HIGH:
+            return 1
+        a += 8
+    while a < e:
+        if d[a] >= 128:
+            return 1
+        a += 1
+    return 0
+
+
+_U4, _U7, _U8, _U16, _U32 = (np.uint64(k) for k in (4, 7, 8, 16, 32))
+_LOW16, _HIGH16, _LOW32 = np.uint64(0xFFFF), np.uint64(0xFFFF0000), np.uint64(0xFFFFFFFF)
+_B1, _B0 = np.uint64(0x0000FF000000FF00), np.uint64(0x000000FF000000FF)
+_N1, _N0 = np.uint64(0x00F000F000F000F0), np.uint64(0x000F000F000F000F)
+_SIX, _ONES, _ZEROS = np.uint64(0x0606060606060606), np.uint64(0x0101010101010101), np.uint64(0x3030303030303030)
+
+
+@_helper
+def _hex8(v):
+    """The 8 upper-case hex digits of the 32-bit ``v`` as the bytes of a uint64, the last digit in its lowest
+    byte (stored big-endian, they read in order): the nibbles spread one to a byte, then made digits or
+    letters without a branch."""
+    x = ((v & _HIGH16) << _U16) | (v & _LOW16)
+    x = ((x & _B1) << _U8) | (x & _B0)
+    x = ((x & _N1) << _U4) | (x & _N0)
+    return x + _ZEROS + (((x + _SIX) >> _U4) & _ONES) * _U7
+
+
+@_helper
 def _msg_id(d, host, host_len, offset, out, o):
     """Write the offsetMsgId text (MessageDecoder.createMessageId: store address and port, then the
-    stored PHYSICALOFFSET, as upper-case hex) at out[o:]; returns the end."""
-    for j in range(host_len):
-        b = d[host + j]
-        out[o] = _HEX[b >> 4]
-        out[o + 1] = _HEX[b & 15]
-        o += 2
-    for j in range(16):
-        out[o + j] = _HEX[(offset >> (60 - 4 * j)) & 15]
+    stored PHYSICALOFFSET, as upper-case hex) at out[o:]; returns the end. Eight digits a store."""
+    if host_len == C.IPV4_HOST_LEN:               # address and port: one 8-byte load
+        v = np.uint64(_be64(d, host))
+        _st64be(out, o, _hex8(v >> _U32))
+        _st64be(out, o + 8, _hex8(v & _LOW32))
+        o += 16
+    else:
+        for j in range(host_len):
+            b = d[host + j]
+            out[o] = _HEX[b >> 4]
+            out[o + 1] = _HEX[b & 15]
+            o += 2
+    v = np.uint64(offset)
+    _st64be(out, o, _hex8(v >> _U32))
+    _st64be(out, o + 8, _hex8(v & _LOW32))
     return o + 16
 
 

@@ -393,11 +393,12 @@ def warm(f: StoreFile, step: Callable | None = None, **options) -> None:
 
 def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,
                    on_damage: Callable[[FormatError], None] | None = None,
-                   progress: Callable[[int], None] | None = None) -> Iterator:
+                   progress: Callable[[int], None] | None = None, columns: list[str] | None = None) -> Iterator:
     """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
     ``f.shown``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
     ``progress(n)`` is told the bytes scanned after each batch (the whole file in all). A compaction-log
-    file (kind ``compactionlog``) gives what a consumer of its queue reads: ``consumer_view``."""
+    file (kind ``compactionlog``) gives what a consumer of its queue reads: ``consumer_view``. ``columns``:
+    the columns a caller reads (``iter_record_batches``; BLANK rows come whole), where the file allows."""
     import pyarrow.compute as pc
 
     from rmqtool.columnar import iter_record_batches
@@ -409,9 +410,13 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
         exc.path = f.shown
         return exc
 
+    if columns is not None and (named is not None or decompress):
+        columns = None
+    elif columns is not None:                   # what BytesCounter reads
+        columns = list(dict.fromkeys([*columns, "physical_offset", "total_size"]))
     with local_path(f) as path:
         try:
-            for batch in iter_record_batches(cut_commitlog(path, f.size), check_crc=check_crc,
+            for batch in iter_record_batches(cut_commitlog(path, f.size), check_crc=check_crc, columns=columns,
                                              on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
                 if named is not None:

@@ -67,7 +67,10 @@ def original_topic(batch: pa.RecordBatch) -> pa.Array:
     retried = pc.fill_null(_retry_or_dlq(topic), False)
     if not pc.any(retried).as_py():
         return topic
-    first = pc.map_lookup(batch.column("properties"), pa.scalar(C.PROPERTY_RETRY_TOPIC), "first")
+    if C.PROPERTY_RETRY_TOPIC in batch.schema.names:           # decoded as a column (file_stats)
+        first = batch.column(C.PROPERTY_RETRY_TOPIC)
+    else:
+        first = pc.map_lookup(batch.column("properties"), pa.scalar(C.PROPERTY_RETRY_TOPIC), "first")
     return pc.if_else(pc.and_(retried, pc.is_valid(first)), first, topic)
 
 
@@ -93,16 +96,22 @@ def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) ->
     if not pc.all(messages).as_py():             # a BLANK row: filtered (a copy of every column)
         batch = batch.filter(messages)
     topic = batch.column("topic")
-    tx = pc.bit_wise_and(batch.column("sys_flag"), C.TRANSACTION_MASK)
     ts = batch.column("store_timestamp").cast(pa.int64())
+    cols = _key_columns(batch, f, keys)
+    cols.update({"_topic": topic, "_tx": pc.bit_wise_and(batch.column("sys_flag"), C.TRANSACTION_MASK),
+                 "messages": message_counts(batch), "bytes": batch.column("total_size").cast(pa.int64()),
+                 "min_store_timestamp": ts, "max_store_timestamp": ts})
+    # the other counts depend on a record's topic and transaction type only: taken per (key, topic, type) group
+    inner = keys + ["_topic", "_tx"]
+    groups = _group(pa.table(cols), inner, [("messages", "sum"), ("bytes", "sum"), ("bytes", "count"),
+                                            ("min_store_timestamp", "min"), ("max_store_timestamp", "max")])
+    topic, tx, records = groups.column("_topic"), groups.column("_tx"), groups.column("bytes_count")
+    zero = pa.scalar(0, pa.int64())
 
     def count(mask) -> pa.Array:
-        return pc.fill_null(mask, False).cast(pa.int64())
+        return pc.if_else(pc.fill_null(mask, False), records, zero)
 
-    cols = _key_columns(batch, f, keys)
-    cols.update({
-        "messages": message_counts(batch),
-        "bytes": batch.column("total_size").cast(pa.int64()),
+    counts = {
         "retries": count(pc.starts_with(topic, C.RETRY_GROUP_TOPIC_PREFIX)),
         "dlq": count(pc.starts_with(topic, C.DLQ_GROUP_TOPIC_PREFIX)),
         "transaction_half": count(pc.or_(pc.equal(topic, C.RMQ_SYS_TRANS_HALF_TOPIC),
@@ -111,10 +120,11 @@ def _batch_partial(batch: pa.RecordBatch, f: scan.StoreFile, keys: list[str]) ->
         "transaction_rollback": count(pc.equal(tx, int(C.TransactionType.ROLLBACK))),
         "transaction_op": count(pc.equal(topic, C.RMQ_SYS_TRANS_OP_HALF_TOPIC)),
         "delayed": count(pc.equal(topic, C.RMQ_SYS_SCHEDULE_TOPIC)),
-        "min_store_timestamp": ts,
-        "max_store_timestamp": ts,
-    })
-    return _group(pa.table(cols), keys, _AGGREGATES)
+    }
+    groups = groups.drop_columns(["_topic", "_tx", "bytes_count"])
+    for name, values in counts.items():
+        groups = groups.append_column(name, values)
+    return _group(groups, keys, _AGGREGATES)
 
 
 def _group(table: pa.Table, keys: list[str], aggregates) -> pa.Table:
@@ -135,9 +145,20 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
     from rmqtool.ops.filters import keep_records
 
     keys = GROUPINGS[by] if by else []
+    columns = None if where is not None and not where.is_empty else _columns(keys)
     parts = [_batch_partial(keep_records(b, where), f, keys)
-             for b in scan.record_batches(f, on_damage=on_damage, progress=progress)]
+             for b in scan.record_batches(f, on_damage=on_damage, progress=progress, columns=columns)]
     return merge(parts, by)
+
+
+def _columns(keys: list[str]) -> list[str]:
+    """The columns ``_batch_partial`` reads (a scan that copies no bodies and makes no properties map)."""
+    from rmqtool.columnar.facts import DISPATCH_PROPERTIES
+
+    by = {"hour": ["store_timestamp"], "store": [], "group": ["topic"],
+          "topic": ["topic", C.PROPERTY_RETRY_TOPIC] if keys == ["topic"] else ["topic"]}
+    return list(dict.fromkeys(["type", "topic", "sys_flag", "store_timestamp", "total_size", *DISPATCH_PROPERTIES,
+                               *(c for k in keys for c in by.get(k, [k]))]))
 
 
 def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
