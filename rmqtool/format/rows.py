@@ -14,6 +14,8 @@ Timestamps are epoch milliseconds; hosts are "ip:port" or "[ipv6]:port".
 from __future__ import annotations
 
 import base64
+import enum
+import json
 from typing import Any
 
 from rmqtool import constants as C
@@ -33,6 +35,32 @@ BCQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "batch_size", "physical_
                    "store_timestamp", "compacted_offset"]
 INDEX_HIT_FIELDS = ["topic", "key", "physical_offset", "store_timestamp", "index_file"]
 BODY_ENCODINGS = ("text", "hex", "base64", "none")
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value)
+
+
+def dumps(row: dict) -> str:
+    """A row as one line of JSON (jsonl, and each element of json): UTF-8 as it is, no spaces."""
+    return json.dumps(row, ensure_ascii=False, default=json_default, separators=(",", ":"))
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: None empty, booleans true / false, maps and lists as JSON, bytes in base64."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return dumps(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return json_default(value)
+    return value
 
 
 def real_queue_id(text: str | None) -> int | None:
