@@ -112,6 +112,19 @@ def test_small_store_stats_imports_no_bulk_modules(name, by):
     assert result["heavy"] == []
 
 
+@pytest.mark.parametrize("name", ["dev-sample", "dev-config-5x"])
+@pytest.mark.parametrize("args", [["{out}/r.jsonl"], ["{out}/r.csv", "--check-crc"], ["{out}/r.jsonl", "--topic", "TopicA"]])
+def test_small_store_text_export_imports_no_bulk_modules(name, args, tmp_path):
+    """export of a small store to JSON lines or CSV writes its records one by one: no numpy, pyarrow, numba or
+    columnar kernel."""
+    argv = ["export", str(store_path(name)), "--to", *(a.format(out=tmp_path) for a in args)]
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and (tmp_path / os.path.basename(args[0])).stat().st_size, proc.stderr
+    assert result["heavy"] == []
+
+
 def test_verify_of_compaction_topics_imports_no_pandas():
     """verify reads compaction topics into Arrow arrays (pyarrow imported on the way): pyarrow's first
     conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run once pyarrow is)."""

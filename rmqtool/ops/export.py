@@ -1,7 +1,10 @@
 """Export commit-log records to Parquet, JSON lines or CSV.
 
 ``export_local`` is the single-process engine: the columnar decoder streams record batches into
-pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). The output appears atomically (a temporary file renamed at the end); an existing file
+pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). JSON
+lines or CSV of a small commit log (``scan.FEW_BYTES``) are written record by record instead, with the same
+bytes: numpy's, pyarrow's and the kernel's start-up would cost more than the records. The output appears
+atomically (a temporary file renamed at the end); an existing file
 is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.rows import csv_cell
 
 FORMATS = ("parquet", "jsonl", "csv")
 ENGINES = ("local",)
@@ -157,21 +161,38 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     readable is exported (a damaged record skips the rest of its file), and ``result.skipped`` and
     ``result.damaged`` say what was not.
     """
-    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
+    from rmqtool.ops import scan
     from rmqtool.ops.compaction import consumer_view_split
-    from rmqtool.ops.filters import keep_records
-    from rmqtool.ops.scan import BytesCounter, list_files, record_batches
     from rmqtool.store.readable import commitlog_view
+    from rmqtool.store.store import Store
 
     to = _output_file(to, fmt, overwrite)
     result = ExportResult(to, fmt)
     commitlogs = []
     for store in store_paths:                 # every store judged before a byte is written
-        cl, skipped = commitlog_view(open_commitlog(store), read_anyway)
+        cl, skipped = commitlog_view(Store.open(Path(store)).commitlog, read_anyway)
         commitlogs.append(cl)
         result.skipped += skipped
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
+    total = sum(f.length for cl in commitlogs for f in cl.queue.files)
+    if fmt != "parquet" and total <= scan.FEW_BYTES and \
+            (commitlog_records or not any(consumer_view_split([str(s)], where)[2] for s in store_paths)):
+        try:                            # the record-at-a-time decoder: no numpy, pyarrow or kernel to import
+            counts = _few_text(commitlogs, tmp, fmt, where, check_crc, body_encoding, include_blank)
+        except (FormatError, StoreError, OSError, UnicodeError, scan.Irregular):
+            pass                                 # the bulk path: its output, its warnings and exit status
+        else:
+            os.replace(tmp, to)
+            if progress:
+                progress(total)
+            result.records, result.messages, result.input_bytes = counts
+            result.seconds = time.perf_counter() - started
+            return result
+    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, record_schema
+    from rmqtool.ops.filters import keep_records
+    from rmqtool.ops.scan import BytesCounter, list_files, record_batches
+
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
     write_out = writer(fmt, tmp, schema, body_encoding)
     batch_schema = file_schema(schema) if fmt == "parquet" else schema
@@ -222,6 +243,54 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     return result
 
 
+def _few_text(commitlogs: list, tmp: Path, fmt: str, where, check_crc: bool, body_encoding: str,
+              include_blank: bool) -> tuple[int, int, int]:
+    """``export_local``'s JSON lines or CSV of small commit logs, record by record (the record-at-a-time
+    decoder and ``rows.entry_row``, as cat-commitlog's small path): the bulk path's bytes, and its counts
+    (records, messages, input bytes). Raises, leaving no ``tmp``, on damage and on a record the bulk path
+    might read otherwise (``scan.Irregular``)."""
+    from rmqtool.format.commitlog import Blank
+    from rmqtool.format.rows import dumps, entry_row
+    from rmqtool.ops import scan
+
+    filtered = where is not None and not where.is_empty
+    records = messages = input_bytes = 0
+    try:
+        with open(tmp, "wb") as out:
+            for cl in commitlogs:
+                for loc in cl.iter_entries(include_blank=True):
+                    entry = loc.entry
+                    input_bytes += entry.total_size
+                    if isinstance(entry, Blank):
+                        if filtered or not include_blank:
+                            continue
+                    elif filtered:              # on fields of the row (and the body as the Arrow path decompresses it)
+                        body = scan.body_of(entry.body, entry.sys_flag, loc.offset) if where.body_regex else None
+                        if not where.matches(entry, body):
+                            continue
+                    row = entry_row(entry, loc.offset, body_encoding=body_encoding, check_crc=check_crc)
+                    if filtered and row["type"] != "message":
+                        continue                        # repair's placeholder: no message of any filter
+                    if row["type"] != "blank":
+                        count = scan.record_messages(entry.properties_raw, entry.properties)
+                        messages += count if row["type"] == "message" else 0
+                    if fmt == "csv" and not records:
+                        out.write(_export_csv_line(row).encode())
+                    out.write((dumps(row) + "\n" if fmt == "jsonl" else _export_csv_line(row.values())).encode())
+                    records += 1
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return records, messages, input_bytes
+
+
+def _export_csv_line(cells) -> str:
+    """A line of export's CSV (pyarrow's CSV writer's): strings, maps and lists quoted, numbers and booleans
+    bare, None empty."""
+    return ",".join('"' + csv_cell(c).replace('"', '""') + '"' if isinstance(c, (str, dict, list)) else
+                    str(csv_cell(c)) for c in cells) + "\n"
+
+
 def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
                  trace_topic: str | None = None, read_anyway: bool = False, overwrite: bool = False,
                  progress: Callable[[int], None] | None = None) -> ExportResult:
@@ -263,7 +332,7 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             if fmt == "jsonl":
                 out.write("".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows))
             else:               # as rmqtool trace -f csv: no value empty, booleans true / false
-                cells.writerows([[_csv_cell(row[name]) for name in names] for row in rows])
+                cells.writerows([[csv_cell(row[name]) for name in names] for row in rows])
     try:
         for f in files:
             for rows in file_trace_rows(f, topics[f.store], on_damage=result.damaged.append if read_anyway else None,
@@ -282,10 +351,6 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         raise
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _csv_cell(value):
-    return "" if value is None else ("true" if value else "false") if isinstance(value, bool) else value
 
 
 def message_total(batch) -> int:
