@@ -125,11 +125,24 @@ def test_small_store_text_export_imports_no_bulk_modules(name, args, tmp_path):
     assert result["heavy"] == []
 
 
+@pytest.mark.parametrize("name", ["dev-config-5x", "dev-batchcq-5x", "dev-lmq-5x"])
+@pytest.mark.parametrize("crc", [[], ["--check-crc"]])
+def test_verify_of_batch_and_lmq_queues_of_a_small_store_imports_no_pyarrow(name, crc):
+    """A small store's batch and LMQ queues are checked against a dispatch whose INNER_* properties are Python
+    strings (the records scanned as plain Python): no pyarrow (nor pyarrow.compute) to import."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "numba", "pandas", "multiprocessing")')
+    proc = subprocess.run([sys.executable, "-c", probe, "verify", *crc, str(store_path(name))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None), proc.stderr
+    assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
+
+
 def test_verify_of_compaction_topics_imports_no_pandas():
     """verify reads compaction topics into Arrow arrays (pyarrow imported on the way): pyarrow's first
     conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run once pyarrow is)."""
     probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "pandas")')
-    proc = subprocess.run([sys.executable, "-c", probe, "verify", str(store_path("dev-config-5x"))],
+    proc = subprocess.run([sys.executable, "-c", probe, "verify", str(store_path("dev-compaction-5x"))],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     result = json.loads(proc.stderr.strip().splitlines()[-1])
     assert result["code"] in (0, None), proc.stderr
