@@ -1,4 +1,4 @@
-"""export to JSON lines or CSV of a small store writes record by record (no numpy, pyarrow or kernel); larger
+"""export of a small store reads record by record (no kernel; JSON lines and CSV: no numpy or pyarrow either); larger
 stores, damage and records the two paths might read otherwise take the Arrow path. Both write the same bytes."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from rmqtool.ops import export, scan
 from rmqtool.ops.filters import RecordFilter
 
 BUNDLED = sorted(p.parent.name for p in FIXTURES.glob("*/store"))
-CASES = [("jsonl", {}), ("csv", {}), ("jsonl", dict(check_crc=True, include_blank=True, body_encoding="text"))]
+CASES = [("jsonl", {}), ("csv", {}), ("jsonl", dict(check_crc=True, include_blank=True, body_encoding="text")),
+         ("parquet", {}), ("parquet", dict(check_crc=True, include_blank=True))]
 # the filters on stores of every kind of record (retries, transactions, delays, compressed and inner-batch
 # bodies, a compaction topic, CRC damage)
 FILTERED = ["dev-batchcq-5x", "dev-compaction-5x", "dev-config-5x", "dev-damage-midfile-crc-497", "dev-sample",
@@ -21,7 +22,8 @@ FILTER_CASES = [("jsonl", dict(where=RecordFilter(topics=("TopicA", "订单主�
                              body_encoding="none")),
                 ("jsonl", dict(where=RecordFilter(keys=("key-70", "键-17", "key-57", "key-90")), body_encoding="hex",
                                check_crc=True)),
-                ("csv", dict(where=RecordFilter(body_regex="1", since=1795216390000, until=1795418125900)))]
+                ("csv", dict(where=RecordFilter(body_regex="1", since=1795216390000, until=1795418125900))),
+                ("parquet", dict(where=RecordFilter(topics=("TopicA", "订单主题")), check_crc=True))]
 
 
 @pytest.mark.parametrize("name", BUNDLED)
@@ -31,17 +33,20 @@ def test_small_path_and_arrow_path_write_the_same_bytes(name, tmp_path, monkeypa
     store = str(FIXTURES / name / "store")
     taken = []
 
-    def few_text(*args):
-        try:
-            counts = small(*args)
-        except Exception as exc:
-            taken.append(type(exc))
-            raise
-        taken.append(None)
-        return counts
+    def spied(small):
+        def few(*args):
+            try:
+                counts = small(*args)
+            except Exception as exc:
+                taken.append(type(exc))
+                raise
+            taken.append(None)
+            return counts
+        return few
 
-    small, few_bytes = export._few_text, scan.FEW_BYTES
-    monkeypatch.setattr(export, "_few_text", few_text)
+    few_bytes = scan.FEW_BYTES
+    for name_ in ("_few_text", "_few_parquet"):
+        monkeypatch.setattr(export, name_, spied(getattr(export, name_)))
     for k, (fmt, options) in enumerate(CASES + FILTER_CASES * (name in FILTERED)):
         out = {}
         for path, few in (("arrow", -1), ("small", few_bytes)):

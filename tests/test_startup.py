@@ -125,6 +125,20 @@ def test_small_store_text_export_imports_no_bulk_modules(name, args, tmp_path):
     assert result["heavy"] == []
 
 
+@pytest.mark.parametrize("name", ["dev-sample", "dev-config-5x"])
+def test_small_store_parquet_export_imports_only_what_parquet_needs(name, tmp_path):
+    """export of a small store to Parquet builds one record batch from its records, read one by one: pyarrow
+    and pyarrow.parquet, but no pyarrow.compute, pyarrow.dataset, pandas or numba."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("numba", "pandas")').replace(
+        'or m.startswith("rmqtool.columnar")', 'or m in ("pyarrow.compute", "pyarrow.dataset", "pyarrow.parquet")')
+    proc = subprocess.run([sys.executable, "-c", probe, "export", str(store_path(name)), "--to",
+                           str(tmp_path / "r.parquet")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and (tmp_path / "r.parquet").stat().st_size, proc.stderr
+    assert result["heavy"] == ["pyarrow.parquet"]
+
+
 @pytest.mark.parametrize("name", ["dev-config-5x", "dev-batchcq-5x", "dev-lmq-5x"])
 @pytest.mark.parametrize("crc", [[], ["--check-crc"]])
 def test_verify_of_batch_and_lmq_queues_of_a_small_store_imports_no_pyarrow(name, crc):

@@ -106,6 +106,14 @@ def decode_body(text: str | None, encoding: str) -> bytes:
     return text.encode("utf-8")
 
 
+def row_type(entry: Entry) -> str:
+    """A row's type: "blank", "salvaged_record" (rmqtool repair's placeholder) or "message"."""
+    if isinstance(entry, Blank):
+        return "blank"
+    salvaged = entry.topic == C.SALVAGED_TOPIC and entry.transaction_type is C.TransactionType.ROLLBACK
+    return "salvaged_record" if salvaged else "message"
+
+
 def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base64",
               check_crc: bool = False, decompress: bool = False) -> dict[str, Any]:
     """One record as a row. ``physical_offset`` is where it was read; a MESSAGE's stored
@@ -126,9 +134,8 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         tags_code = msg.tags_code()
     except ValueError:           # a malformed DELAY: the broker rejects such a record
         tags_code = None
-    salvaged = msg.topic == C.SALVAGED_TOPIC and msg.transaction_type is C.TransactionType.ROLLBACK
     row = {
-        "type": "salvaged_record" if salvaged else "message",      # rmqtool repair's placeholder
+        "type": row_type(msg),
         "physical_offset": physical_offset,
         "total_size": msg.total_size,
         "magic_code": f"0x{msg.effective_magic:08x}",

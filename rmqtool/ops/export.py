@@ -1,11 +1,11 @@
 """Export commit-log records to Parquet, JSON lines or CSV.
 
 ``export_local`` is the single-process engine: the columnar decoder streams record batches into
-pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). JSON
-lines or CSV of a small commit log (``scan.FEW_BYTES``) are written record by record instead, with the same
-bytes: numpy's, pyarrow's and the kernel's start-up would cost more than the records. The output appears
-atomically (a temporary file renamed at the end); an existing file
-is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
+pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). A small
+commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
+of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
+the records. The output appears atomically (a temporary file renamed at the end); an existing file is
+replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
 fields and values of ``cat-commitlog``'s rows.
@@ -18,10 +18,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.rows import csv_cell
+
+if TYPE_CHECKING:
+    from rmqtool.format.commitlog import Entry
 
 FORMATS = ("parquet", "jsonl", "csv")
 ENGINES = ("local",)
@@ -80,8 +83,16 @@ def export_batch(batch, schema, store: str, commitlog_file):
     if isinstance(commitlog_file, str):
         commitlog_file = _repeated(commitlog_file, batch.num_rows)
     columns = batch.columns + [_repeated(store, batch.num_rows), commitlog_file]
-    return pa.RecordBatch.from_arrays([col if col.type == fld.type else col.cast(fld.type)
-                                       for col, fld in zip(columns, schema)], schema=schema)
+    return pa.RecordBatch.from_arrays([col if col.type == fld.type else
+                                       col.view(fld.type) if _same_timestamps(col.type, fld.type) else
+                                       col.cast(fld.type) for col, fld in zip(columns, schema)], schema=schema)
+
+
+def _same_timestamps(a, b) -> bool:
+    """Timestamps of one unit (a time zone only added): a view of the same values, where a cast would import
+    pyarrow.compute."""
+    import pyarrow as pa
+    return pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and a.unit == b.unit
 
 
 def file_schema(schema):
@@ -176,11 +187,12 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
     total = sum(f.length for cl in commitlogs for f in cl.queue.files)
-    if fmt != "parquet" and total <= scan.FEW_BYTES and \
+    if total <= scan.FEW_BYTES and \
             (commitlog_records or not any(consumer_view_split([str(s)], where)[2] for s in store_paths)):
-        try:                            # the record-at-a-time decoder: no numpy, pyarrow or kernel to import
-            counts = _few_text(commitlogs, tmp, fmt, where, check_crc, body_encoding, include_blank)
-        except (FormatError, StoreError, OSError, UnicodeError, scan.Irregular):
+        try:                            # the record-at-a-time decoder: no kernel (text: nor numpy and pyarrow)
+            counts = _few_parquet(store_paths, commitlogs, tmp, where, check_crc, include_blank) \
+                if fmt == "parquet" else _few_text(commitlogs, tmp, fmt, where, check_crc, body_encoding, include_blank)
+        except (FormatError, StoreError, OSError, ValueError, scan.Irregular):
             pass                                 # the bulk path: its output, its warnings and exit status
         else:
             os.replace(tmp, to)
@@ -243,45 +255,82 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     return result
 
 
-def _few_text(commitlogs: list, tmp: Path, fmt: str, where, check_crc: bool, body_encoding: str,
-              include_blank: bool) -> tuple[int, int, int]:
-    """``export_local``'s JSON lines or CSV of small commit logs, record by record (the record-at-a-time
-    decoder and ``rows.entry_row``, as cat-commitlog's small path): the bulk path's bytes, and its counts
-    (records, messages, input bytes). Raises, leaving no ``tmp``, on damage and on a record the bulk path
-    might read otherwise (``scan.Irregular``)."""
-    from rmqtool.format.commitlog import Blank
-    from rmqtool.format.rows import dumps, entry_row
+def _few_entries(commitlogs: list, where, include_blank: bool, counts: list[int]) -> Iterator[tuple[int, Entry]]:
+    """The (physical offset, record) ``export_local`` writes of small commit logs, record by record (the
+    record-at-a-time decoder, as cat-commitlog's small path), with the bulk path's rules; ``counts`` gets its
+    [records, messages, input bytes]. Raises on damage and on a record the bulk path might count otherwise
+    (``scan.Irregular``)."""
+    from rmqtool.format.rows import row_type
     from rmqtool.ops import scan
 
     filtered = where is not None and not where.is_empty
-    records = messages = input_bytes = 0
+    for cl in commitlogs:
+        for loc in cl.iter_entries(include_blank=True):
+            entry, kind = loc.entry, row_type(loc.entry)
+            counts[2] += entry.total_size
+            if kind == "blank":
+                if filtered or not include_blank:
+                    continue
+            elif filtered:                      # on fields of the row (and the body as the Arrow path decompresses it)
+                if kind != "message":
+                    continue                    # repair's placeholder: no message of any filter
+                body = scan.body_of(entry.body, entry.sys_flag, loc.offset) if where.body_regex else None
+                if not where.matches(entry, body):
+                    continue
+            if kind != "blank":
+                count = scan.record_messages(entry.properties_raw, entry.properties)
+                counts[1] += count if kind == "message" else 0
+            counts[0] += 1
+            yield loc.offset, entry
+
+
+def _few_text(commitlogs: list, tmp: Path, fmt: str, where, check_crc: bool, body_encoding: str,
+              include_blank: bool) -> list[int]:
+    """``export_local``'s JSON lines or CSV of small commit logs from ``_few_entries``' records (rows.entry_row,
+    as cat-commitlog prints them): the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
+    ``tmp``."""
+    from rmqtool.format.rows import dumps, entry_row
+
+    counts = [0, 0, 0]
     try:
         with open(tmp, "wb") as out:
-            for cl in commitlogs:
-                for loc in cl.iter_entries(include_blank=True):
-                    entry = loc.entry
-                    input_bytes += entry.total_size
-                    if isinstance(entry, Blank):
-                        if filtered or not include_blank:
-                            continue
-                    elif filtered:              # on fields of the row (and the body as the Arrow path decompresses it)
-                        body = scan.body_of(entry.body, entry.sys_flag, loc.offset) if where.body_regex else None
-                        if not where.matches(entry, body):
-                            continue
-                    row = entry_row(entry, loc.offset, body_encoding=body_encoding, check_crc=check_crc)
-                    if filtered and row["type"] != "message":
-                        continue                        # repair's placeholder: no message of any filter
-                    if row["type"] != "blank":
-                        count = scan.record_messages(entry.properties_raw, entry.properties)
-                        messages += count if row["type"] == "message" else 0
-                    if fmt == "csv" and not records:
-                        out.write(_export_csv_line(row).encode())
-                    out.write((dumps(row) + "\n" if fmt == "jsonl" else _export_csv_line(row.values())).encode())
-                    records += 1
+            for offset, entry in _few_entries(commitlogs, where, include_blank, counts):
+                row = entry_row(entry, offset, body_encoding=body_encoding, check_crc=check_crc)
+                if fmt == "csv" and counts[0] == 1:
+                    out.write(_export_csv_line(row).encode())
+                out.write((dumps(row) + "\n" if fmt == "jsonl" else _export_csv_line(row.values())).encode())
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return records, messages, input_bytes
+    return counts
+
+
+def _few_parquet(store_paths, commitlogs: list, tmp: Path, where, check_crc: bool, include_blank: bool) -> list[int]:
+    """``export_local``'s Parquet of small commit logs: ``_few_entries``' records of each store as one record
+    batch (``columnar.entries_batch``: the columnar decoder's values) into the bulk path's writer, without the
+    kernel's scan or pyarrow.compute: the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
+    ``tmp``."""
+    from rmqtool.columnar.batches import entries_batch
+    from rmqtool.ops.scan import list_files
+
+    counts = [0, 0, 0]
+    schema = export_schema(check_crc)
+    batch_schema = file_schema(schema)
+    write_out = writer("parquet", tmp, schema, "base64")
+    try:
+        for store, cl in zip(store_paths, commitlogs):
+            files = list_files([store])
+            entries = list(_few_entries([cl], where, include_blank, counts))
+            if entries:
+                batch = entries_batch(entries, check_crc)
+                write_out(export_batch(batch, batch_schema, files[0].store if files else str(store),
+                                       _file_column(batch, [f.start for f in files], [f.uri for f in files])))
+        write_out(None)
+    except BaseException:
+        write_out(None, abort=True)
+        tmp.unlink(missing_ok=True)
+        raise
+    return counts
 
 
 def _export_csv_line(cells) -> str:
