@@ -163,6 +163,20 @@ def test_verify_of_compaction_topics_imports_no_pandas():
     assert "pyarrow" in result["heavy"] and not [m for m in result["heavy"] if m.startswith("pandas")], result
 
 
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_cli_asks_numpy_for_one_blas_thread(given, monkeypatch):
+    """numpy's OpenBLAS starts a thread per core as numpy is imported, and rmqtool does no linear algebra: the
+    command line asks for one thread, unless the user set a number."""
+    from rmqtool.cli import main
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", given or "")       # (undone after the test either way)
+    if given is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == (given or "1")
+
+
 @pytest.mark.parametrize("args", [
     ["verify", "{path}"], ["verify", "--check-crc", "{path}"], ["stats", "{path}"], ["info", "{path}"],
     ["export", "{path}", "--to", "{out}/records.parquet"], ["export", "{path}", "--to", "{out}/dataset"],
