@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rmqtool.errors import FormatError, StoreError
-from rmqtool.format.rows import csv_cell
+from rmqtool.format.rows import csv_cell, dumps
 
 if TYPE_CHECKING:
     from rmqtool.format.commitlog import Entry
@@ -289,7 +289,7 @@ def _few_text(commitlogs: list, tmp: Path, fmt: str, where, check_crc: bool, bod
     """``export_local``'s JSON lines or CSV of small commit logs from ``_few_entries``' records (rows.entry_row,
     as cat-commitlog prints them): the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
     ``tmp``."""
-    from rmqtool.format.rows import dumps, entry_row
+    from rmqtool.format.rows import entry_row
 
     counts = [0, 0, 0]
     try:
@@ -350,7 +350,6 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     load, damage and a trace body that does not decode are refused (nothing written) unless ``read_anyway``:
     then ``result.skipped``, ``result.damaged`` and ``result.undecodable`` say what was left out."""
     import csv
-    import json
 
     from rmqtool.ops.scan import list_files, readable_files
     from rmqtool.ops.trace import TRACE_FIELDS, file_trace_rows, store_trace_topics, trace_schema
@@ -379,7 +378,7 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
 
         def write(rows: list[dict]) -> None:
             if fmt == "jsonl":
-                out.write("".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows))
+                out.write("".join(dumps(row) + "\n" for row in rows))
             else:               # as rmqtool trace -f csv: no value empty, booleans true / false
                 cells.writerows([[csv_cell(row[name]) for name in names] for row in rows])
     try:
