@@ -271,12 +271,9 @@ def _few_entries(commitlogs: list, where, include_blank: bool, counts: list[int]
             if kind == "blank":
                 if filtered or not include_blank:
                     continue
-            elif filtered:                      # on fields of the row (and the body as the Arrow path decompresses it)
-                if kind != "message":
-                    continue                    # repair's placeholder: no message of any filter
-                body = scan.body_of(entry.body, entry.sys_flag, loc.offset) if where.body_regex else None
-                if not where.matches(entry, body):
-                    continue
+            elif filtered:                      # on fields of the row (and the body decompressed, as the Arrow path)
+                if kind != "message" or not where.matches(entry, loc.offset):
+                    continue                    # (repair's placeholder: no message of any filter)
             if kind != "blank":
                 count = scan.record_messages(entry.properties_raw, entry.properties)
                 counts[1] += count if kind == "message" else 0
