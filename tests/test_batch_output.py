@@ -150,7 +150,7 @@ def _export_csv_reference(rows: list[dict]) -> bytes:
 
     cols = {}
     for name in rows[0]:
-        values = [output._csv_cell(r[name]) if isinstance(r[name], (dict, list, bytes)) else r[name] for r in rows]
+        values = [output.csv_cell(r[name]) if isinstance(r[name], (dict, list, bytes)) else r[name] for r in rows]
         cols[name] = pa.array(values)
     out = io.BytesIO()
     pacsv.write_csv(pa.table(cols), out, pacsv.WriteOptions(quoting_style="needed"))

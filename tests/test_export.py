@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rmqtool.cli.output import _csv_cell, dumps
+from rmqtool.format.rows import csv_cell, dumps
 from rmqtool.format.rows import entry_row
 from rmqtool.store.store import Store
 from tests.conftest import CLEAN_SETS, FIXTURES, run, store_path
@@ -62,7 +62,7 @@ def test_csv_cells_equal_cat_commitlog_cells(tmp_path):
     want = rows_of(store_path("dev-sample-5x"), "text", check_crc=True)
     assert len(got) == len(want)
     for have, row in zip(got, want):
-        assert have == {k: str(_csv_cell(v)) for k, v in row.items()}
+        assert have == {k: str(csv_cell(v)) for k, v in row.items()}
 
 
 def test_format_option_overrides_extension_and_several_stores(tmp_path):

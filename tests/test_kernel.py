@@ -254,10 +254,11 @@ def test_lines_compile_each_function_once(tmp_path):
     """JSON lines and CSV from stores with maps, lists, nulls, base64 and text bodies compile every function
     of the text renderer (lines.py) for one set of argument types: a first text command compiles it once."""
     counts = _signatures(tmp_path, "lines", (
-        "from click.testing import CliRunner\nfrom rmqtool.cli import cli\n"
+        "from click.testing import CliRunner\nfrom rmqtool.cli import cli\nfrom rmqtool.ops import scan\n"
+        "scan.FEW_BYTES = -1\n"                 # export: the bulk path on a small store too
         "for store in ('fixtures/dev-sample/store', 'fixtures/dev-lmq-5x/store'):\n"
         "    for fmt in ('jsonl', 'csv'):\n"
-        "        for body in ('base64', 'text', 'hex'):\n"     # export: the bulk path on a small store too
+        "        for body in ('base64', 'text', 'hex'):\n"
         f"            r = CliRunner().invoke(cli, ['export', store, '--to', '{tmp_path}/out.' + fmt, '--force',"
         "                                         '--body-encoding', body])\n"
         "            assert r.exit_code == 0, r.output[-300:]"))

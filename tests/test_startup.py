@@ -112,15 +112,69 @@ def test_small_store_stats_imports_no_bulk_modules(name, by):
     assert result["heavy"] == []
 
 
+@pytest.mark.parametrize("name", ["dev-sample", "dev-config-5x"])
+@pytest.mark.parametrize("args", [["{out}/r.jsonl"], ["{out}/r.csv", "--check-crc"], ["{out}/r.jsonl", "--topic", "TopicA"]])
+def test_small_store_text_export_imports_no_bulk_modules(name, args, tmp_path):
+    """export of a small store to JSON lines or CSV writes its records one by one: no numpy, pyarrow, numba or
+    columnar kernel."""
+    argv = ["export", str(store_path(name)), "--to", *(a.format(out=tmp_path) for a in args)]
+    proc = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and (tmp_path / os.path.basename(args[0])).stat().st_size, proc.stderr
+    assert result["heavy"] == []
+
+
+@pytest.mark.parametrize("name", ["dev-sample", "dev-config-5x"])
+def test_small_store_parquet_export_imports_only_what_parquet_needs(name, tmp_path):
+    """export of a small store to Parquet builds one record batch from its records, read one by one: pyarrow
+    and pyarrow.parquet, but no pyarrow.compute, pyarrow.dataset, pandas or numba."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("numba", "pandas")').replace(
+        'or m.startswith("rmqtool.columnar")', 'or m in ("pyarrow.compute", "pyarrow.dataset", "pyarrow.parquet")')
+    proc = subprocess.run([sys.executable, "-c", probe, "export", str(store_path(name)), "--to",
+                           str(tmp_path / "r.parquet")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and (tmp_path / "r.parquet").stat().st_size, proc.stderr
+    assert result["heavy"] == ["pyarrow.parquet"]
+
+
+@pytest.mark.parametrize("name", ["dev-config-5x", "dev-batchcq-5x", "dev-lmq-5x"])
+@pytest.mark.parametrize("crc", [[], ["--check-crc"]])
+def test_verify_of_batch_and_lmq_queues_of_a_small_store_imports_no_pyarrow(name, crc):
+    """A small store's batch and LMQ queues are checked against a dispatch whose INNER_* properties are Python
+    strings (the records scanned as plain Python): no pyarrow (nor pyarrow.compute) to import."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "numba", "pandas", "multiprocessing")')
+    proc = subprocess.run([sys.executable, "-c", probe, "verify", *crc, str(store_path(name))], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None), proc.stderr
+    assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
+
+
 def test_verify_of_compaction_topics_imports_no_pandas():
     """verify reads compaction topics into Arrow arrays (pyarrow imported on the way): pyarrow's first
     conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run once pyarrow is)."""
     probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "pandas")')
-    proc = subprocess.run([sys.executable, "-c", probe, "verify", str(store_path("dev-config-5x"))],
+    proc = subprocess.run([sys.executable, "-c", probe, "verify", str(store_path("dev-compaction-5x"))],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     result = json.loads(proc.stderr.strip().splitlines()[-1])
     assert result["code"] in (0, None), proc.stderr
     assert "pyarrow" in result["heavy"] and not [m for m in result["heavy"] if m.startswith("pandas")], result
+
+
+@pytest.mark.parametrize("given", [None, "3"])
+def test_the_cli_asks_numpy_for_one_blas_thread(given, monkeypatch):
+    """numpy's OpenBLAS starts a thread per core as numpy is imported, and rmqtool does no linear algebra: the
+    command line asks for one thread, unless the user set a number."""
+    from rmqtool.cli import main
+
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", given or "")       # (undone after the test either way)
+    if given is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert os.environ["OPENBLAS_NUM_THREADS"] == (given or "1")
 
 
 @pytest.mark.parametrize("args", [

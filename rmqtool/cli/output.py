@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import click
 
+from rmqtool.format.rows import csv_cell, dumps, json_default
+
 
 class Format(str, enum.Enum):
     TABLE = "table"
@@ -202,19 +204,6 @@ class CalendarTime(Timestamp):
 CALENDAR_TIME = CalendarTime()
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        import base64
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, enum.Enum):
-        return value.value
-    return str(value)
-
-
-def dumps(row: dict) -> str:
-    return json.dumps(row, ensure_ascii=False, default=_json_default, separators=(",", ":"))
-
-
 def write_rows(rows: Iterable[dict], fmt: Format, *, columns: list[str] | None = None,
                tablefmt: str = "simple", title: str | None = None, out=None, select: bool = True,
                optional: tuple[str, ...] = ()) -> int:
@@ -297,7 +286,7 @@ def _write_csv(rows: Iterable[dict], columns: list[str] | None, out, fmt: Format
         writerow(cols)
     n = 0
     for row in _chain(first, it):
-        writerow([_csv_cell(row.get(c)) for c in cols])
+        writerow([csv_cell(row.get(c)) for c in cols])
         n += 1
     return n
 
@@ -313,18 +302,6 @@ def _tsv_escape(text: str) -> str:
 def _chain(first: dict, rest: Iterator[dict]) -> Iterator[dict]:
     yield first
     yield from rest
-
-
-def _csv_cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return dumps(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return _json_default(value)
-    return value
 
 
 def _write_record_view(rows: Iterable[dict], columns: list[str] | None, out) -> int:
@@ -607,7 +584,7 @@ def write_record(row: dict, fmt: Format, out=None, tablefmt: str = "simple", sel
     if select and _chosen_fields():
         (row,), _ = _select([row], _chosen_fields())
     if fmt in (Format.JSONL, Format.JSON):
-        out.write((json.dumps(row, ensure_ascii=False, default=_json_default, indent=2)
+        out.write((json.dumps(row, ensure_ascii=False, default=json_default, indent=2)
                    if fmt is Format.JSON else dumps(row)) + "\n")
         return
     if fmt in (Format.CSV, Format.TSV):

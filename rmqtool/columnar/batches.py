@@ -228,9 +228,10 @@ def _scalar_rows(rows: list[dict], schema: pa.Schema) -> pa.RecordBatch:
             cols.append(pa.nulls(len(rows), f.type))
         elif pa.types.is_string(f.type):
             cols.append(strings(values))
-        else:
-            cols.append(arrow(np.array([0 if v is None else v for v in values], np.int64), pa.int64(),
-                              missing if missing.any() else None).cast(f.type))
+        else:                   # int32, int64 or timestamp[ms]: built in its width (a cast imports pyarrow.compute)
+            cols.append(arrow(np.array([0 if v is None else v for v in values],
+                                       np.int32 if f.type == pa.int32() else np.int64), f.type,
+                              missing if missing.any() else None))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

@@ -14,7 +14,6 @@ import functools
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmqtool import constants as C
 from rmqtool.columnar.facts import DISPATCH_PROPERTIES, delay_tags_code
@@ -209,6 +208,8 @@ _REPEATED: dict[str, pa.Array] = {}
 def _salvaged(topic: pa.Array, sys_flag: np.ndarray, n: int) -> pa.Array:
     """The type column where rollback-type records on C.SALVAGED_TOPIC (rmqtool repair's placeholders for
     damaged records) are ``salvaged_record``."""
+    import pyarrow.compute as pc
+
     rollback = pa.array((sys_flag >> 2) & 3 == C.TransactionType.ROLLBACK >> 2)
     hit = pc.and_(rollback, pc.equal(topic, strings([C.SALVAGED_TOPIC])[0])).fill_null(False)
     return pc.if_else(hit, strings(["salvaged_record"])[0], _repeated("message", n))
@@ -264,6 +265,8 @@ def _utf8(raw: pa.Array) -> pa.Array:
 def _hosts(data: np.ndarray, win: Window, which: str, v6: np.ndarray) -> pa.Array:
     """"ip:port" strings, formatted once per distinct (address, port): IPv4 hosts by the kernel's
     ``*_key`` (address and port as one int64), others by their bytes."""
+    import pyarrow.compute as pc
+
     if v6.any():
         pos = win[f"{which}_host_pos"]
         width = np.where(v6 != 0, C.IPV6_HOST_LEN, C.IPV4_HOST_LEN)

@@ -86,6 +86,11 @@ def spend(items: int) -> None:
         _PLAIN[0] = max(_PLAIN[0] - items, 0)
 
 
+def plain_path() -> bool:
+    """Whether this process still scans as plain Python (a small input: its first SMALL_RECORDS records)."""
+    return bool(_PLAIN[0])
+
+
 class _Lazy:
     """A compiled function (or an intrinsic without a plain form) before numba is loaded: ``plain`` runs it
     in the interpreter (None: none), ``build()`` makes numba's object on the first compiled call."""

@@ -14,6 +14,8 @@ Timestamps are epoch milliseconds; hosts are "ip:port" or "[ipv6]:port".
 from __future__ import annotations
 
 import base64
+import enum
+import json
 from typing import Any
 
 from rmqtool import constants as C
@@ -33,6 +35,32 @@ BCQ_UNIT_FIELDS = ["topic", "queue_id", "queue_offset", "batch_size", "physical_
                    "store_timestamp", "compacted_offset"]
 INDEX_HIT_FIELDS = ["topic", "key", "physical_offset", "store_timestamp", "index_file"]
 BODY_ENCODINGS = ("text", "hex", "base64", "none")
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value)
+
+
+def dumps(row: dict) -> str:
+    """A row as one line of JSON (jsonl, and each element of json): UTF-8 as it is, no spaces."""
+    return json.dumps(row, ensure_ascii=False, default=json_default, separators=(",", ":"))
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: None empty, booleans true / false, maps and lists as JSON, bytes in base64."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return dumps(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return json_default(value)
+    return value
 
 
 def real_queue_id(text: str | None) -> int | None:
@@ -78,6 +106,14 @@ def decode_body(text: str | None, encoding: str) -> bytes:
     return text.encode("utf-8")
 
 
+def row_type(entry: Entry) -> str:
+    """A row's type: "blank", "salvaged_record" (rmqtool repair's placeholder) or "message"."""
+    if isinstance(entry, Blank):
+        return "blank"
+    salvaged = entry.topic == C.SALVAGED_TOPIC and entry.transaction_type is C.TransactionType.ROLLBACK
+    return "salvaged_record" if salvaged else "message"
+
+
 def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base64",
               check_crc: bool = False, decompress: bool = False) -> dict[str, Any]:
     """One record as a row. ``physical_offset`` is where it was read; a MESSAGE's stored
@@ -98,9 +134,8 @@ def entry_row(entry: Entry, physical_offset: int, *, body_encoding: str = "base6
         tags_code = msg.tags_code()
     except ValueError:           # a malformed DELAY: the broker rejects such a record
         tags_code = None
-    salvaged = msg.topic == C.SALVAGED_TOPIC and msg.transaction_type is C.TransactionType.ROLLBACK
     row = {
-        "type": "salvaged_record" if salvaged else "message",      # rmqtool repair's placeholder
+        "type": row_type(msg),
         "physical_offset": physical_offset,
         "total_size": msg.total_size,
         "magic_code": f"0x{msg.effective_magic:08x}",

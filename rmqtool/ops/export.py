@@ -1,8 +1,11 @@
 """Export commit-log records to Parquet, JSON lines or CSV.
 
 ``export_local`` is the single-process engine: the columnar decoder streams record batches into
-pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). The output appears atomically (a temporary file renamed at the end); an existing file
-is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
+pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). A small
+commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
+of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
+the records. The output appears atomically (a temporary file renamed at the end); an existing file is
+replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
 fields and values of ``cat-commitlog``'s rows.
@@ -15,9 +18,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rmqtool.errors import FormatError, StoreError
+from rmqtool.format.rows import csv_cell, dumps
+
+if TYPE_CHECKING:
+    from rmqtool.format.commitlog import Entry
 
 FORMATS = ("parquet", "jsonl", "csv")
 ENGINES = ("local",)
@@ -76,8 +83,16 @@ def export_batch(batch, schema, store: str, commitlog_file):
     if isinstance(commitlog_file, str):
         commitlog_file = _repeated(commitlog_file, batch.num_rows)
     columns = batch.columns + [_repeated(store, batch.num_rows), commitlog_file]
-    return pa.RecordBatch.from_arrays([col if col.type == fld.type else col.cast(fld.type)
-                                       for col, fld in zip(columns, schema)], schema=schema)
+    return pa.RecordBatch.from_arrays([col if col.type == fld.type else
+                                       col.view(fld.type) if _same_timestamps(col.type, fld.type) else
+                                       col.cast(fld.type) for col, fld in zip(columns, schema)], schema=schema)
+
+
+def _same_timestamps(a, b) -> bool:
+    """Timestamps of one unit (a time zone only added): a view of the same values, where a cast would import
+    pyarrow.compute."""
+    import pyarrow as pa
+    return pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and a.unit == b.unit
 
 
 def file_schema(schema):
@@ -157,21 +172,39 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     readable is exported (a damaged record skips the rest of its file), and ``result.skipped`` and
     ``result.damaged`` say what was not.
     """
-    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, open_commitlog, record_schema
+    from rmqtool.ops import scan
     from rmqtool.ops.compaction import consumer_view_split
-    from rmqtool.ops.filters import keep_records
-    from rmqtool.ops.scan import BytesCounter, list_files, record_batches
     from rmqtool.store.readable import commitlog_view
+    from rmqtool.store.store import Store
 
     to = _output_file(to, fmt, overwrite)
     result = ExportResult(to, fmt)
     commitlogs = []
     for store in store_paths:                 # every store judged before a byte is written
-        cl, skipped = commitlog_view(open_commitlog(store), read_anyway)
+        cl, skipped = commitlog_view(Store.open(Path(store)).commitlog, read_anyway)
         commitlogs.append(cl)
         result.skipped += skipped
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
+    total = sum(f.length for cl in commitlogs for f in cl.queue.files)
+    if total <= scan.FEW_BYTES and \
+            (commitlog_records or not any(consumer_view_split([str(s)], where)[2] for s in store_paths)):
+        try:                            # the record-at-a-time decoder: no kernel (text: nor numpy and pyarrow)
+            counts = _few_parquet(store_paths, commitlogs, tmp, where, check_crc, include_blank) \
+                if fmt == "parquet" else _few_text(commitlogs, tmp, fmt, where, check_crc, body_encoding, include_blank)
+        except (FormatError, StoreError, OSError, ValueError, scan.Irregular):
+            pass                                 # the bulk path: its output, its warnings and exit status
+        else:
+            os.replace(tmp, to)
+            if progress:
+                progress(total)
+            result.records, result.messages, result.input_bytes = counts
+            result.seconds = time.perf_counter() - started
+            return result
+    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, record_schema
+    from rmqtool.ops.filters import keep_records
+    from rmqtool.ops.scan import BytesCounter, list_files, record_batches
+
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
     write_out = writer(fmt, tmp, schema, body_encoding)
     batch_schema = file_schema(schema) if fmt == "parquet" else schema
@@ -222,6 +255,88 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     return result
 
 
+def _few_entries(commitlogs: list, where, include_blank: bool, counts: list[int]) -> Iterator[tuple[int, Entry]]:
+    """The (physical offset, record) ``export_local`` writes of small commit logs, record by record (the
+    record-at-a-time decoder, as cat-commitlog's small path), with the bulk path's rules; ``counts`` gets its
+    [records, messages, input bytes]. Raises on damage and on a record the bulk path might count otherwise
+    (``scan.Irregular``)."""
+    from rmqtool.format.rows import row_type
+    from rmqtool.ops import scan
+
+    filtered = where is not None and not where.is_empty
+    for cl in commitlogs:
+        for loc in cl.iter_entries(include_blank=True):
+            entry, kind = loc.entry, row_type(loc.entry)
+            counts[2] += entry.total_size
+            if kind == "blank":
+                if filtered or not include_blank:
+                    continue
+            elif filtered:                      # on fields of the row (and the body decompressed, as the Arrow path)
+                if kind != "message" or not where.matches(entry, loc.offset):
+                    continue                    # (repair's placeholder: no message of any filter)
+            if kind != "blank":
+                count = scan.record_messages(entry.properties_raw, entry.properties)
+                counts[1] += count if kind == "message" else 0
+            counts[0] += 1
+            yield loc.offset, entry
+
+
+def _few_text(commitlogs: list, tmp: Path, fmt: str, where, check_crc: bool, body_encoding: str,
+              include_blank: bool) -> list[int]:
+    """``export_local``'s JSON lines or CSV of small commit logs from ``_few_entries``' records (rows.entry_row,
+    as cat-commitlog prints them): the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
+    ``tmp``."""
+    from rmqtool.format.rows import entry_row
+
+    counts = [0, 0, 0]
+    try:
+        with open(tmp, "wb") as out:
+            for offset, entry in _few_entries(commitlogs, where, include_blank, counts):
+                row = entry_row(entry, offset, body_encoding=body_encoding, check_crc=check_crc)
+                if fmt == "csv" and counts[0] == 1:
+                    out.write(_export_csv_line(row).encode())
+                out.write((dumps(row) + "\n" if fmt == "jsonl" else _export_csv_line(row.values())).encode())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return counts
+
+
+def _few_parquet(store_paths, commitlogs: list, tmp: Path, where, check_crc: bool, include_blank: bool) -> list[int]:
+    """``export_local``'s Parquet of small commit logs: ``_few_entries``' records of each store as one record
+    batch (``columnar.entries_batch``: the columnar decoder's values) into the bulk path's writer, without the
+    kernel's scan or pyarrow.compute: the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
+    ``tmp``."""
+    from rmqtool.columnar.batches import entries_batch
+    from rmqtool.ops.scan import list_files
+
+    counts = [0, 0, 0]
+    schema = export_schema(check_crc)
+    batch_schema = file_schema(schema)
+    write_out = writer("parquet", tmp, schema, "base64")
+    try:
+        for store, cl in zip(store_paths, commitlogs):
+            files = list_files([store])
+            entries = list(_few_entries([cl], where, include_blank, counts))
+            if entries:
+                batch = entries_batch(entries, check_crc)
+                write_out(export_batch(batch, batch_schema, files[0].store if files else str(store),
+                                       _file_column(batch, [f.start for f in files], [f.uri for f in files])))
+        write_out(None)
+    except BaseException:
+        write_out(None, abort=True)
+        tmp.unlink(missing_ok=True)
+        raise
+    return counts
+
+
+def _export_csv_line(cells) -> str:
+    """A line of export's CSV (pyarrow's CSV writer's): strings, maps and lists quoted, numbers and booleans
+    bare, None empty."""
+    return ",".join('"' + csv_cell(c).replace('"', '""') + '"' if isinstance(c, (str, dict, list)) else
+                    str(csv_cell(c)) for c in cells) + "\n"
+
+
 def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
                  trace_topic: str | None = None, read_anyway: bool = False, overwrite: bool = False,
                  progress: Callable[[int], None] | None = None) -> ExportResult:
@@ -232,7 +347,6 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     load, damage and a trace body that does not decode are refused (nothing written) unless ``read_anyway``:
     then ``result.skipped``, ``result.damaged`` and ``result.undecodable`` say what was left out."""
     import csv
-    import json
 
     from rmqtool.ops.scan import list_files, readable_files
     from rmqtool.ops.trace import TRACE_FIELDS, file_trace_rows, store_trace_topics, trace_schema
@@ -261,9 +375,9 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
 
         def write(rows: list[dict]) -> None:
             if fmt == "jsonl":
-                out.write("".join(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows))
+                out.write("".join(dumps(row) + "\n" for row in rows))
             else:               # as rmqtool trace -f csv: no value empty, booleans true / false
-                cells.writerows([[_csv_cell(row[name]) for name in names] for row in rows])
+                cells.writerows([[csv_cell(row[name]) for name in names] for row in rows])
     try:
         for f in files:
             for rows in file_trace_rows(f, topics[f.store], on_damage=result.damaged.append if read_anyway else None,
@@ -282,10 +396,6 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         raise
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _csv_cell(value):
-    return "" if value is None else ("true" if value else "false") if isinstance(value, bool) else value
 
 
 def message_total(batch) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 from rmqtool import constants as C
 from rmqtool.columnar.facts import (DISPATCH_PROPERTIES, QueueTable, WindowFacts, delay_tags_code, window_facts,
                                     window_topic)
-from rmqtool.columnar.kernel import MIN_RECORD, Window, load_compiled, scan_window, words
+from rmqtool.columnar.kernel import MIN_RECORD, Window, load_compiled, plain_path, scan_window, words
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
@@ -117,7 +117,9 @@ class FileFacts:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     key_offsets: np.ndarray | None = None   # record i's key hashes: key_hashes[key_offsets[i]:key_offsets[i+1]]
     key_hashes: np.ndarray | None = None
-    props: dict[str, pa.Array] = field(default_factory=dict)   # DISPATCH_PROPERTIES, null where absent
+    # DISPATCH_PROPERTIES, null where absent: Arrow string arrays, or lists of str | None where the file was
+    # scanned as plain Python (a few records: no pyarrow to import); read them with present, value_at, int_values
+    props: dict[str, pa.Array | list] = field(default_factory=dict)
     stop: str = "zero"           # "blank", "zero" (end of data), "invalid", "file_end"
     stop_offset: int = 0         # physical offset where the walk stopped (a BLANK's own offset)
     findings: list[Finding] = field(default_factory=list)
@@ -148,10 +150,13 @@ class FileFacts:
             counts = np.diff(self.key_offsets)
             out.key_hashes = self.key_hashes[np.repeat(keep, counts)]
             out.key_offsets = np.concatenate([[0], np.cumsum(counts[keep])]).astype(np.int64)
-        import pyarrow as pa
+        out.props = {k: [v for v, kept in zip(values, keep.tolist()) if kept] for k, values in self.props.items()
+                     if isinstance(values, list)}
+        if len(out.props) < len(self.props):
+            import pyarrow as pa
 
-        mask = pa.Array.from_buffers(pa.bool_(), len(keep), [None, pa.py_buffer(np.packbits(keep, bitorder="little"))])
-        out.props = {k: v.filter(mask) for k, v in self.props.items()}
+            mask = pa.Array.from_buffers(pa.bool_(), len(keep), [None, pa.py_buffer(np.packbits(keep, bitorder="little"))])
+            out.props.update({k: v.filter(mask) for k, v in self.props.items() if k not in out.props})
         return out
 
     def gets_cq_unit(self) -> np.ndarray:
@@ -219,9 +224,15 @@ class _Collector:
             keys = counts, wf.key_hashes[:int(counts.sum())]
         props = None                # most windows have none of them: nothing is built (finish fills in nulls)
         if self.props and any(win.prop(k)[0][:ok].max(initial=-1) >= 0 for k in DISPATCH_PROPERTIES):
-            from rmqtool.columnar.props import property_values
+            if plain_path():        # a few records, scanned as plain Python: their values as Python strings
+                props = {k: [bytes(data[a:b]).decode() if a >= 0 else None
+                             for a, b in zip(*(ends[:ok].tolist() for ends in win.prop(k)))]
+                         for k in DISPATCH_PROPERTIES}
+            else:
+                from rmqtool.columnar.props import property_values
 
-            props = {k: v.slice(0, ok) for k, v in property_values(data, win, {k: k for k in DISPATCH_PROPERTIES}).items()}
+                props = {k: v.slice(0, ok)
+                         for k, v in property_values(data, win, {k: k for k in DISPATCH_PROPERTIES}).items()}
         self._keep(cols, keys, props)
         return ok
 
@@ -255,28 +266,58 @@ class _Collector:
             facts.props = {k: self._property(k) for k in DISPATCH_PROPERTIES}
         return facts
 
-    def _property(self, name: str) -> pa.Array:
-        """A property's values for every record kept: the parts kept, nulls before, between and after them."""
+    def _property(self, name: str) -> pa.Array | list:
+        """A property's values for every record kept: the parts kept, nulls before, between and after them; a
+        list while the process scans as plain Python (the file's few records), else an Arrow array."""
+        if plain_path() and all(isinstance(part[name], list) for _, part in self.prop_parts):
+            out: list = [None] * self.n
+            for row, part in self.prop_parts:
+                out[row:row + len(part[name])] = part[name]
+            return out
         import pyarrow as pa
+
+        from rmqtool.columnar.props import strings
 
         pieces, at = [], 0
         for row, part in self.prop_parts:
-            pieces += [pa.nulls(row - at, pa.string()), part[name]]
-            at = row + len(part[name])
+            values = part[name]
+            pieces += [pa.nulls(row - at, pa.string()), strings(values) if isinstance(values, list) else values]
+            at = row + len(values)
         pieces.append(pa.nulls(self.n - at, pa.string()))
         return pa.concat_arrays(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def present(values: pa.Array) -> np.ndarray:
+def present(values: pa.Array | list) -> np.ndarray:
     """Whether each value is set (not null), from the validity bitmap: a boolean array's ``to_numpy``
     would make pyarrow import pandas, ~0.2 CPU-s in a process that needs it for nothing else."""
     n = len(values)
+    if isinstance(values, list):
+        return np.fromiter((v is not None for v in values), bool, n)
     if not values.null_count:
         return np.ones(n, bool)
     if values.null_count == n:
         return np.zeros(n, bool)
     bits = np.unpackbits(np.frombuffer(values.buffers()[0], np.uint8), bitorder="little")
     return bits[values.offset:values.offset + n].astype(bool)
+
+
+def value_at(values: pa.Array | list, row: int) -> str | None:
+    """A dispatch property's value in record ``row`` (FileFacts.props)."""
+    return values[row] if isinstance(values, list) else values[row].as_py()
+
+
+def int_values(values: pa.Array | list, rows: np.ndarray) -> np.ndarray:
+    """A dispatch property's values in records ``rows`` (set in each) as int64, as Arrow's cast reads them
+    (ArrowInvalid, a ValueError, where one is no integer); a list of plain decimal numbers is read without
+    Arrow."""
+    if isinstance(values, list):
+        picked = [values[r] for r in rows.tolist()]
+        if all(v.isascii() and v.isdigit() and len(v) <= 18 for v in picked):
+            return np.array([int(v) for v in picked], np.int64)
+        from rmqtool.columnar.props import strings
+        values = strings(values)
+    import pyarrow as pa
+    return values.take(pa.array(rows)).cast(pa.int64()).to_numpy()
 
 
 @functools.cache

@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from rmqtool import constants as C
 from rmqtool.columnar.joins import queue_rows, unbroken
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.dispatch_plan import DispatchPlan, dispatched_facts, keeps_walk, valid_facts
-from rmqtool.ops.facts import FileFacts, Progress, QueueNames, present
+from rmqtool.ops.facts import FileFacts, Progress, QueueNames, int_values, present, value_at
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.bounds import PlanSize, file_data
@@ -396,8 +395,8 @@ def _with_multi_dispatch(facts: FileFacts, names: QueueNames,
     extra = []
     for r in rows[present(targets)[rows]].tolist():
         topic, qid = names.names[int(cols["queue"][r])]
-        props = {C.PROPERTY_INNER_MULTI_DISPATCH: targets[r].as_py(),
-                 C.PROPERTY_INNER_MULTI_QUEUE_OFFSET: asked[r].as_py() or ""}
+        props = {C.PROPERTY_INNER_MULTI_DISPATCH: value_at(targets, r),
+                 C.PROPERTY_INNER_MULTI_QUEUE_OFFSET: value_at(asked, r) or ""}
         for name, text in multi_dispatch_targets(topic, props):
             if "/" in name:
                 continue
@@ -420,11 +419,10 @@ def batch_units(facts: FileFacts, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     num, inner = facts.props[C.PROPERTY_INNER_NUM], facts.props[C.PROPERTY_INNER_BASE]
     both = (present(num) & present(inner))[rows]
     if both.any():
-        picked = pa.array(rows[both])
         try:
-            base[both] = inner.take(picked).cast(pa.int64()).to_numpy()
-            size[both] = num.take(picked).cast(pa.int64()).to_numpy()
-        except pa.ArrowInvalid as exc:
+            base[both] = int_values(inner, rows[both])
+            size[both] = int_values(num, rows[both])
+        except ValueError as exc:                       # pyarrow's ArrowInvalid
             raise FormatError(f"bad INNER_BASE/INNER_NUM: {exc}", path=str(facts.file.path)) from None
     return cols["queue"][rows], rows, base << 16 | size
 

@@ -441,6 +441,36 @@ def cut_commitlog(path: str, size: int):
     return cl
 
 
+class Irregular(Exception):
+    """A record a small-store path (record by record) would not read exactly as the Arrow path: the Arrow path
+    is taken instead."""
+
+
+def odd_property(raw: bytes, key: str, props: dict[str, str]) -> bool:
+    """Might the Arrow path read property ``key`` otherwise than ``props`` (the record-at-a-time parse) has it:
+    named more than once, dropped by the parse, or a value holding a name-value separator?"""
+    from rmqtool.format.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+
+    item = (key + NAME_VALUE_SEPARATOR).encode()
+    named = raw.count(PROPERTY_SEPARATOR.encode() + item) + raw.startswith(item)
+    return named > 1 or (named == 1) != (key in props) or NAME_VALUE_SEPARATOR in props.get(key, "")
+
+
+def record_messages(raw: bytes, props: dict[str, str]) -> int:
+    """The messages of a MESSAGE record with PROPERTIES ``raw`` (parsed: ``props``) as
+    ``facts.message_counts`` counts them: INNER_NUM of an inner batch, else 1. Irregular where the Arrow count
+    might differ (an odd INNER_NUM or INNER_BASE, a non-ASCII digit, beyond int64)."""
+    inner = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE)
+    if any(odd_property(raw, k, props) for k in inner):
+        raise Irregular
+    num, base = (props.get(k) for k in inner)
+    if num is None or base is None:
+        return 1
+    if not num.isascii() or (num.isdigit() and (len(num) > 19 or int(num) >= 1 << 63)):
+        raise Irregular                                   # beyond int64 (Arrow's cast), or a non-ASCII digit
+    return int(num) if num.isdigit() else 1
+
+
 def consumer_view(f: StoreFile):
     """The compaction-log offsets (an Arrow array) of the records a consumer of the queue reads from one
     compaction-log file (CompactionStore.getMessage): those its sparse-queue file names. A BLANK, the zeros

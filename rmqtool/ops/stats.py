@@ -196,20 +196,6 @@ def _finish(rows: list[dict], keys: list[str]) -> list[dict]:
     return [{k: r[k] for k in keys + STATS_FIELDS} for r in rows]
 
 
-class _Irregular(Exception):
-    """A record the small-store path does not total exactly as the Arrow path: that path is taken instead."""
-
-
-def _odd_property(raw: bytes, key: str, props: dict[str, str]) -> bool:
-    """Might the Arrow path read property ``key`` otherwise than ``props`` (the record-at-a-time parse) has it:
-    named more than once, dropped by the parse, or a value holding a name-value separator?"""
-    from rmqtool.format.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
-
-    item = (key + NAME_VALUE_SEPARATOR).encode()
-    named = raw.count(PROPERTY_SEPARATOR.encode() + item) + raw.startswith(item)
-    return named > 1 or (named == 1) != (key in props) or NAME_VALUE_SEPARATOR in props.get(key, "")
-
-
 def _few_stats(files: list[scan.StoreFile], by: str | None, progress: Callable[[int], None] | None) -> list[dict]:
     """``stats_local`` of a small store without a filter, record by record (the record-at-a-time decoder: no
     numpy, pyarrow or kernel to import), with the Arrow path's rules. Raises on damage and on a record whose
@@ -218,26 +204,21 @@ def _few_stats(files: list[scan.StoreFile], by: str | None, progress: Callable[[
 
     keys = GROUPINGS[by] if by else []
     prefixes = (C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX)
-    inner, named, retry = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE), (C.PROPERTY_TAGS,), (C.PROPERTY_RETRY_TOPIC,)
+    named, retry = (C.PROPERTY_TAGS,), (C.PROPERTY_RETRY_TOPIC,)
     totals: dict[tuple, dict] = {}
     for f in files:
         for msg in scan.cut_commitlog(f.uri, f.size).iter_messages():
             topic, props, ts = msg.topic, msg.properties, msg.store_timestamp
             if msg.topic_raw is not None or not 0 <= ts < 253402300800000:     # not UTF-8, year > 9999
-                raise _Irregular
-            used = [*inner, *(named if "tags" in keys else ()),
+                raise scan.Irregular
+            used = [*(named if "tags" in keys else ()),
                     *(retry if keys == ["topic"] and topic.startswith(prefixes) else ())]
-            if any(_odd_property(msg.properties_raw, k, props) for k in used):
-                raise _Irregular
+            if any(scan.odd_property(msg.properties_raw, k, props) for k in used):
+                raise scan.Irregular
+            messages = scan.record_messages(msg.properties_raw, props)
             tx = msg.sys_flag & C.TRANSACTION_MASK
             if topic == C.SALVAGED_TOPIC and tx == C.TransactionType.ROLLBACK:
                 continue                                   # repair's placeholder: not a message
-            num, base = props.get(C.PROPERTY_INNER_NUM), props.get(C.PROPERTY_INNER_BASE)
-            messages = 1
-            if num is not None and base is not None:
-                if not num.isascii() or (num.isdigit() and (len(num) > 19 or int(num) >= 1 << 63)):
-                    raise _Irregular                       # beyond int64 (Arrow's cast), or a non-ASCII digit
-                messages = int(num) if num.isdigit() else 1
             key = []
             for k in keys:
                 if k == "topic":
@@ -289,7 +270,7 @@ def stats_local(files: list[scan.StoreFile], by: str | None,
             (where is None or where.is_empty) and all(f.kind == "commitlog" and "://" not in f.uri for f in files):
         try:                               # one process, no --jobs asked for: the record-at-a-time totals
             return _few_stats(files, by, progress)
-        except (FormatError, StoreError, OSError, _Irregular):
+        except (FormatError, StoreError, OSError, scan.Irregular):
             pass                           # the Arrow path: its output, its warnings and exit status
     jobs = default_jobs(total, len(files)) if jobs is None else jobs
     if jobs > 1 and len(files) > 1:
