@@ -307,8 +307,11 @@ def _queue_findings(f: QueueFacts, checkpoint: int | None, position_known: bool)
     kept = log.column("queue_offset").to_numpy()
     cut = checkpoint if checkpoint is not None else -1
     upto = keyed_qo <= cut
-    newest = pa.table({"k": keys.filter(pa.array(upto)), "qo": keyed_qo[upto]}).group_by("k").aggregate([("qo", "max")])
-    want_qo = np.union1d(newest.column("qo_max").to_numpy(), keyed_qo[~upto])
+    # the newest queue offset of each key up to the checkpoint (numpy, not Arrow's group_by: its threads)
+    groups = keys.filter(pa.array(upto)).dictionary_encode(null_encoding="encode")
+    newest = np.full(len(groups.dictionary), -1, np.int64)
+    np.maximum.at(newest, groups.indices.to_numpy(), keyed_qo[upto])
+    want_qo = np.union1d(newest, keyed_qo[~upto])
     lowest = keyed_qo[0] if len(keyed_qo) else 0    # records below the commit log's first are gone with it
     lost = np.setdiff1d(want_qo, kept)
     lost = lost[(lost >= lowest) & (lost >= q.min_offset)]
