@@ -99,18 +99,19 @@ def _read(path, dtype: np.dtype | str, count: int, offset: int) -> np.ndarray:
 
 def plan_queues(store: Store, min_offset: int, jobs: int = 1) -> list[QueuePlan]:
     """Every classic consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it), the
-    queues split over ``jobs`` processes (the plans are small; the walk reads every unit).
+    topics' directories listed and walked in ``jobs`` processes, a few groups of topics each (the plans are
+    small; the walk opens and reads every queue file), in the store's order of topics and queues.
     LMQ queues (``%LMQ%``) are checked against the dispatch instead (``feature_queue_findings``)."""
-    cqs = [cq for cq in store.consume_queues() if not cq.topic.startswith(C.LMQ_PREFIX)]
-    parts = max(1, min(jobs, len(cqs)))
-    cuts = [len(cqs) * i // parts for i in range(parts + 1)]
-    plan = partial(_plan_range, cqs=cqs, store=store, min_offset=min_offset)
-    return [p for part in process_map(plan, list(zip(cuts, cuts[1:])), parts) for p in part]
+    topics = [t for t in store.topics() if not t.startswith(C.LMQ_PREFIX)]
+    parts = max(1, min(4 * jobs if jobs > 1 else 1, len(topics)))
+    groups = [topics[len(topics) * i // parts:len(topics) * (i + 1) // parts] for i in range(parts)]
+    plan = partial(_plan_topics, store=store, min_offset=min_offset)
+    return [p for part in process_map(plan, groups, jobs) for p in part]
 
 
-def _plan_range(item: tuple[int, int], progress, cqs: list, store: Store, min_offset: int) -> list[QueuePlan]:
+def _plan_topics(topics: list[str], progress, store: Store, min_offset: int) -> list[QueuePlan]:
     plans = []
-    for cq in cqs[item[0]:item[1]]:
+    for cq in (cq for t in topics for cq in store.consume_queues(t)):
         plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
         for sub in sorted(p for p in plan.directory.iterdir() if p.is_dir() and p.name.isdigit()) \
                 if plan.directory.is_dir() else ():
