@@ -359,7 +359,8 @@ class OpenQueueFiles(dict):
         super().__init__()
         try:
             import resource
-            self.limit = min(resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2, 8192)
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            self.limit = 8192 if soft == resource.RLIM_INFINITY else min(soft // 2, 8192)
         except (ImportError, ValueError, OSError):
             self.limit = 0
 
