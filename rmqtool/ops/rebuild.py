@@ -32,8 +32,8 @@ from rmqtool.store.broker_model import possible_queue_offset
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
-from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, OpenQueueFiles, safe_topic_dir,
-                                        write_run)
+from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, OpenQueueFiles,
+                                        safe_topic_dir, write_run)
 from rmqtool.store.readable import unread_records_before
 from rmqtool.store.store import Store
 

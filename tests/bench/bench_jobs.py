@@ -1,6 +1,7 @@
 """What worker processes gain: each whole-store command with ``--jobs 2`` against ``--jobs 1`` (not a pytest test).
 
-    python tests/bench/bench_jobs.py [--store DIR] [--gib 1] [--file-mb 256] [--repeat 3] [--out DIR] [--only verify ...]
+    python tests/bench/bench_jobs.py [--store DIR] [--gib 1] [--file-mb 256] [--repeat 3] [--out DIR]
+                                     [--only verify ...]
 
 Each command runs as a user runs it (``python -m rmqtool``, its modules compiled to bytecode once, as an installed
 tool's are, the compiled scan cached, output to /dev/null or to --out), ``--jobs 1`` and ``--jobs 2`` runs
