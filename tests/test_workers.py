@@ -237,6 +237,36 @@ def test_rebuild_cq_workers_write_their_queue_runs(generated, tmp_path, monkeypa
     assert _tree(root / "consumequeue" / "Topic-01") == _tree(tmp_path / "one" / "Topic-01")
 
 
+def test_a_rebuild_cq_worker_keeps_its_queue_files_open(tmp_path):
+    """A worker writes each file's run of a queue through the descriptor it kept from the last file's run
+    (OpenQueueFiles): the bytes are those of a run written with its own opens, across two consume-queue
+    files; past the table's limit a file is opened and closed for each run."""
+    import numpy as np
+
+    from rmqtool.store.queue_writer import UNIT_DTYPE, OpenQueueFiles, write_run
+
+    units = np.zeros(6, UNIT_DTYPE)
+    units["phy"], units["size"], units["tags"] = np.arange(6) * 100, 100, 7
+    kept, size = OpenQueueFiles(), 4 * 20                      # 4 units a consume-queue file
+    assert kept.limit > 2
+    held, apart = tmp_path / "held" / "T" / "0", tmp_path / "apart" / "T" / "0"
+    try:
+        write_run(held, size, 0, units[:3], kept)                  # one commit-log file's run
+        write_run(held, size, 3, units[3:], kept)                  # the next one's, into both files
+        assert sorted(kept) == [str(held / f"{0:020d}"), str(held / f"{80:020d}")]
+        write_run(apart, size, 0, units[:3])
+        write_run(apart, size, 3, units[3:])
+        assert (held / f"{0:020d}").read_bytes() == units[:4].tobytes()
+        assert (held / f"{80:020d}").read_bytes() == units[4:].tobytes() + bytes(40)
+        assert _tree(held) == _tree(apart)
+        kept.limit = 2
+        write_run(tmp_path / "more", size, 0, units[:1], kept)
+        assert len(kept) == 2 and (tmp_path / "more" / f"{0:020d}").read_bytes()[:20] == units[:1].tobytes()
+    finally:
+        for fd in kept.values():
+            os.close(fd)
+
+
 def test_rebuild_cq_run_a_worker_misplaced_is_rebuilt_by_one_process(generated, tmp_path, monkeypatch):
     """A record repeating an older queue offset of its queue, alone in a later file: its worker writes it
     at that offset, where one process drops it as a repeat; the rebuild starts again with the queues

@@ -31,7 +31,8 @@ from rmqtool.store.broker_model import possible_queue_offset
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
-from rmqtool.store.queue_writer import UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, safe_topic_dir, write_run
+from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, OpenQueueFiles,
+                                        safe_topic_dir, write_run)
 from rmqtool.store.readable import unread_records_before
 from rmqtool.store.store import Store
 
@@ -374,12 +375,15 @@ def place_runs(facts: FileFacts, names: QueueNames, *, directory, file_size: int
                 # an LMQ unit goes where its queue stands, gap or not; an impossible offset where the caller says
                 keep[rec[lo:hi]] = True
                 continue
-            write_run(directory(t, qid, False), file_size, int(offset[lo]), units[lo:hi])
+            write_run(directory(t, qid, False), file_size, int(offset[lo]), units[lo:hi], _KEPT)
             placed.append((code, int(offset[lo]), hi - lo, int(phy[lo]), int(phy[lo]) + int(size[lo]),
                            int(phy[hi - 1]) + int(size[hi - 1])))
     out = facts.select(keep)
     out.placed = np.array(placed, np.int64).reshape(-1, 6)
     return out
+
+
+_KEPT = OpenQueueFiles()         # a worker's queue files, open from one file's runs to the next (place_runs)
 
 
 def _with_multi_dispatch(facts: FileFacts, names: QueueNames,

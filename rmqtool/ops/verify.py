@@ -2,7 +2,7 @@
 
 Three steps, none holding state per record of the whole store:
 
-1. Consume queues and index files alone (``plan_queues``, ``plan_index``): unit and entry sequences,
+1. Consume queues and index files alone (``plan_store``): unit and entry sequences,
    file sizes, headers, chains. Each file's checkable units/entries become a ``Segment``: an index
    range whose physical offsets are known to rise, so any commit-log window can find its part by
    bisection.
@@ -97,20 +97,31 @@ def _read(path, dtype: np.dtype | str, count: int, offset: int) -> np.ndarray:
     return np.frombuffer(data, dtype, len(data) // width)
 
 
-def plan_queues(store: Store, min_offset: int, jobs: int = 1) -> list[QueuePlan]:
-    """Every classic consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it), the
-    queues split over ``jobs`` processes (the plans are small; the walk reads every unit).
-    LMQ queues (``%LMQ%``) are checked against the dispatch instead (``feature_queue_findings``)."""
-    cqs = [cq for cq in store.consume_queues() if not cq.topic.startswith(C.LMQ_PREFIX)]
-    parts = max(1, min(jobs, len(cqs)))
-    cuts = [len(cqs) * i // parts for i in range(parts + 1)]
-    plan = partial(_plan_range, cqs=cqs, store=store, min_offset=min_offset)
-    return [p for part in process_map(plan, list(zip(cuts, cuts[1:])), parts) for p in part]
+def plan_store(store: Store, min_offset: int, jobs: int = 1) -> tuple[list[QueuePlan], list[IndexPlan], list[Finding]]:
+    """Step 1 in ``jobs`` processes: each index file checked alone (``plan_index_file``), and every classic
+    consume queue's unit sequence checked alone (ConsumeQueue.recover's view of it), the topics' directories
+    listed and walked a few groups of topics a process (the plans are small; the walks read every entry and
+    unit); index files are handed out first (the largest items). The queues' plans, the index files' plans,
+    in the store's order, and the index directory's findings. LMQ queues (``%LMQ%``) are checked against the
+    dispatch instead (``feature_queue_findings``)."""
+    try:
+        refs, index_findings = store.index_files(), []
+    except FormatError as exc:
+        refs, index_findings = [], [Finding(ERROR, "index_file_size", exc.path, None, exc.message)]
+    topics = [t for t in store.topics() if not t.startswith(C.LMQ_PREFIX)]
+    parts = max(1, min(4 * jobs if jobs > 1 else 1, len(topics)))
+    groups = [topics[len(topics) * i // parts:len(topics) * (i + 1) // parts] for i in range(parts)]
+    plans = process_map(partial(_plan_item, store=store, min_offset=min_offset), refs + groups, jobs)
+    return [p for part in plans[len(refs):] for p in part], plans[:len(refs)], index_findings
 
 
-def _plan_range(item: tuple[int, int], progress, cqs: list, store: Store, min_offset: int) -> list[QueuePlan]:
+def _plan_item(item, progress, store: Store, min_offset: int):
+    return _plan_topics(item, store, min_offset) if isinstance(item, list) else plan_index_file(item, min_offset)
+
+
+def _plan_topics(topics: list[str], store: Store, min_offset: int) -> list[QueuePlan]:
     plans = []
-    for cq in cqs[item[0]:item[1]]:
+    for cq in (cq for t in topics for cq in store.consume_queues(t)):
         plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
         for sub in sorted(p for p in plan.directory.iterdir() if p.is_dir() and p.name.isdigit()) \
                 if plan.directory.is_dir() else ():
@@ -214,66 +225,59 @@ class _QueueWalk:
                                               "unit after the end of the queue (recovery ignores it)"))
 
 
-def plan_index(store: Store, min_offset: int) -> tuple[list[IndexPlan], list[Finding]]:
-    """Index files checked alone: capacity, stale entries, header offsets and slot count, chains."""
-    try:
-        refs = store.index_files()
-    except FormatError as exc:
-        return [], [Finding(ERROR, "index_file_size", exc.path, None, exc.message)]
-    plans = []
-    for ref in refs:
-        plan = IndexPlan(ref)
-        plans.append(plan)
-        g, h, path = ref.geometry, ref.header, str(ref.path)
-        count = max(h.index_count, 1)
-        if count > g.index_num:
-            plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 36, "indexCount beyond capacity",
-                                         g.index_num, h.index_count))
+def plan_index_file(ref: IndexFileRef, min_offset: int) -> IndexPlan:
+    """An index file checked alone: capacity, stale entries, header offsets and slot count, chains."""
+    plan = IndexPlan(ref)
+    g, h, path = ref.geometry, ref.header, str(ref.path)
+    count = max(h.index_count, 1)
+    if count > g.index_num:
+        plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 36, "indexCount beyond capacity",
+                                     g.index_num, h.index_count))
+        return plan
+    if first_nonzero(ref.path, g.entry_pos(count), g.file_size) is not None:
+        plan.findings.append(Finding(ERROR, "index_stale_entries", path, g.entry_pos(count),
+                                     f"non-zero bytes after entry {count - 1} (indexCount {h.index_count})"))
+    slots = _read(ref.path, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
+    for i in np.flatnonzero((slots < 0) | (slots >= count)).tolist():
+        plan.findings.append(Finding(ERROR, "index_bad_slot", path, C.INDEX_HEADER_SIZE + 4 * i,
+                                     f"hash slot {i} holds {int(slots[i])}, not one of the {count - 1} "
+                                     "written entries", f"0..{count - 1}", int(slots[i])))
+    used = int(np.count_nonzero(slots))
+    n = count - 1
+    if n:
+        first, last = (int(_read(ref.path, ">i8", 1, g.entry_pos(i) + 4)[0]) for i in (1, count - 1))
+        for name, exp, act in (("begin_phy_offset", first, h.begin_phy_offset),
+                               ("end_phy_offset", last, h.end_phy_offset)):
+            if exp != act:
+                plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 0,
+                                             f"header {name} disagrees with the entries", exp, act))
+        if h.hash_slot_count not in (used, n):
+            plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 32,
+                                         "hashSlotCount disagrees with the slots", used, h.hash_slot_count))
+    seg = None
+    prev_phy = -1
+    for lo in range(1, count, CHUNK):
+        hi = min(lo + CHUNK, count)
+        e = _read(ref.path, ENTRY_DTYPE, hi - lo, g.entry_pos(lo))
+        prev, phy = e["prev"].astype(np.int64), e["phy"].astype(np.int64)
+        numbers = np.arange(lo, hi)
+        for i in np.flatnonzero(~((prev >= 0) & (prev < numbers))).tolist():
+            plan.findings.append(Finding(ERROR, "index_bad_chain", path, g.entry_pos(lo + i),
+                                         f"entry {lo + i}: previous entry {int(prev[i])} is not older"))
+        ok = np.flatnonzero(phy >= min_offset)
+        if not len(ok):
             continue
-        if first_nonzero(ref.path, g.entry_pos(count), g.file_size) is not None:
-            plan.findings.append(Finding(ERROR, "index_stale_entries", path, g.entry_pos(count),
-                                         f"non-zero bytes after entry {count - 1} (indexCount {h.index_count})"))
-        slots = _read(ref.path, ">i4", g.hash_slot_num, C.INDEX_HEADER_SIZE)
-        for i in np.flatnonzero((slots < 0) | (slots >= count)).tolist():
-            plan.findings.append(Finding(ERROR, "index_bad_slot", path, C.INDEX_HEADER_SIZE + 4 * i,
-                                         f"hash slot {i} holds {int(slots[i])}, not one of the {count - 1} "
-                                         "written entries", f"0..{count - 1}", int(slots[i])))
-        used = int(np.count_nonzero(slots))
-        n = count - 1
-        if n:
-            first, last = (int(_read(ref.path, ">i8", 1, g.entry_pos(i) + 4)[0]) for i in (1, count - 1))
-            for name, exp, act in (("begin_phy_offset", first, h.begin_phy_offset),
-                                   ("end_phy_offset", last, h.end_phy_offset)):
-                if exp != act:
-                    plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 0,
-                                                 f"header {name} disagrees with the entries", exp, act))
-            if h.hash_slot_count not in (used, n):
-                plan.findings.append(Finding(ERROR, "index_header_mismatch", path, 32,
-                                             "hashSlotCount disagrees with the slots", used, h.hash_slot_count))
-        seg = None
-        prev_phy = -1
-        for lo in range(1, count, CHUNK):
-            hi = min(lo + CHUNK, count)
-            e = _read(ref.path, ENTRY_DTYPE, hi - lo, g.entry_pos(lo))
-            prev, phy = e["prev"].astype(np.int64), e["phy"].astype(np.int64)
-            numbers = np.arange(lo, hi)
-            for i in np.flatnonzero(~((prev >= 0) & (prev < numbers))).tolist():
-                plan.findings.append(Finding(ERROR, "index_bad_chain", path, g.entry_pos(lo + i),
-                                             f"entry {lo + i}: previous entry {int(prev[i])} is not older"))
-            ok = np.flatnonzero(phy >= min_offset)
-            if not len(ok):
-                continue
-            p = phy[ok]
-            clean = bool((np.diff(p) >= 0).all()) and p[0] >= prev_phy and len(ok) == int(ok[-1]) - int(ok[0]) + 1
-            prev_phy = int(p[-1])
-            if seg is None:
-                seg = Segment(ref.path, lo + int(ok[0]), lo + int(ok[-1]) + 1, int(p.min()), int(p.max()), clean)
-            else:
-                seg.ordered = seg.ordered and clean and seg.hi == lo + int(ok[0])
-                seg.hi, seg.first_phy, seg.last_phy = lo + int(ok[-1]) + 1, min(seg.first_phy, int(p.min())), \
-                    max(seg.last_phy, int(p.max()))
-        plan.segment = seg
-    return plans, []
+        p = phy[ok]
+        clean = bool((np.diff(p) >= 0).all()) and p[0] >= prev_phy and len(ok) == int(ok[-1]) - int(ok[0]) + 1
+        prev_phy = int(p[-1])
+        if seg is None:
+            seg = Segment(ref.path, lo + int(ok[0]), lo + int(ok[-1]) + 1, int(p.min()), int(p.max()), clean)
+        else:
+            seg.ordered = seg.ordered and clean and seg.hi == lo + int(ok[0])
+            seg.hi, seg.first_phy, seg.last_phy = lo + int(ok[-1]) + 1, min(seg.first_phy, int(p.min())), \
+                max(seg.last_phy, int(p.max()))
+    plan.segment = seg
+    return plan
 
 
 # -- step 2: one commit-log file -------------------------------------------------------------------
@@ -622,8 +626,7 @@ def _findings(store: Store, whole: FileQueue, skipped, deep: bool, progress: Pro
     files = list(queue)
     if jobs is None:
         jobs = default_jobs(sum(f.length for f in files), len(files))
-    queues = plan_queues(store, min_offset, 1 if run_files is not None else jobs)
-    index, index_findings = plan_index(store, min_offset)
+    queues, index, index_findings = plan_store(store, min_offset, 1 if run_files is not None else jobs)
     items = [(f, files[i + 1].start if i + 1 < len(files) else _NO_END) for i, f in enumerate(files)] \
         or [(QueueFile(store.path(L.COMMITLOG), 0, 0), _NO_END)]    # no commit log: every unit points past its end
     ledger = bool(store.commitlog.entry_header_size)

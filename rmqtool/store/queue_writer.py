@@ -348,16 +348,38 @@ def _open_sized(directory: Path, start: int, file_size: int) -> int:
     return fd
 
 
-def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndarray) -> None:
+class OpenQueueFiles(dict):
+    """Queue files kept open by a worker process of a rebuild (path -> descriptor) from one commit-log
+    file's runs to the next: each file's run of a queue goes into the same queue file, and an open costs
+    more than the write (~2,000 queues a commit-log file). Up to ``limit`` are kept (half the process's
+    descriptor limit, at most 8,192); the others are opened for each run. The process's end closes them
+    (a rebuild's workers end with its walk)."""
+
+    def __init__(self):
+        super().__init__()
+        try:
+            import resource
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            self.limit = 8192 if soft == resource.RLIM_INFINITY else min(soft // 2, 8192)
+        except (ImportError, ValueError, OSError):
+            self.limit = 0
+
+
+def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndarray,
+              kept: OpenQueueFiles | None = None) -> None:
     """Encoded consume-queue units (UNIT_DTYPE) written at their place, queue offset × 20 on, into the
-    queue's files under ``directory``: a worker process's share of a rebuild (``CqFileWriter.placed``)."""
+    queue's files under ``directory``: a worker process's share of a rebuild (``CqFileWriter.placed``);
+    ``kept``: its queue files held open."""
     data, at = memoryview(units).cast("B"), queue_offset * C.CQ_STORE_UNIT_SIZE
     while data:
         start = at - at % file_size
-        try:                             # made by an earlier run (of this process or another): one call
-            fd = os.open(os.path.join(directory, C.offset_to_file_name(start)), os.O_WRONLY)
-        except FileNotFoundError:
-            fd = _open_sized(directory, start, file_size)
+        path = os.path.join(directory, C.offset_to_file_name(start))
+        fd = kept.get(path) if kept is not None else None
+        if fd is None:
+            try:                             # made by an earlier run (of this process or another): one call
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = _open_sized(directory, start, file_size)
         try:
             chunk = data[:start + file_size - at]
             data = data[len(chunk):]
@@ -365,7 +387,10 @@ def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndar
                 n = os.pwrite(fd, chunk, at - start)
                 chunk, at = chunk[n:], at + n
         finally:
-            os.close(fd)
+            if kept is not None and (path in kept or len(kept) < kept.limit):
+                kept[path] = fd
+            else:
+                os.close(fd)
 
 
 class CqFileWriter(CqWriter):
