@@ -148,25 +148,14 @@ def _unparcel(parcel):
 def _worker_context():
     """The multiprocessing context workers start from (fork where the platform can). Work spread over
     processes is not small: the scan's compiled code is loaded here first, once, and the workers inherit it
-    (rmqtool.columnar.kernel's small-input path would leave each to load it), with numba's typing and target
-    registries, which a process's first compiled call builds (~0.2 CPU-s; each worker would build them
-    again, and then loads only the machine code of the functions it calls, ~0.01 CPU-s each).
-    multiprocessing is imported here only: a small store needs none."""
+    (rmqtool.columnar.kernel's small-input path would leave each to load it); a worker then loads only the
+    machine code of the functions it calls (~0.01 CPU-s each: the cache load builds no registries, see
+    kernel._load_overload). multiprocessing is imported here only: a small store needs none."""
     import multiprocessing
 
     from rmqtool.columnar.kernel import load_compiled
 
     load_compiled()
-    from numba.core.registry import cpu_target
-
-    collecting = gc.isenabled()
-    gc.disable()                    # ~60,000 long-lived objects: no collection walks them as they are made
-    try:
-        cpu_target.target_context.refresh()
-        cpu_target.typing_context.refresh()
-    finally:
-        if collecting:
-            gc.enable()
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
