@@ -31,10 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_ratios import PYCACHE, ensure_store  # noqa: E402  (after the path)
 
-MIB = 1 << 20
 TARGET = 1.6
-PYCACHE = Path(tempfile.gettempdir()) / "rmqtool-bench-pycache"    # compiled once, as an installed tool is
 COMMANDS = {               # name: command line after "rmqtool", with {store} and {out}
     "verify": ["verify", "{store}", "--check-crc"],
     "stats": ["stats", "{store}", "--by", "topic"],
@@ -64,17 +64,6 @@ def run_command(argv: list[str]) -> tuple[float, float, float]:
     if code not in (None, 0, 1):             # grep finds nothing: 1
         raise SystemExit(f"rmqtool {' '.join(argv)}: exit {code}: {proc.stderr.decode()[-400:]}")
     return wall, own, workers
-
-
-def ensure_store(store: Path, gib: int, file_mb: int) -> None:
-    from rmqtool.ops.generate import generate_store
-    if not (store / "commitlog").is_dir():
-        print(f"generating {gib} GiB in {file_mb} MiB files with 2,000 queues in {store} ...", file=sys.stderr,
-              flush=True)
-        started = time.perf_counter()
-        g = generate_store(store, gib * 1024 * MIB - MIB, file_size=file_mb * MIB, topics=200, queues=10, seed=gib)
-        print(f"  {g.messages} messages, {g.files} files, {time.perf_counter() - started:.0f} s", file=sys.stderr,
-              flush=True)
 
 
 def main() -> None:

@@ -120,12 +120,14 @@ def in_child(kind: str, store: Path) -> dict:
     return json.loads(out)
 
 
-def ensure_store(store: Path, gib: int) -> None:
+def ensure_store(store: Path, gib: int, file_mb: int = 1024) -> None:
+    """A generated store of ``gib`` GiB of commit log in ``file_mb`` MiB files at ``store``, unless one is there."""
     from rmqtool.ops.generate import generate_store
     if not (store / "commitlog").is_dir():
-        print(f"generating {gib} GiB with 2,000 queues in {store} ...", file=sys.stderr, flush=True)
+        print(f"generating {gib} GiB in {file_mb} MiB files with 2,000 queues in {store} ...", file=sys.stderr,
+              flush=True)
         started = time.perf_counter()
-        g = generate_store(store, gib * GIB - (1 << 20), file_size=GIB, topics=200, queues=10, seed=gib)
+        g = generate_store(store, gib * GIB - (1 << 20), file_size=file_mb << 20, topics=200, queues=10, seed=gib)
         print(f"  {g.messages} messages, {g.files} files, {time.perf_counter() - started:.0f} s", file=sys.stderr,
               flush=True)
 
