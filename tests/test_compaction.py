@@ -199,48 +199,101 @@ def _damaged(store_copy, change) -> set[str]:
     return {f.kind for f in verify_store(str(root), jobs=1)}
 
 
+def _flip_a_body_byte(root):
+    p = root / "compaction/compactionLog/CompactTopic/0/00000000000000000000"
+    b = bytearray(p.read_bytes())
+    b[290] ^= 1              # a body byte of the first record
+    p.write_bytes(b)
+
+
+def _move_the_checkpoint(root):
+    for name in ("position-checkpoint", "position-checkpoint.bak"):
+        p = root / "compaction" / name
+        p.write_text(p.read_text().replace('"CompactTopic_0":49', '"CompactTopic_0":58'))
+
+
+def _shift_a_unit(root):
+    p = root / "compaction/compactionCq/CompactTopic/1/00000000000000004048"
+    b = bytearray(p.read_bytes())
+    b[11] ^= 4               # the first unit's size
+    p.write_bytes(b)
+
+
+def _move_a_physical_offset_field(root):
+    p = root / "compaction/compactionLog/CompactTopic/1/00000000000000004048"
+    b = bytearray(p.read_bytes())
+    b[28 + 7] ^= 8           # the PHYSICALOFFSET field of the file's first record (no CRC covers it)
+    p.write_bytes(b)
+
+
+def _garble_the_checkpoint(root):
+    checkpoint = root / "compaction" / "position-checkpoint"
+    for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
+        path.write_bytes(path.read_bytes() + b"\xe1\x01garbage")
+
+
+def _cut_a_log_record(root):
+    p = root / "compaction/compactionLog/CompactTopic/0/00000000000000000000"
+    b = bytearray(p.read_bytes())
+    b[4] ^= 0xFF             # the first record's magic code: the log does not read
+    p.write_bytes(b)
+
+
 def test_verify_finds_a_changed_record(store_copy):
-    def flip(root):
-        p = root / "compaction/compactionLog/CompactTopic/0/00000000000000000000"
-        b = bytearray(p.read_bytes())
-        b[290] ^= 1              # a body byte of the first record
-        p.write_bytes(b)
-    assert "compaction_log_differs" in _damaged(store_copy, flip)
+    assert "compaction_log_differs" in _damaged(store_copy, _flip_a_body_byte)
 
 
 def test_verify_finds_a_checkpoint_beyond_the_compaction(store_copy):
-    def move(root):
-        for name in ("position-checkpoint", "position-checkpoint.bak"):
-            p = root / "compaction" / name
-            p.write_text(p.read_text().replace('"CompactTopic_0":49', '"CompactTopic_0":58'))
-    assert "compaction_not_newest" in _damaged(store_copy, move)
+    assert "compaction_not_newest" in _damaged(store_copy, _move_the_checkpoint)
 
 
 def test_verify_finds_a_unit_off_its_record(store_copy):
-    def shift(root):
-        p = root / "compaction/compactionCq/CompactTopic/1/00000000000000004048"
-        b = bytearray(p.read_bytes())
-        b[11] ^= 4               # the first unit's size
-        p.write_bytes(b)
-    assert "compaction_cq_mismatch" in _damaged(store_copy, shift)
+    assert "compaction_cq_mismatch" in _damaged(store_copy, _shift_a_unit)
 
 
 def test_verify_finds_a_physical_offset_field_off_its_position(store_copy):
-    def move(root):
-        p = root / "compaction/compactionLog/CompactTopic/1/00000000000000004048"
-        b = bytearray(p.read_bytes())
-        b[28 + 7] ^= 8           # the PHYSICALOFFSET field of the file's first record (no CRC covers it)
-        p.write_bytes(b)
-    assert _damaged(store_copy, move) == {"compaction_log_record"}
+    assert _damaged(store_copy, _move_a_physical_offset_field) == {"compaction_log_record"}
+
+
+@pytest.mark.parametrize("change, few", [(None, True), (_flip_a_body_byte, True), (_move_the_checkpoint, True),
+                                         (_shift_a_unit, True), (_move_a_physical_offset_field, True),
+                                         (_garble_the_checkpoint, True), (_cut_a_log_record, False)])
+def test_both_paths_give_the_same_output(store_copy, monkeypatch, change, few):
+    """A few records are read one at a time, more on the columnar scan: verify (with and without CRCs) and info
+    print the same bytes and exit the same way either way, on the store and on damaged copies. The small path
+    reads each of them but the log that does not decode (it leaves that to the columnar scan)."""
+    from rmqtool.errors import RmqError
+    from rmqtool.ops import compaction
+
+    root = store_copy(SET)
+    if change:
+        change(root)
+    if not few:                             # the small path hands the store over to the columnar scan
+        with pytest.raises(RmqError):
+            compaction._few_facts(Store.open(root), Store.open(root).compaction.queues(), True)
+    commands = [["verify", root, "-f", "json"], ["verify", "--check-crc", root, "-f", "jsonl"],
+                ["info", root, "-f", "json"]]
+    outputs = {}
+    for path in ("few", "scan"):
+        with monkeypatch.context() as m:
+            if path == "scan":
+                m.setattr(compaction, "FEW_RECORDS", 0)
+            elif few:                       # the small path must not hand over to the scan
+                m.setattr(compaction, "_scanned_facts", lambda *a: pytest.fail("the columnar scan ran"))
+            outputs[path] = [(r.exit_code, r.stdout, r.stderr) for r in (run(*c) for c in commands)]
+    assert outputs["few"] == outputs["scan"]
+    assert [code for code, _, _ in outputs["scan"][:2]] == [int(change not in (None, _garble_the_checkpoint))] * 2
 
 
 def test_compaction_checks_run_on_the_columnar_scan(monkeypatch):
-    """No record is decoded one at a time: the compaction logs and the commit log are walked by the scan
-    kernel (a BLANK ending a log file is the only entry the walk decodes by itself)."""
+    """Beyond a few records, none is decoded one at a time: the compaction logs and the commit log are walked
+    by the scan kernel (a BLANK ending a log file is the only entry the walk decodes by itself)."""
     from rmqtool.columnar import batches
+    from rmqtool.ops import compaction
     from rmqtool.ops.compaction import compaction_findings
     from rmqtool.store import commitlog
 
+    monkeypatch.setattr(compaction, "FEW_RECORDS", 0)
     calls = []
     for module in (batches, commitlog):
         real = module.decode_entry
@@ -373,9 +426,7 @@ def test_an_unreadable_position_checkpoint_is_what_the_broker_ignores(store_copy
     that does not decode (bytes appended, not UTF-8) and has no usable .bak leaves the broker with no position,
     so it compacts again: a warning naming the file, never an internal error."""
     root = store_copy("dev-compaction-5x")
-    checkpoint = root / "compaction" / "position-checkpoint"
-    for path in (checkpoint, checkpoint.with_name(checkpoint.name + ".bak")):
-        path.write_bytes(path.read_bytes() + b"\xe1\x01garbage")
+    _garble_the_checkpoint(root)
     result = run("verify", root, "-f", "jsonl")
     assert result.exit_code == 0, result.output
     found = [json.loads(line) for line in result.stdout.splitlines() if "compaction_checkpoint" in line]

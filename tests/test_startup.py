@@ -75,13 +75,15 @@ def test_small_store_commands_load_no_compiled_code(args, tmp_path):
     assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
 
 
+@pytest.mark.parametrize("name", ["dev-sample", "dev-compaction-5x"])
 @pytest.mark.parametrize("args", [["info"], ["verify"], ["verify", "--check-crc"]])
-def test_small_store_commands_import_no_pyarrow(args):
+def test_small_store_commands_import_no_pyarrow(args, name):
     """info's and verify's record walks on the small-input path take numpy's buffers, not Arrow's pool (nor
-    pyarrow.compute, multiprocessing or numpy.ma: verify's own imports)."""
+    pyarrow.compute, multiprocessing or numpy.ma: verify's own imports); a few records of compaction topics
+    are read one at a time (ops.compaction's small path)."""
     probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "numba", "pandas", "multiprocessing")'
                            ' or m == "numpy.ma"')
-    proc = subprocess.run([sys.executable, "-c", probe, *args, str(store_path("dev-sample"))], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", probe, *args, str(store_path(name))], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     result = json.loads(proc.stderr.strip().splitlines()[-1])
     assert result["code"] in (0, None) and ("messages" in proc.stdout or args[0] == "verify"), proc.stderr
@@ -152,15 +154,19 @@ def test_verify_of_batch_and_lmq_queues_of_a_small_store_imports_no_pyarrow(name
     assert not [m for m in result["heavy"] if not m.startswith("rmqtool.")], result
 
 
-def test_verify_of_compaction_topics_imports_no_pandas():
-    """verify reads compaction topics into Arrow arrays (pyarrow imported on the way): pyarrow's first
-    conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run once pyarrow is)."""
-    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "pandas")')
-    proc = subprocess.run([sys.executable, "-c", probe, "verify", str(store_path("dev-compaction-5x"))],
+@pytest.mark.parametrize("command", ["verify", "info"])
+def test_compaction_topics_on_the_columnar_scan_import_no_pandas(command):
+    """Beyond a few records, verify and info read compaction topics into Arrow arrays (pyarrow imported on the
+    way): pyarrow's first conversion then finds no pandas to import (cli.output.skip_pandas_probe, left to run
+    once pyarrow is)."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '("pyarrow", "pandas")').replace(
+        "import json, runpy, sys\n", "import json, runpy, sys\nfrom rmqtool.ops import compaction\n"
+        "compaction.FEW_RECORDS = 0                 # the columnar scan\n")
+    proc = subprocess.run([sys.executable, "-c", probe, command, str(store_path("dev-compaction-5x"))],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     result = json.loads(proc.stderr.strip().splitlines()[-1])
     assert result["code"] in (0, None), proc.stderr
-    assert "pyarrow" in result["heavy"] and not [m for m in result["heavy"] if m.startswith("pandas")], result
+    assert "pyarrow.compute" in result["heavy"] and not [m for m in result["heavy"] if m.startswith("pandas")], result
 
 
 @pytest.mark.parametrize("given", [None, "3"])
@@ -206,6 +212,8 @@ if sys.argv[1] == "compiled":
     kernel.load_compiled()
 else:
     kernel._PLAIN[0] = 10 ** 9          # every record on the plain path
+from rmqtool.ops import compaction
+compaction.FEW_RECORDS = 0              # compaction topics on the scan kernel too
 from rmqtool.cli import cli
 import pyarrow.parquet as pq
 out = {}

@@ -164,6 +164,7 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
     """
     from rmqtool.ops.inspect import store_info
 
+    skip_pandas_probe()                 # a large store's compaction topics: Arrow arrays, no pandas
     out = resolve_format(fmt)
     st, skipped = open_readable(store, read_anyway)
     with progress_bar(sum(f.length for f in st.commitlog.queue), "reading") as progress:
