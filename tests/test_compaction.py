@@ -432,3 +432,26 @@ def test_an_unreadable_position_checkpoint_is_what_the_broker_ignores(store_copy
     found = [json.loads(line) for line in result.stdout.splitlines() if "compaction_checkpoint" in line]
     assert [(r["severity"], r["kind"]) for r in found] == [("warning", "compaction_checkpoint_unread")]
     assert found[0]["path"].endswith("position-checkpoint.bak")
+
+
+def test_every_reader_takes_an_unreadable_checkpoint_as_the_broker_does(store_copy):
+    """The position checkpoint and its .bak do not decode: the broker ignores the load and starts with no
+    position. verify warns (exit 0); info and cat-cq --compaction read the store on, with no position and the
+    same warning, not a failure; stats keeps its compaction columns."""
+    root = store_copy(SET)
+    _garble_the_checkpoint(root)
+    verify = run("verify", root, "-f", "json")
+    assert verify.exit_code == 0
+    [warning] = [f for f in json.loads(verify.stdout) if f["kind"] == "compaction_checkpoint_unread"]
+    info = run("info", root, "-f", "json")
+    assert info.exit_code == 0, info.stderr
+    summary = json.loads(info.stdout)
+    assert [q["compacted_to"] for q in summary["compaction_queues"]] == [None] * len(summary["compaction_queues"])
+    assert summary["warnings"] == [f"{warning['path']}: {warning['message'].split(' (what')[0]}"]
+    assert f"rmqtool: warning: {summary['warnings'][0]}" in info.stderr
+    assert summary["problems"] == []
+    cat = run("cat-cq", root, "CompactTopic", "0", "--compaction", "-n", "1")
+    assert cat.exit_code == 0 and "compacted up to none" in cat.stderr
+    stats = run("stats", root, "--by", "topic", "-f", "jsonl")
+    assert stats.exit_code == 0
+    assert {r["topic"]: r["compaction_kept"] for r in map(json.loads, stats.stdout.splitlines())}["CompactTopic"] > 0

@@ -154,7 +154,8 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
 
     Exits 1 when the commit log holds a damaged record (the counts stop there; with --read-anyway the rest
     of its file is skipped and the count goes on, exit 3); a store the broker refuses to load is refused
-    (exit 4) unless --read-anyway.
+    (exit 4) unless --read-anyway. What the broker ignores as it starts (a compaction position checkpoint that
+    does not decode) is a warning on stderr and under "warnings" in JSON, with exit 0.
 
     \b
     Examples:
@@ -182,7 +183,7 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
                   ("compaction_queues", "compaction queues (compaction/)"), ("topic_config", "topics (config/topics.json)"),
                   ("index_files", "index files"))
         sections = {k: summary.pop(k) for k in [t for t, _ in tables] + ["checkpoint", "dledger", "version_hints",
-                                                                         "problems"] if k in summary}
+                                                                         "problems", "warnings"] if k in summary}
         if summary:
             write_record(summary, out, tablefmt=tablefmt, select=False)
         for key, title in tables:
@@ -193,7 +194,9 @@ def info(ctx: click.Context, store: str, jobs: int | None, read_anyway: bool, fm
                 write_record(sections[key], out, tablefmt=tablefmt, select=False)
         for key in ("version_hints", "problems"):
             _section(key.replace("_", " "), [{key[:-1]: t} for t in sections.get(key, [])], out, tablefmt)
-        summary["problems"] = problems
+        summary["problems"], summary["warnings"] = problems, sections.get("warnings", [])
+    for warning in summary.get("warnings", []):
+        _note(f"warning: {warning}")
     for problem in summary["problems"]:
         _note(f"problem: {problem}")
     end_partial(skipped)
@@ -568,7 +571,7 @@ def _cat_compaction(ctx: click.Context, st: Store, topic: str, queue_id: int, st
     chosen = list(itertools.islice(q.consumer_view(start), count))
     _note(f"{topic} is a compaction topic: its consumers read the compaction log (queue offsets "
           f"{q.min_offset}..{q.max_offset - 1}, compacted up to "
-          f"{(st.compaction.position_checkpoint() or {}).get((topic, queue_id), 'none')})")
+          f"{st.compaction.loaded_position()[0].get((topic, queue_id), 'none')})")
     bad = 0
     if message:
         body, charset, decompress, body_dir = record_args

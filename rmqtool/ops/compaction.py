@@ -412,7 +412,7 @@ def records_at(cl, offsets) -> Iterator:
 def queue_summary(store: Store, q: CompactionQueue, facts: QueueFacts | None = None) -> dict:
     """One compaction queue: its sparse queue's offsets, the records kept and the keyed records of the
     topic's consume queue that compaction removed (records without KEYS are never copied)."""
-    checkpoint = (store.compaction.position_checkpoint() or {}).get((q.topic, q.queue_id))
+    checkpoint = store.compaction.loaded_position()[0].get((q.topic, q.queue_id))
     facts = facts or queue_facts(store, [q], logs=False)[0][0]
     keyed = None if facts.cq_range is None else sum(len(a) for a in facts.keyed_qo)
     kept = len(q.unit_array)
@@ -424,6 +424,12 @@ def queue_summary(store: Store, q: CompactionQueue, facts: QueueFacts | None = N
 def queue_summaries(store: Store) -> list[dict]:
     """Every compaction queue's summary, from one scan of the commit log."""
     return [queue_summary(store, f.queue, f) for f in queue_facts(store, store.compaction.queues(), logs=False)[0]]
+
+
+def checkpoint_unread(comp, exc: RmqError) -> tuple[str, int | None, str]:
+    """(path, offset, text) of a position checkpoint that does not decode, and what the broker does then."""
+    return (exc.path or str(comp.checkpoint_path), exc.offset,
+            f"{exc.message}: the broker starts with no compaction position and compacts again")
 
 
 def unit_problems(unit: BatchCqUnit, record) -> list[str]:
@@ -438,15 +444,12 @@ def unit_problems(unit: BatchCqUnit, record) -> list[str]:
 
 def compaction_findings(store: Store) -> Iterator[Finding]:
     comp = store.compaction
-    try:
-        checkpoint = comp.position_checkpoint() or {}
-    except RmqError as exc:             # CompactionPositionMgr's constructor ignores a failed load
-        yield Finding(WARNING, "compaction_checkpoint_unread", exc.path or str(comp.checkpoint_path), exc.offset,
-                      f"{exc.message}: the broker starts with no compaction position and compacts again (what "
-                      "the compaction must have kept is not checked)")
-        checkpoint = None
-    known = checkpoint is not None
-    checkpoint = checkpoint or {}
+    checkpoint, unread = comp.loaded_position()
+    if unread is not None:
+        path, offset, text = checkpoint_unread(comp, unread)
+        yield Finding(WARNING, "compaction_checkpoint_unread", path, offset,
+                      f"{text} (what the compaction must have kept is not checked)")
+    known = unread is None
     queues = comp.queues()
     for key in sorted(set(checkpoint) - {(q.topic, q.queue_id) for q in queues}):
         yield Finding(ERROR, "compaction_checkpoint", str(comp.checkpoint_path), None,

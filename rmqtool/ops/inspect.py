@@ -35,6 +35,13 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None,
               "min_queue_offset": low, "max_queue_offset": high}
              for q in store.batch_consume_queues() for low, high in [q.offsets(cl.min_offset)]]
     cp = store.checkpoint()
+    warnings = []
+    unread = store.compaction.loaded_position()[1] if store.compaction is not None else None
+    if unread is not None:
+        from rmqtool.ops.compaction import checkpoint_unread
+
+        path, _, text = checkpoint_unread(store.compaction, unread)
+        warnings.append(f"{path}: {text}")
     topic_config, ledger = _or_problem(problems, topic_config_rows, store, queues + batch, default=[]), \
         _or_problem(problems, dledger_row, store)
     return {
@@ -56,6 +63,7 @@ def store_info(store: Store, progress: Callable[[int], None] | None = None,
         "lock": lock_state(store.lock_path),
         "version_hints": version_hints(store, scan),
         "problems": problems,
+        **({"warnings": warnings} if warnings else {}),     # what the broker mends or ignores as it starts
     }
 
 

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from rmqtool.errors import FormatError, StoreError
+from rmqtool.errors import FormatError, RmqError, StoreError
 from rmqtool import constants as C
 from rmqtool.format.batchcq import BatchCqUnit, valid_units
 from rmqtool.format.commitlog import Entry
@@ -173,3 +173,11 @@ class Compaction:
         starts with no position (its constructor drops load()'s result)."""
         loaded = load_config(self.checkpoint_path, decode_position_table)
         return loaded.value if loaded is not None else None
+
+    def loaded_position(self) -> tuple[dict[tuple[str, int], int], RmqError | None]:
+        """What CompactionPositionMgr holds once constructed: the checkpoint's table (empty: none), or an empty
+        table and the error when neither file decodes (its constructor drops load()'s result)."""
+        try:
+            return self.position_checkpoint() or {}, None
+        except RmqError as exc:
+            return {}, exc
