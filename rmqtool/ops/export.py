@@ -25,6 +25,7 @@ from rmqtool.format.rows import csv_cell, dumps
 
 if TYPE_CHECKING:
     from rmqtool.format.commitlog import Entry
+    from rmqtool.ops.scan import StoreFile
 
 FORMATS = ("parquet", "jsonl", "csv")
 ENGINES = ("local",)
@@ -214,6 +215,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     options = _PartOptions(fmt, schema, check_crc, body_encoding, read_anyway, include_blank,
                            batch_rows or DEFAULT_BATCH_ROWS)
     parts = []                  # every commit-log file of every store, then its compaction logs: one part each
+    first = None                # a commit-log file to warm up with
     for store, cl in zip(store_paths, commitlogs):
         files = list_files([store])
         starts, uris = [f.start for f in files], [f.uri for f in files]
@@ -221,6 +223,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         read_cl, cl_where, logs = (True, where, []) if commitlog_records else \
             consumer_view_split([str(store)], where)
         if read_cl:
+            first = first or next(iter(files), None)
             parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris) for f in cl.queue.files]
         parts += [_Part(named, where, f) for f in logs]
     from rmqtool.ops.workers import default_jobs
@@ -231,7 +234,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     collecting = gc.isenabled()
     gc.disable()
     try:
-        done = _write_parts(parts, options, tmp, jobs, progress) if jobs > 1 and len(parts) > 1 else \
+        done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
             _write_here(parts, options, tmp, progress)
         for records, messages, input_bytes, damaged in done:
             result.records += records
@@ -337,7 +340,7 @@ def _write_apart(item: tuple[int, _Part], progress, *, options: _PartOptions, di
         for batch in _part_batches(part, options, counts, progress):
             if write_out is None:
                 path = os.path.join(directory, f"part-{index:05d}")
-                write_out = writer(options.fmt, path, options.schema, options.body_encoding, header=False)
+                write_out = writer(options.fmt, path, options.schema, options.body_encoding)
             write_out(batch)
     except BaseException:
         if write_out is not None:
@@ -349,44 +352,67 @@ def _write_apart(item: tuple[int, _Part], progress, *, options: _PartOptions, di
     return path, counts
 
 
-def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int, progress) -> list:
-    """The parts written in ``jobs`` worker processes, each to a file beside the output, appended to
-    ``tmp`` in order as they come (``workers.process_imap``: at most ``jobs + 1`` part files at a time)
-    and removed: JSON lines and CSV the same bytes as ``_write_here``, Parquet the same row groups
-    (``parquet_parts.Stitcher``)."""
+def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int, progress,
+                 first: StoreFile | None) -> list:
+    """The parts written in ``jobs`` worker processes, each to a file beside the output, joined in order as
+    they come (``workers.process_imap``: at most ``jobs + 1`` part files at a time) into ``tmp``: the first
+    part with a record becomes it, the others' bytes are appended (``store.joined.JoinedFile``). JSON lines and CSV: the bytes of ``_write_here`` (a part's CSV header line dropped but
+    the first's); Parquet: its row groups, one footer listing them all (``parquet_parts.Stitcher``).
+    ``first``: a commit-log file whose first batch is decoded here before the workers start (``scan.warm``)."""
     import shutil
     import tempfile
     from functools import partial
 
-    from rmqtool.ops.parquet_parts import Stitcher, copy_range, footer_of
+    from rmqtool.ops.parquet_parts import MAGIC, Stitcher, footer_of
+    from rmqtool.ops.scan import warm
     from rmqtool.ops.workers import process_imap, rebuild_error
+    from rmqtool.store.joined import JoinedFile
 
     directory = tempfile.mkdtemp(prefix=f".{tmp.name}.parts-", dir=tmp.parent)
-    done = []
+    parquet = options.fmt == "parquet"
+    done, out, results = [], JoinedFile(tmp), None
     try:
-        with open(tmp, "wb") as out:
-            if options.fmt == "parquet":
-                empty = os.path.join(directory, "empty")
-                writer("parquet", empty, options.schema, options.body_encoding)(None)
-                stitched = Stitcher(out, footer_of(empty)[1])
-            task = partial(_write_apart, options=options, directory=directory)
-            for path, counts in process_imap(task, list(enumerate(parts)), jobs, progress, ahead=1):
-                counts[3] = [rebuild_error(info) for info in counts[3]]
-                done.append(counts)
-                if path is None:
-                    continue
-                if options.fmt == "parquet":
-                    stitched.append(path)
-                else:
-                    if options.fmt == "csv" and not out.tell():
-                        out.write(_csv_header(options.schema))
-                    copy_range(path, out, 0, os.path.getsize(path))
-                os.unlink(path)
-            if options.fmt == "parquet":
-                stitched.close()
+        if parquet:
+            empty = os.path.join(directory, "empty")
+            writer("parquet", empty, options.schema, options.body_encoding)(None)
+            stitched = Stitcher(footer_of(empty)[1])
+        if first is not None:
+            warm(first, None if parquet else partial(warm_text, fmt=options.fmt, check_crc=options.check_crc,
+                                                      body_encoding=options.body_encoding),
+                 check_crc=options.check_crc)
+        skip = len(MAGIC) if parquet else len(_csv_header(options.schema)) if options.fmt == "csv" else 0
+        results = process_imap(partial(_write_apart, options=options, directory=directory), list(enumerate(parts)),
+                               jobs, progress, ahead=1)
+        for path, counts in results:
+            counts[3] = [rebuild_error(info) for info in counts[3]]
+            done.append(counts)
+            if path is None:
+                continue
+            start = skip if out.size else 0         # the first part: the output's start
+            end = stitched.add(path, out.size - start) if parquet else os.path.getsize(path)
+            out.add(path, start, end)
+        if not out.size:                    # not a record: an empty file (Parquet: its footer)
+            os.replace(empty, tmp) if parquet else open(tmp, "wb").close()
+        elif parquet:
+            out.write(stitched.tail())
     finally:
+        out.close()
+        if results is not None:
+            results.close()             # the workers stopped before their directory goes
         shutil.rmtree(directory, ignore_errors=True)
     return done
+
+
+def warm_text(batch, *, fmt: str, check_crc: bool, body_encoding: str) -> None:
+    """A row of ``batch`` through the ``fmt`` (jsonl, csv) writer into memory: its compiled line writer
+    loaded (see ``scan.warm``)."""
+    import pyarrow as pa
+
+    from rmqtool.columnar import record_schema
+
+    out = writer(fmt, pa.BufferOutputStream(), record_schema(check_crc), body_encoding)
+    out(batch.slice(0, 1))
+    out(None)
 
 
 def _csv_header(schema) -> bytes:
@@ -570,10 +596,9 @@ def parquet_options(names: Sequence[str]) -> dict:
 PART_END = object()         # write(PART_END): a Parquet row group ends here
 
 
-def writer(fmt: str, out, schema, body_encoding: str, header: bool = True) -> Callable:
+def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
     """A write(batch) function over a path or an open binary stream ``out``; write(None) closes it,
-    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``; CSV starts with
-    its header line unless not ``header``."""
+    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``."""
     if fmt == "parquet":
         import base64
 
@@ -611,7 +636,7 @@ def writer(fmt: str, out, schema, body_encoding: str, header: bool = True) -> Ca
             return
         if batch is PART_END:
             return
-        if fmt == "csv" and not started and header:
+        if fmt == "csv" and not started:
             out.write(export_csv_header(batch).encode())
         started = True
         for chunk in text_chunks(batch, body_encoding, "json" if fmt == "jsonl" else "export_csv"):

@@ -160,48 +160,23 @@ def moved_row_groups(footer: list, by: int, first_ordinal: int) -> list:
 
 
 class Stitcher:
-    """Writes one Parquet file to the open binary file ``out`` from parts appended in order; ``base`` is the
-    footer of an empty file of the same schema and options (its row groups are the parts')."""
+    """The footer of one Parquet file made of parts, their row groups in the order they are added; ``base`` is
+    the footer of an empty file of the same schema and options."""
 
-    def __init__(self, out, base: list):
-        self.out, self.footer = out, base
+    def __init__(self, base: list):
+        self.footer = base
         self.groups = _field(base, _FMD_ROW_GROUPS)[2][1]
         self.rows = _field(base, _FMD_NUM_ROWS)
-        out.write(MAGIC)
 
-    def append(self, path: str | os.PathLike) -> None:
-        """Copy the row groups of the part at ``path`` (the kernel copies the bytes: ``copy_range``)."""
+    def add(self, path: str | os.PathLike, by: int) -> int:
+        """List the row groups of the part at ``path``, whose bytes move ``by`` bytes in the output; returns
+        where they end in the part (its footer's start)."""
         start, footer = footer_of(path)
-        self.groups += moved_row_groups(footer, self.out.tell() - len(MAGIC), len(self.groups))
+        self.groups += moved_row_groups(footer, by, len(self.groups))
         self.rows[2] += _field(footer, _FMD_NUM_ROWS)[2]
-        copy_range(path, self.out, len(MAGIC), start - len(MAGIC))
+        return start
 
-    def close(self) -> None:
+    def tail(self) -> bytes:
+        """The footer, its length and the closing magic number."""
         data = encode_footer(self.footer)
-        self.out.write(data + struct.pack("<i", len(data)) + MAGIC)
-
-
-def copy_range(path: str | os.PathLike, out, offset: int, count: int) -> None:
-    """Append ``count`` bytes of the file at ``path`` from ``offset`` to the open binary file ``out``: in the
-    kernel (``os.copy_file_range``, a reflink on file systems that share blocks) where it can, else read and
-    written."""
-    out.flush()
-    with open(path, "rb") as src:
-        try:
-            while count:
-                n = os.copy_file_range(src.fileno(), out.fileno(), count, offset)
-                if n == 0:
-                    raise OSError("copy_file_range copied nothing")
-                offset += n
-                count -= n
-            out.seek(0, os.SEEK_END)
-            return
-        except (AttributeError, OSError):           # no such call here, or not between these file systems
-            out.seek(0, os.SEEK_END)
-        src.seek(offset)
-        while count:
-            chunk = src.read(min(count, 1 << 24))
-            if not chunk:
-                raise OSError(f"{path}: shorter than expected")
-            out.write(chunk)
-            count -= len(chunk)
+        return data + struct.pack("<i", len(data)) + MAGIC
