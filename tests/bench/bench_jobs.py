@@ -12,7 +12,7 @@ average is printed before and after), and CPU seconds, robust when other jobs sh
 and ``--jobs 2``'s in the command's own process and in its workers. That process's CPU is split where it is alone:
 before its first worker is forked ("serial": start-up, planning) plus after its last worker is reaped (the merge's
 tail), and while workers run ("during": its own share of the files, joins, writes); "max w" is the busiest
-worker's. "crit" = serial + max(during, max w), the CPU on the critical path with a core per process, and
+worker's (summed over verify's two steps, each with its own workers). "crit" = serial + max(during, max w), the CPU on the critical path with a core per process, and
 "x crit" = ``--jobs 1``'s CPU / crit: the speed-up a quiet machine can give.
 
 Without --store (or when DIR holds no store yet) a store of ``--gib`` GiB of commit log in ``--file-mb`` MiB files
@@ -49,19 +49,26 @@ COMMANDS = {               # name: command line after "rmqtool", with {store} an
     "rebuild-index": ["rebuild-index", "{store}"],
 }
 # runs rmqtool's command line in this process, then prints [exit status, own CPU s, workers' CPU s, own CPU s
-# before the first fork, at the last worker's reaping, busiest worker's CPU s] to stderr's last line
+# before the first fork, at the last worker's reaping, the workers' critical path: the busiest worker's CPU s of
+# each set of workers in turn (verify's two steps), summed] to stderr's last line
 PROBE = """import json, os, resource, runpy, sys
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-marks, workers, fork = {}, [0.0], os.fork
+marks, busiest, step, fork = {}, {}, {}, os.fork
 def forked():
     marks.setdefault('fork', cpu())
-    return fork()
+    if not step:                         # none alive: a new set of workers
+        marks['sets'] = marks.get('sets', 0) + 1
+    pid = fork()
+    if pid:
+        step[pid] = marks['sets']
+    return pid
 def reaped(pid, options):                # multiprocessing reaps its workers with os.waitpid: each one's rusage
     p, status, ru = os.wait4(pid, options)
-    if p:
-        workers.append(ru.ru_utime + ru.ru_stime)
+    if p in step:
+        at = step.pop(p)
+        busiest[at] = max(busiest.get(at, 0.0), ru.ru_utime + ru.ru_stime)
         marks['reap'] = cpu()
     return p, status
 os.fork, os.waitpid = forked, reaped
@@ -73,7 +80,7 @@ except SystemExit as exc:
     code = exc.code
 own, children = cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
 sys.stderr.write('\\n' + json.dumps([code, own, children.ru_utime + children.ru_stime, marks.get('fork', own),
-                                      marks.get('reap', own), max(workers)]) + '\\n')
+                                      marks.get('reap', own), sum(busiest.values())]) + '\\n')
 """
 
 
