@@ -1,7 +1,8 @@
 """Export commit-log records to Parquet, JSON lines or CSV.
 
-``export_local`` is the single-process engine: the columnar decoder streams record batches into
-pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). A small
+``export_local`` is the local engine: the columnar decoder streams each commit-log file's record batches
+into pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``), in
+this process or, a part per file, in worker processes whose parts are joined in order. A small
 commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
 of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
 the records. The output appears atomically (a temporary file renamed at the end); an existing file is
@@ -216,7 +217,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
                            batch_rows or DEFAULT_BATCH_ROWS)
     parts = []                  # every commit-log file of every store, then its compaction logs: one part each
     first = None                # a commit-log file to warm up with
-    for store, cl in zip(store_paths, commitlogs):
+    for k, (store, cl) in enumerate(zip(store_paths, commitlogs)):
         files = list_files([store])
         starts, uris = [f.start for f in files], [f.uri for f in files]
         named = files[0].store if files else str(store)
@@ -224,7 +225,8 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             consumer_view_split([str(store)], where)
         if read_cl:
             first = first or next(iter(files), None)
-            parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris) for f in cl.queue.files]
+            parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris, k)
+                      for f in cl.queue.files]
         parts += [_Part(named, where, f) for f in logs]
     from rmqtool.ops.workers import default_jobs
 
@@ -236,7 +238,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     try:
         done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
             _write_here(parts, options, tmp, progress)
-        for records, messages, input_bytes, damaged in done:
+        for records, messages, input_bytes, damaged, _ in done:
             result.records += records
             result.messages += messages
             result.input_bytes += input_bytes
@@ -267,17 +269,19 @@ class _PartOptions:
 class _Part:
     """One commit-log file of a store (its commit log's class, the file, the file size) or one of its
     compaction logs (a ``scan.StoreFile``), the filter for it, and the store's commit-log files (the
-    ``commitlog_file`` column)."""
+    ``commitlog_file`` column); ``ends``: the store's number for a commit-log file (after a file that ends the
+    data of its store's commit log, the later ones are not read, as ``columnar.iter_record_batches`` reads)."""
     store: str
     where: object
     source: object
     starts: list = field(default_factory=list)
     uris: list = field(default_factory=list)
+    ends: int | None = None
 
 
 def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) -> Iterator:
     """The batches ``export_local`` writes of ``part``, ready for its writer; ``counts`` gets [records,
-    messages, input bytes, the damage skipped]."""
+    messages, input bytes, the damage skipped, whether the part's file ended the data]."""
     from rmqtool.columnar import iter_record_batches
     from rmqtool.ops.filters import keep_records
     from rmqtool.ops.scan import BytesCounter, record_batches
@@ -293,7 +297,12 @@ def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) ->
                                       on_damage=on_damage, batch_rows=options.batch_rows)
     else:
         counted, batches = None, record_batches(part.source, check_crc=options.check_crc, on_damage=on_damage)
-    for batch in batches:
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration as stop:
+            counts[4] = bool(stop.value)
+            break
         if counted is not None:
             counted(batch)
         counts[2] += total_bytes(batch)
@@ -313,14 +322,18 @@ def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) ->
 def _write_here(parts: list[_Part], options: _PartOptions, tmp: Path, progress) -> list:
     """Every part into ``tmp`` in this process, a Parquet row group ending at each part's end."""
     write_out = writer(options.fmt, tmp, options.schema, options.body_encoding)
-    done = []
+    done, ended = [], set()
     try:
         for part in parts:
-            counts = [0, 0, 0, []]
+            if part.ends in ended:
+                continue
+            counts = [0, 0, 0, [], False]
             for batch in _part_batches(part, options, counts, progress):
                 write_out(batch)
             write_out(PART_END)
             done.append(counts)
+            if part.ends is not None and counts[4]:
+                ended.add(part.ends)
         write_out(None)
     except BaseException:
         write_out(None, abort=True)
@@ -334,7 +347,7 @@ def _write_apart(item: tuple[int, _Part], progress, *, options: _PartOptions, di
     from rmqtool.ops.workers import error_info
 
     index, part = item
-    counts = [0, 0, 0, []]
+    counts = [0, 0, 0, [], False]
     path, write_out = None, None
     try:
         for batch in _part_batches(part, options, counts, progress):
@@ -356,9 +369,10 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
                  first: StoreFile | None) -> list:
     """The parts written in ``jobs`` worker processes, each to a file beside the output, joined in order as
     they come (``workers.process_imap``: at most ``jobs + 1`` part files at a time) into ``tmp``: the first
-    part with a record becomes it, the others' bytes are appended (``store.joined.JoinedFile``). JSON lines and CSV: the bytes of ``_write_here`` (a part's CSV header line dropped but
-    the first's); Parquet: its row groups, one footer listing them all (``parquet_parts.Stitcher``).
-    ``first``: a commit-log file whose first batch is decoded here before the workers start (``scan.warm``)."""
+    part with a record becomes it, the others' bytes are appended (``store.joined.JoinedFile``). JSON lines
+    and CSV: the bytes of ``_write_here`` (a part's CSV header line dropped but the first's); Parquet: its row
+    groups, one footer listing them all (``parquet_parts.Stitcher``). ``first``: a commit-log file whose first
+    batch is decoded here before the workers start (``scan.warm``)."""
     import shutil
     import tempfile
     from functools import partial
@@ -383,7 +397,14 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
         skip = len(MAGIC) if parquet else len(_csv_header(options.schema)) if options.fmt == "csv" else 0
         results = process_imap(partial(_write_apart, options=options, directory=directory), list(enumerate(parts)),
                                jobs, progress, ahead=1)
-        for path, counts in results:
+        ended = set()
+        for part, (path, counts) in zip(parts, results):
+            if part.ends in ended:      # never reached by one process: dropped
+                if path is not None:
+                    os.unlink(path)
+                continue
+            if part.ends is not None and counts[4]:
+                ended.add(part.ends)
             counts[3] = [rebuild_error(info) for info in counts[3]]
             done.append(counts)
             if path is None:
