@@ -63,9 +63,9 @@ class Size(click.ParamType):
                    "key) instead of what its consumers receive.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
-              help="Worker processes for a dataset directory, one part (commit-log file) each [default: from "
-                   "256 MiB of commit log one per core, 1 GB of available memory each; else 1]. One output "
-                   "file is written by one process.")
+              help="Worker processes, one commit-log file each at a time [default: from 256 MiB of commit "
+                   "log one per core, 1 GB of available memory each; else 1]. One output file is joined from "
+                   "the workers' parts in order: the same output whatever N.")
 def export(stores, to, fmt, kind, trace_topic, partition_by, topics, queue_ids, tags, keys, body_regex, since, until,
            include_blank, engine, master, check_crc, body, read_anyway, commitlog_records, force, jobs):
     """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one
@@ -169,7 +169,8 @@ def export(stores, to, fmt, kind, trace_topic, partition_by, topics, queue_ids, 
         size = sum(f.size for f in list_files(stores))      # a path that is not a store: refused first
         skip_pandas_probe()
         with progress_bar(size, "export") as progress:
-            result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records, **options)
+            result = run_export(stores, to, fmt, progress=progress, commitlog_records=commitlog_records,
+                                jobs=jobs, **options)
     seconds = clock.elapsed()          # the whole command's wall time: start-up and a Spark session too
     rate = f", {result.input_bytes / 1e6 / seconds:.0f} MB/s of commit log" if result.input_bytes >= RATE_BYTES else ""
     partial = " (partial: see the warnings)" if result.damaged or result.skipped else ""

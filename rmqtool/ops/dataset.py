@@ -224,19 +224,6 @@ def _move_dir(fsys, src: str, dst: str) -> None:
 Runner = Callable[[Callable, list], list]
 
 
-def _warm_text(batch, *, fmt: str, check_crc: bool, body_encoding: str) -> None:
-    """A row of ``batch`` through the ``fmt`` (jsonl, csv) writer into memory: its compiled line writer
-    loaded (see ``scan.warm``)."""
-    import pyarrow as pa
-
-    from rmqtool.columnar import record_schema
-    from rmqtool.ops.export import writer
-
-    out = writer(fmt, pa.BufferOutputStream(), record_schema(check_crc), body_encoding)
-    out(batch.slice(0, 1))
-    out(None)
-
-
 def _write_item(item: tuple[int, scan.StoreFile], progress: Callable[[int], None] | None, **options) -> PartResult:
     """``write_part`` of (index, file), in a worker process or a Spark task."""
     return write_part(item[1], item[0], progress=progress, **options)
@@ -283,10 +270,11 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
                        body_encoding=body_encoding, read_anyway=read_anyway, where=where,
                        include_blank=include_blank)
         if runner is None:
+            from rmqtool.ops.export import warm_text
             from rmqtool.ops.workers import default_jobs, process_map
             jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
             if jobs > 1 and len(files) > 1:
-                text = partial(_warm_text, fmt=fmt, check_crc=check_crc, body_encoding=body_encoding)
+                text = partial(warm_text, fmt=fmt, check_crc=check_crc, body_encoding=body_encoding)
                 scan.warm(files[0], None if fmt == "parquet" else text, check_crc=check_crc)
             parts = process_map(task, list(enumerate(files)), jobs, progress)
         else:

@@ -1,7 +1,8 @@
 """Export commit-log records to Parquet, JSON lines or CSV.
 
-``export_local`` is the single-process engine: the columnar decoder streams record batches into
-pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``). A small
+``export_local`` is the local engine: the columnar decoder streams each commit-log file's record batches
+into pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``), in
+this process or, a part per file, in worker processes whose parts are joined in order. A small
 commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
 of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
 the records. The output appears atomically (a temporary file renamed at the end); an existing file is
@@ -25,6 +26,7 @@ from rmqtool.format.rows import csv_cell, dumps
 
 if TYPE_CHECKING:
     from rmqtool.format.commitlog import Entry
+    from rmqtool.ops.scan import StoreFile
 
 FORMATS = ("parquet", "jsonl", "csv")
 ENGINES = ("local",)
@@ -159,8 +161,14 @@ def _output_file(to: str | os.PathLike, fmt: str, overwrite: bool) -> Path:
 def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt: str, *,
                  check_crc: bool = False, body_encoding: str = "base64", read_anyway: bool = False,
                  overwrite: bool = False, batch_rows: int | None = None, where=None, include_blank: bool = False,
-                 commitlog_records: bool = False, progress: Callable[[int], None] | None = None) -> ExportResult:
-    """Decode every store's commit log in order into one output file, in one process.
+                 commitlog_records: bool = False, progress: Callable[[int], None] | None = None,
+                 jobs: int | None = None) -> ExportResult:
+    """Decode every store's commit log in order into one output file.
+
+    Each commit-log file (and compaction log) is a part: with several ``jobs`` (default:
+    ``workers.default_jobs``) the parts are decoded and written apart in worker processes and joined here
+    in order (``_write_parts``), else written here one after another; either way a Parquet row group ends
+    at each part's end, so the output does not depend on ``jobs``.
 
     Only MESSAGE records that pass ``where`` (a ``RecordFilter``) are written; BLANK padding records
     too with ``include_blank`` and no filter. ``progress(n)`` is told the commit-log bytes scanned.
@@ -187,7 +195,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
     total = sum(f.length for cl in commitlogs for f in cl.queue.files)
-    if total <= scan.FEW_BYTES and \
+    if total <= scan.FEW_BYTES and (jobs or 1) == 1 and \
             (commitlog_records or not any(consumer_view_split([str(s)], where)[2] for s in store_paths)):
         try:                            # the record-at-a-time decoder: no kernel (text: nor numpy and pyarrow)
             counts = _few_parquet(store_paths, commitlogs, tmp, where, check_crc, include_blank) \
@@ -201,51 +209,42 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             result.records, result.messages, result.input_bytes = counts
             result.seconds = time.perf_counter() - started
             return result
-    from rmqtool.columnar import DEFAULT_BATCH_ROWS, iter_record_batches, record_schema
-    from rmqtool.ops.filters import keep_records
-    from rmqtool.ops.scan import BytesCounter, list_files, record_batches
+    from rmqtool.columnar import DEFAULT_BATCH_ROWS, record_schema
+    from rmqtool.ops.scan import list_files
 
     schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
-    write_out = writer(fmt, tmp, schema, body_encoding)
-    batch_schema = file_schema(schema) if fmt == "parquet" else schema
-    on_damage = result.damaged.append if read_anyway else None
+    options = _PartOptions(fmt, schema, check_crc, body_encoding, read_anyway, include_blank,
+                           batch_rows or DEFAULT_BATCH_ROWS)
+    parts = []                  # every commit-log file of every store, then its compaction logs: one part each
+    first = None                # a commit-log file to warm up with
+    for k, (store, cl) in enumerate(zip(store_paths, commitlogs)):
+        files = list_files([store])
+        starts, uris = [f.start for f in files], [f.uri for f in files]
+        named = files[0].store if files else str(store)
+        read_cl, cl_where, logs = (True, where, []) if commitlog_records else \
+            consumer_view_split([str(store)], where)
+        if read_cl:
+            first = first or next(iter(files), None)
+            parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris, k)
+                      for f in cl.queue.files]
+        parts += [_Part(named, where, f) for f in logs]
+    from rmqtool.ops.workers import default_jobs
 
-    def write(batch, where, named: str, file_column) -> None:
-        result.input_bytes += total_bytes(batch)
-        batch = keep_records(batch, where, include_blank)
-        if not batch.num_rows:
-            return
-        result.records += batch.num_rows
-        result.messages += message_total(batch)
-        if fmt == "parquet":
-            batch = export_batch(batch, batch_schema, named, file_column(batch))
-        write_out(batch)
-
+    jobs = default_jobs(total, len(parts)) if jobs is None else jobs
     # Python's cyclic garbage collector is paused for the bulk loop, which makes no reference cycles of its
     # own: each collection walks every object of the process (numba's ~100 K), ~0.07 CPU-s per GiB in all
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for store, cl in zip(store_paths, commitlogs):
-            files = list_files([store])
-            starts, uris = [f.start for f in files], [f.uri for f in files]
-            named = files[0].store if files else str(store)
-            read_cl, cl_where, logs = (True, where, []) if commitlog_records else \
-                consumer_view_split([str(store)], where)
-            counted = BytesCounter(cl.queue.files[0].start if cl.queue.files else 0, progress)
-            if read_cl:
-                for batch in iter_record_batches(cl, check_crc=check_crc, on_damage=on_damage,
-                                                 batch_rows=batch_rows or DEFAULT_BATCH_ROWS):
-                    counted(batch)
-                    write(batch, cl_where, named, lambda b: _file_column(b, starts, uris))
-            counted.finish(sum(f.length for f in cl.queue.files))
-            for f in logs:
-                for batch in record_batches(f, check_crc=check_crc, on_damage=on_damage):
-                    write(batch, where, named, lambda b: f.uri)
-        write_out(None)
+        done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
+            _write_here(parts, options, tmp, progress)
+        for records, messages, input_bytes, damaged, _ in done:
+            result.records += records
+            result.messages += messages
+            result.input_bytes += input_bytes
+            result.damaged += damaged
         os.replace(tmp, to)
     except BaseException:
-        write_out(None, abort=True)
         tmp.unlink(missing_ok=True)
         raise
     finally:
@@ -253,6 +252,195 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             gc.enable()
     result.seconds = time.perf_counter() - started
     return result
+
+
+@dataclass(frozen=True)
+class _PartOptions:
+    fmt: str
+    schema: object
+    check_crc: bool
+    body_encoding: str
+    read_anyway: bool
+    include_blank: bool
+    batch_rows: int
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One commit-log file of a store (its commit log's class, the file, the file size) or one of its
+    compaction logs (a ``scan.StoreFile``), the filter for it, and the store's commit-log files (the
+    ``commitlog_file`` column); ``ends``: the store's number for a commit-log file (after a file that ends the
+    data of its store's commit log, the later ones are not read, as ``columnar.iter_record_batches`` reads)."""
+    store: str
+    where: object
+    source: object
+    starts: list = field(default_factory=list)
+    uris: list = field(default_factory=list)
+    ends: int | None = None
+
+
+def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) -> Iterator:
+    """The batches ``export_local`` writes of ``part``, ready for its writer; ``counts`` gets [records,
+    messages, input bytes, the damage skipped, whether the part's file ended the data]."""
+    from rmqtool.columnar import iter_record_batches
+    from rmqtool.ops.filters import keep_records
+    from rmqtool.ops.scan import BytesCounter, record_batches
+    from rmqtool.store.filequeue import FileQueue
+
+    on_damage = counts[3].append if options.read_anyway else None
+    parquet = options.fmt == "parquet"
+    batch_schema = file_schema(options.schema) if parquet else options.schema
+    if isinstance(part.source, tuple):
+        kind, f, file_size = part.source
+        counted = BytesCounter(f.start, progress)
+        batches = iter_record_batches(kind(FileQueue([f], file_size)), check_crc=options.check_crc,
+                                      on_damage=on_damage, batch_rows=options.batch_rows)
+    else:
+        counted, batches = None, record_batches(part.source, check_crc=options.check_crc, on_damage=on_damage)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration as stop:
+            counts[4] = bool(stop.value)
+            break
+        if counted is not None:
+            counted(batch)
+        counts[2] += total_bytes(batch)
+        batch = keep_records(batch, part.where, options.include_blank)
+        if not batch.num_rows:
+            continue
+        counts[0] += batch.num_rows
+        counts[1] += message_total(batch)
+        if parquet:
+            column = _file_column(batch, part.starts, part.uris) if counted is not None else part.source.uri
+            batch = export_batch(batch, batch_schema, part.store, column)
+        yield batch
+    if counted is not None:
+        counted.finish(f.length)
+
+
+def _write_here(parts: list[_Part], options: _PartOptions, tmp: Path, progress) -> list:
+    """Every part into ``tmp`` in this process, a Parquet row group ending at each part's end."""
+    write_out = writer(options.fmt, tmp, options.schema, options.body_encoding)
+    done, ended = [], set()
+    try:
+        for part in parts:
+            if part.ends in ended:
+                continue
+            counts = [0, 0, 0, [], False]
+            for batch in _part_batches(part, options, counts, progress):
+                write_out(batch)
+            write_out(PART_END)
+            done.append(counts)
+            if part.ends is not None and counts[4]:
+                ended.add(part.ends)
+        write_out(None)
+    except BaseException:
+        write_out(None, abort=True)
+        raise
+    return done
+
+
+def _write_apart(item: tuple[int, _Part], progress, *, options: _PartOptions, directory: str) -> tuple:
+    """A worker's part: its file written beside the output (None: no record), and its counts (the damage as
+    ``workers.error_info``)."""
+    from rmqtool.ops.workers import error_info
+
+    index, part = item
+    counts = [0, 0, 0, [], False]
+    path, write_out = None, None
+    try:
+        for batch in _part_batches(part, options, counts, progress):
+            if write_out is None:
+                path = os.path.join(directory, f"part-{index:05d}")
+                write_out = writer(options.fmt, path, options.schema, options.body_encoding)
+            write_out(batch)
+    except BaseException:
+        if write_out is not None:
+            write_out(None, abort=True)
+        raise
+    if write_out is not None:
+        write_out(None)
+    counts[3] = [error_info(exc) for exc in counts[3]]
+    return path, counts
+
+
+def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int, progress,
+                 first: StoreFile | None) -> list:
+    """The parts written in ``jobs`` worker processes, each to a file beside the output, joined in order as
+    they come (``workers.process_imap``: at most ``jobs + 1`` part files at a time) into ``tmp``: the first
+    part with a record becomes it, the others' bytes are appended (``store.joined.JoinedFile``). JSON lines
+    and CSV: the bytes of ``_write_here`` (a part's CSV header line dropped but the first's); Parquet: its row
+    groups, one footer listing them all (``parquet_parts.Stitcher``). ``first``: a commit-log file whose first
+    batch is decoded here before the workers start (``scan.warm``)."""
+    import shutil
+    import tempfile
+    from functools import partial
+
+    from rmqtool.ops.parquet_parts import MAGIC, Stitcher, footer_of
+    from rmqtool.ops.scan import warm
+    from rmqtool.ops.workers import process_imap, rebuild_error
+    from rmqtool.store.joined import JoinedFile
+
+    directory = tempfile.mkdtemp(prefix=f".{tmp.name}.parts-", dir=tmp.parent)
+    parquet = options.fmt == "parquet"
+    done, out, results = [], JoinedFile(tmp), None
+    try:
+        if parquet:
+            empty = os.path.join(directory, "empty")
+            writer("parquet", empty, options.schema, options.body_encoding)(None)
+            stitched = Stitcher(footer_of(empty)[1])
+        if first is not None:
+            warm(first, None if parquet else partial(warm_text, fmt=options.fmt, check_crc=options.check_crc,
+                                                      body_encoding=options.body_encoding),
+                 check_crc=options.check_crc)
+        skip = len(MAGIC) if parquet else len(_csv_header(options.schema)) if options.fmt == "csv" else 0
+        results = process_imap(partial(_write_apart, options=options, directory=directory), list(enumerate(parts)),
+                               jobs, progress, ahead=1)
+        ended = set()
+        for part, (path, counts) in zip(parts, results):
+            if part.ends in ended:      # never reached by one process: dropped
+                if path is not None:
+                    os.unlink(path)
+                continue
+            if part.ends is not None and counts[4]:
+                ended.add(part.ends)
+            counts[3] = [rebuild_error(info) for info in counts[3]]
+            done.append(counts)
+            if path is None:
+                continue
+            start = skip if out.size else 0         # the first part: the output's start
+            end = stitched.add(path, out.size - start) if parquet else os.path.getsize(path)
+            out.add(path, start, end)
+        if not out.size:                    # not a record: an empty file (Parquet: its footer)
+            os.replace(empty, tmp) if parquet else open(tmp, "wb").close()
+        elif parquet:
+            out.write(stitched.tail())
+    finally:
+        out.close()
+        if results is not None:
+            results.close()             # the workers stopped before their directory goes
+        shutil.rmtree(directory, ignore_errors=True)
+    return done
+
+
+def warm_text(batch, *, fmt: str, check_crc: bool, body_encoding: str) -> None:
+    """A row of ``batch`` through the ``fmt`` (jsonl, csv) writer into memory: its compiled line writer
+    loaded (see ``scan.warm``)."""
+    import pyarrow as pa
+
+    from rmqtool.columnar import record_schema
+
+    out = writer(fmt, pa.BufferOutputStream(), record_schema(check_crc), body_encoding)
+    out(batch.slice(0, 1))
+    out(None)
+
+
+def _csv_header(schema) -> bytes:
+    import pyarrow as pa
+
+    from rmqtool.columnar.text import export_csv_header
+    return export_csv_header(pa.RecordBatch.from_pylist([], schema)).encode()
 
 
 def _few_entries(commitlogs: list, where, include_blank: bool, counts: list[int]) -> Iterator[tuple[int, Entry]]:
@@ -307,6 +495,8 @@ def _few_parquet(store_paths, commitlogs: list, tmp: Path, where, check_crc: boo
     batch (``columnar.entries_batch``: the columnar decoder's values) into the bulk path's writer, without the
     kernel's scan or pyarrow.compute: the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
     ``tmp``."""
+    import numpy as np
+
     from rmqtool.columnar.batches import entries_batch
     from rmqtool.ops.scan import list_files
 
@@ -320,8 +510,12 @@ def _few_parquet(store_paths, commitlogs: list, tmp: Path, where, check_crc: boo
             entries = list(_few_entries([cl], where, include_blank, counts))
             if entries:
                 batch = entries_batch(entries, check_crc)
-                write_out(export_batch(batch, batch_schema, files[0].store if files else str(store),
-                                       _file_column(batch, [f.start for f in files], [f.uri for f in files])))
+                column = _file_column(batch, [f.start for f in files], [f.uri for f in files])
+                batch = export_batch(batch, batch_schema, files[0].store if files else str(store), column)
+                ends = np.flatnonzero(np.diff(column.indices.to_numpy())) + 1       # a row group per file
+                for rows in np.split(np.arange(batch.num_rows), ends):
+                    write_out(batch.slice(rows[0], len(rows)))
+                    write_out(PART_END)
         write_out(None)
     except BaseException:
         write_out(None, abort=True)
@@ -420,9 +614,12 @@ def parquet_options(names: Sequence[str]) -> dict:
             "write_statistics": [c for c in names if c not in PARQUET_NO_STATISTICS]}
 
 
+PART_END = object()         # write(PART_END): a Parquet row group ends here
+
+
 def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
-    """A write(batch) function over a path or an open binary stream ``out``; write(None) closes it. Parquet takes
-    batches in ``file_schema(schema)``."""
+    """A write(batch) function over a path or an open binary stream ``out``; write(None) closes it,
+    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``."""
     if fmt == "parquet":
         import base64
 
@@ -435,7 +632,7 @@ def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
         pending: list = []          # batches are cache-sized: gather ~ROW_GROUP_ROWS rows per row group
 
         def write_parquet(batch, abort: bool = False) -> None:
-            if batch is not None:
+            if batch is not None and batch is not PART_END:
                 pending.append(batch)
                 if sum(b.num_rows for b in pending) < ROW_GROUP_ROWS:
                     return
@@ -457,6 +654,8 @@ def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
         nonlocal started
         if batch is None:
             out.close()
+            return
+        if batch is PART_END:
             return
         if fmt == "csv" and not started:
             out.write(export_csv_header(batch).encode())

@@ -41,7 +41,12 @@ def guard(fn: Callable, *args):
     try:
         return True, fn(*args)
     except errors.RmqError as exc:
-        return False, (type(exc).__mro__, exc.message, exc.path, exc.offset)
+        return False, error_info(exc)
+
+
+def error_info(exc: errors.RmqError) -> tuple:
+    """An RmqError as data that crosses between processes (``rebuild_error`` makes it again)."""
+    return type(exc).__mro__, exc.message, exc.path, exc.offset
 
 
 def rebuild_error(info) -> errors.RmqError:

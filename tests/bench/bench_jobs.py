@@ -8,8 +8,12 @@ tool's are, the compiled scan cached, output to /dev/null or to --out), ``--jobs
 alternating; a command runs in a process that reads its own and its workers' CPU seconds when it ends. Printed per
 command, medians of ``--repeat`` runs: the wall seconds of each, their ratio (the target: ``--jobs 2`` at least
 1.6x ``--jobs 1`` on 2 cores; wall time means something only on a machine with nothing else running, so the load
-average is printed before and after), and the CPU seconds of the command's own process and of its workers with
-``--jobs 2`` (robust when other jobs share the cores).
+average is printed before and after), and CPU seconds, robust when other jobs share the cores: ``--jobs 1``'s,
+and ``--jobs 2``'s in the command's own process and in its workers. That process's CPU is split where it is alone:
+before its first worker is forked ("serial": start-up, planning) plus after its last worker is reaped (the merge's
+tail), and while workers run ("during": its own share of the files, joins, writes); "max w" is the busiest
+worker's (summed over verify's two steps, each with its own workers). "crit" = serial + max(during, max w), the CPU on the critical path with a core per process, and
+"x crit" = ``--jobs 1``'s CPU / crit: the speed-up a quiet machine can give.
 
 Without --store (or when DIR holds no store yet) a store of ``--gib`` GiB of commit log in ``--file-mb`` MiB files
 is generated there first (rmqtool's generator: 2,000 queues, the default index geometry; ~2.5 min per GiB).
@@ -39,31 +43,60 @@ COMMANDS = {               # name: command line after "rmqtool", with {store} an
     "verify": ["verify", "{store}", "--check-crc"],
     "stats": ["stats", "{store}", "--by", "topic"],
     "export": ["export", "{store}", "--to", "{out}/out.parquet"],
+    "export-jsonl": ["export", "{store}", "--to", "{out}/out.jsonl"],
     "grep": ["grep", "{store}", "--key", "no-such-key"],
     "rebuild-cq": ["rebuild-cq", "{store}", "--out", "{out}/cq"],
     "rebuild-index": ["rebuild-index", "{store}"],
 }
-# runs rmqtool's command line in this process, then prints (own CPU s, workers' CPU s) to stderr's last line
-PROBE = ("import json, resource, runpy, sys\n"
-         "sys.argv = ['rmqtool', *sys.argv[1:]]\n"
-         "try:\n    runpy.run_module('rmqtool', run_name='__main__')\n"
-         "except SystemExit as exc:\n    code = exc.code\n"
-         "s, c = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))\n"
-         "sys.stderr.write('\\n' + json.dumps([code, s.ru_utime + s.ru_stime, c.ru_utime + c.ru_stime]) + '\\n')\n")
+# runs rmqtool's command line in this process, then prints [exit status, own CPU s, workers' CPU s, own CPU s
+# before the first fork, at the last worker's reaping, the workers' critical path: the busiest worker's CPU s of
+# each set of workers in turn (verify's two steps), summed] to stderr's last line
+PROBE = """import json, os, resource, runpy, sys
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+marks, busiest, step, fork = {}, {}, {}, os.fork
+def forked():
+    marks.setdefault('fork', cpu())
+    if not step:                         # none alive: a new set of workers
+        marks['sets'] = marks.get('sets', 0) + 1
+    pid = fork()
+    if pid:
+        step[pid] = marks['sets']
+    return pid
+def reaped(pid, options):                # multiprocessing reaps its workers with os.waitpid: each one's rusage
+    p, status, ru = os.wait4(pid, options)
+    if p in step:
+        at = step.pop(p)
+        busiest[at] = max(busiest.get(at, 0.0), ru.ru_utime + ru.ru_stime)
+        marks['reap'] = cpu()
+    return p, status
+os.fork, os.waitpid = forked, reaped
+sys.argv = ['rmqtool', *sys.argv[1:]]
+code = 0
+try:
+    runpy.run_module('rmqtool', run_name='__main__')
+except SystemExit as exc:
+    code = exc.code
+own, children = cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
+sys.stderr.write('\\n' + json.dumps([code, own, children.ru_utime + children.ru_stime, marks.get('fork', own),
+                                      marks.get('reap', own), sum(busiest.values())]) + '\\n')
+"""
 
 
-def run_command(argv: list[str]) -> tuple[float, float, float]:
-    """(wall, own CPU, workers' CPU) seconds of one command, stdout to /dev/null."""
+def run_command(argv: list[str]) -> tuple[float, ...]:
+    """(wall, own CPU, workers' CPU, own CPU before the first fork, at the last reaping, busiest worker's CPU)
+    seconds of one command, stdout to /dev/null."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONPYCACHEPREFIX": str(PYCACHE)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PROBE, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           env=env, cwd=ROOT)
     wall = time.perf_counter() - started
-    code, own, workers = json.loads(proc.stderr.decode().rstrip().rpartition("\n")[2])
+    code, *cpu = json.loads(proc.stderr.decode().rstrip().rpartition("\n")[2])
     if code not in (None, 0, 1):             # grep finds nothing: 1
         raise SystemExit(f"rmqtool {' '.join(argv)}: exit {code}: {proc.stderr.decode()[-400:]}")
-    return wall, own, workers
+    return (wall, *cpu)
 
 
 def main() -> None:
@@ -95,8 +128,8 @@ def main() -> None:
             clear()
         print(f"store {store}: {len(files)} commit-log files; {len(os.sched_getaffinity(0))} cores; load average "
               f"{os.getloadavg()[0]:.2f} before; median of {args.repeat} runs")
-        header = (f"{'command':<48} {'jobs 1 s':>8} {'jobs 2 s':>8} {'x':>6} {'own cpu s':>9} {'workers cpu s':>13}"
-                  "  target")
+        header = (f"{'command':<44} {'jobs 1 s':>8} {'jobs 2 s':>8} {'x':>5} | {'cpu 1':>5} {'own':>5} "
+                  f"{'wrks':>5} | {'serial':>6} {'during':>6} {'max w':>5} {'crit':>5} {'x crit':>6}  target (x)")
         print(header)
         print("-" * len(header))
         for name in args.only or COMMANDS:
@@ -106,13 +139,20 @@ def main() -> None:
                 for jobs in runs:
                     runs[jobs].append(run_command(argv + ["--jobs", jobs]))
                     clear()
-            one = statistics.median(r[0] for r in runs["1"])
-            two = statistics.median(r[0] for r in runs["2"])
+
+            def median(jobs: str, column) -> float:
+                return statistics.median(column(r) for r in runs[jobs])
+
+            one, two = median("1", lambda r: r[0]), median("2", lambda r: r[0])
             ratio = statistics.median(a[0] / b[0] for a, b in zip(runs["1"], runs["2"]))
-            own = statistics.median(r[1] for r in runs["2"])
-            workers = statistics.median(r[2] for r in runs["2"])
+            cpu1, own, workers = median("1", lambda r: r[1]), median("2", lambda r: r[1]), median("2", lambda r: r[2])
+            serial = median("2", lambda r: r[3] + r[1] - r[4])
+            during = median("2", lambda r: r[4] - r[3])
+            busiest = median("2", lambda r: r[5])
+            crit = serial + max(during, busiest)
             label = "rmqtool " + " ".join(COMMANDS[name]).replace("{store}", "STORE").replace("{out}/", "")
-            print(f"{label:<48} {one:8.2f} {two:8.2f} {ratio:6.2f} {own:9.2f} {workers:13.2f}  >= {TARGET}: "
+            print(f"{label:<44} {one:8.2f} {two:8.2f} {ratio:5.2f} | {cpu1:5.2f} {own:5.2f} {workers:5.2f} | "
+                  f"{serial:6.2f} {during:6.2f} {busiest:5.2f} {crit:5.2f} {cpu1 / crit:6.2f}  >= {TARGET}: "
                   f"{'met' if ratio >= TARGET else 'MISSED'}", flush=True)
         print(f"load average {os.getloadavg()[0]:.2f} after")
 
