@@ -15,7 +15,7 @@ from rmqtool.format.consumequeue import decode_ext_unit, ext_addr_to_offset
 from rmqtool.format.java import java_string_hash
 from rmqtool.store.config import parse_fastjson
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, encode_units, valid_prefix
-from rmqtool.store.filequeue import FileQueue, first_nonzero, map_file
+from rmqtool.store.filequeue import FileQueue, first_nonzero, first_nonzero_byte, map_file
 from rmqtool.store.store import Store
 
 
@@ -214,6 +214,17 @@ def test_reading_a_preallocated_queue_leaves_its_hole_out_of_the_page_cache(tmp_
     assert _resident_pages(path) <= 16         # the data's pages and the first read's, not the hole
     assert first_nonzero(path, 20_000) is None
     assert _resident_pages(path) <= 16
+
+
+@pytest.mark.parametrize("size", [0, 1, 16, 17, 1024, 1041, 65536, 65553, 1 << 20])
+def test_first_nonzero_byte_at_every_block_edge(size):
+    """The block-by-block search (blocks of 64 KiB, 1 KiB, 16 bytes) finds what bytes.lstrip finds."""
+    assert first_nonzero_byte(bytes(size)) is None
+    for at in sorted({0, 15, 16, 1023, 1024, 65535, 65536, size // 3, size - 1} & set(range(size))):
+        data = bytearray(size)
+        data[at] = 1
+        data[-1] |= 2
+        assert first_nonzero_byte(bytes(data)) == at == size - len(bytes(data).lstrip(b"\0"))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mincore and posix_fadvise as Linux has them")

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.joins import join_entries, join_units, queue_rows, unmatched_keys
+from rmqtool.columnar.joins import grouped_columns, join_entries, join_units, queue_rows, unmatched_keys
 from rmqtool.columnar.units import new_state, walk_units
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
@@ -38,7 +38,8 @@ from rmqtool.store.atomic import pending_journal
 from rmqtool.store.broker_model import (DAMAGE_KINDS, V5, VERSIONS, FileSummary, abnormal_recovery_start, level_of,
                                         normal_recovery_start,
                                         refused_files, start_outcome)
-from rmqtool.store.filequeue import FileQueue, QueueFile, first_nonzero, read_exact
+from rmqtool.store.filequeue import (FileQueue, QueueFile, first_nonzero, first_nonzero_at, first_nonzero_byte,
+                                     open_random, read_exact)
 from rmqtool.store.readable import commitlog_view, unread_spans
 from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
@@ -123,8 +124,7 @@ def _plan_topics(topics: list[str], store: Store, min_offset: int) -> list[Queue
     plans = []
     for cq in (cq for t in topics for cq in store.consume_queues(t)):
         plan = QueuePlan(cq.topic, cq.queue_id, store.consumequeue_dir / cq.topic / str(cq.queue_id))
-        for sub in sorted(p for p in plan.directory.iterdir() if p.is_dir() and p.name.isdigit()) \
-                if plan.directory.is_dir() else ():
+        for sub in cq.queue.directories:
             plan.findings.append(Finding(ERROR, "cq_file_size", str(sub), None, "a directory in place of a "
                                          "consume-queue file: the broker's load fails (MappedFileQueue.load)"))
         for f, problem in cq.queue.problems():
@@ -176,9 +176,10 @@ class _QueueWalk:
         base = f.start // C.CQ_STORE_UNIT_SIZE
         seg: Segment | None = None
         lo, chunk = 0, 1024               # growing reads: a pre-allocated file is mostly empty
-        with open(f.path, "rb") as fh:
+        fd = open_random(f.path)
+        try:
             while lo < count:
-                data = read_exact(fh, min(chunk, count - lo) * C.CQ_STORE_UNIT_SIZE, lo * C.CQ_STORE_UNIT_SIZE)
+                data = os.pread(fd, min(chunk, count - lo) * C.CQ_STORE_UNIT_SIZE, lo * C.CQ_STORE_UNIT_SIZE)
                 chunk = min(chunk * 4, CHUNK)
                 n = len(data) // C.CQ_STORE_UNIT_SIZE
                 w = walk_units(data, self.min_offset, self.end, self.state)
@@ -209,16 +210,25 @@ class _QueueWalk:
                         self.plan.findings.append(Finding(ERROR, "cq_bad_unit", path, at * C.CQ_STORE_UNIT_SIZE,
                                                           "invalid unit ends the queue here", actual=list(unit)))
                     self.ended = True
-                    self._stale(f, (at + 1) * C.CQ_STORE_UNIT_SIZE, whole)
+                    # the bytes read after that unit first, then the file past them
+                    after = (w.stop + 1) * C.CQ_STORE_UNIT_SIZE
+                    hit = first_nonzero_byte(data[after:])
+                    self._stale_at(f, (lo * C.CQ_STORE_UNIT_SIZE + after + hit) if hit is not None else
+                                   first_nonzero_at(fd, lo * C.CQ_STORE_UNIT_SIZE + len(data), whole))
                     break
                 if not n:                 # the file shrank under the walk
                     break
                 lo += n
+        finally:
+            os.close(fd)
         if seg is not None:
             self.plan.segments.append(seg)
 
     def _stale(self, f: QueueFile, start: int, end: int) -> None:
-        hit = first_nonzero(f.path, start, end)
+        self._stale_at(f, first_nonzero(f.path, start, end))
+
+    def _stale_at(self, f: QueueFile, hit: int | None) -> None:
+        """A cq_stale_unit finding at ``hit``, the first non-zero byte after the queue's end (None: none)."""
         if hit is not None:
             pos = hit - hit % C.CQ_STORE_UNIT_SIZE
             self.plan.findings.append(Finding(ERROR, "cq_stale_unit", str(f.path), pos,
@@ -319,12 +329,16 @@ def _pick(seg: Segment, lo_phy: int, hi_phy: int, dtype: np.dtype, pos: Callable
         return np.empty(0, np.int64), np.empty(0, dtype)
     if seg.ordered:
         a, b = seg.lo, seg.hi
-        with open(seg.path, "rb") as fh:
+        fd = open_random(seg.path)
+        try:
             if seg.first_phy < lo_phy:                      # the window cuts the segment
-                a = _seek(fh.fileno(), seg, seg.lo, lo_phy, dtype, pos)
+                a = _seek(fd, seg, seg.lo, lo_phy, dtype, pos)
             if seg.last_phy >= hi_phy:
-                b = _seek(fh.fileno(), seg, a, hi_phy, dtype, pos)
-            return np.arange(a, b), _read(fh, dtype, b - a, pos(a))
+                b = _seek(fd, seg, a, hi_phy, dtype, pos)
+            data = os.pread(fd, (b - a) * dtype.itemsize, pos(a))
+        finally:
+            os.close(fd)
+        return np.arange(a, b), np.frombuffer(data, dtype, len(data) // dtype.itemsize)
     items = _read(seg.path, dtype, seg.hi - seg.lo, pos(seg.lo))
     phy = items["phy"].astype(np.int64)
     keep = (phy >= max(lo_phy, min_offset)) & (phy < hi_phy)
@@ -446,6 +460,7 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
     (at least JOIN_UNITS units each: bounded temporaries)."""
     cols = facts.columns
     by_queue = queue_rows(cols["queue"], len(names.names))
+    grouped = grouped_columns(by_queue[0], cols["offset"], cols["queue_offset"], cols["size"], cols["tags_code"])
     picked, count = [], 0
     for q in queues:
         code = names.codes.get((q.topic, q.queue_id), -1)
@@ -455,16 +470,17 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
                 picked.append((q, seg, code, idx, u))
                 count += len(u)
         if count >= JOIN_UNITS:
-            _join_units(picked, facts, names, by_queue, covered, result)
+            _join_units(picked, facts, names, by_queue, grouped, covered, result)
             picked, count = [], 0
     if picked:
-        _join_units(picked, facts, names, by_queue, covered, result)
+        _join_units(picked, facts, names, by_queue, grouped, covered, result)
 
 
 def _join_units(picked: list, facts: FileFacts, names: QueueNames, by_queue: tuple[np.ndarray, np.ndarray],
-                covered: np.ndarray, result: FileResult) -> None:
+                grouped: tuple[np.ndarray, ...], covered: np.ndarray, result: FileResult) -> None:
     """Gathered units (every one of their queues' units in the window) joined to the file's records
-    (``rmqtool.columnar.joins.join_units``; ``by_queue``: its ``queue_rows``)."""
+    (``rmqtool.columnar.joins.join_units``; ``by_queue``: its ``queue_rows``, ``grouped`` its
+    ``grouped_columns``)."""
     u = np.concatenate([p[4] for p in picked])
     which = np.repeat(np.arange(len(picked)), [len(p[4]) for p in picked])
     code = np.array([p[2] for p in picked], np.int64)[which]
@@ -472,7 +488,7 @@ def _join_units(picked: list, facts: FileFacts, names: QueueNames, by_queue: tup
     phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
     cols = facts.columns
     at, bad = join_units(cols["offset"], cols["queue"], cols["queue_offset"], cols["size"], cols["tags_code"],
-                         *by_queue, facts.end, phy, size, tags, qo, code, covered)
+                         *by_queue, facts.end, phy, size, tags, qo, code, covered, grouped)
     for i in np.flatnonzero(bad).tolist():
         q, seg = picked[which[i]][:2]
         where = (str(seg.path), (int(qo[i]) - int(seg.path.name) // C.CQ_STORE_UNIT_SIZE) * C.CQ_STORE_UNIT_SIZE)

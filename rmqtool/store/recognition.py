@@ -18,7 +18,7 @@ from rmqtool.errors import StoreError
 from rmqtool.format import dledger as D
 from rmqtool.store import layout as L
 from rmqtool.store.dledger import find_dledger_dir
-from rmqtool.store.filequeue import is_offset_name
+from rmqtool.store.filequeue import is_offset_name, list_dir
 
 # The directories the broker loads files from (DefaultMessageStore.load and its services): no output there.
 LOADED_DIRS = L.DATA_DIRS + (L.TIMERLOG, L.TIMERWHEEL, L.COMPACTION)
@@ -138,12 +138,13 @@ def refused_entries(root: Path, *, broker_5x: bool) -> Iterator[tuple[Path, bool
     queue_dirs = [root / L.COMMITLOG] if find_dledger_dir(root) is None else []
     for kind in (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE):
         base = root / kind
-        if base.is_dir():
-            queue_dirs += sorted(q for t in base.iterdir() if t.is_dir() for q in t.iterdir()
-                                 if q.is_dir() and _parses(q.name, _JAVA_INT))
+        queue_dirs += [base / t / q for t, q in sorted(
+            (t.name, q.name) for t in list_dir(base) or () if t.is_dir() for q in list_dir(t.path) or ()
+            if _parses(q.name, _JAVA_INT) and q.is_dir())]
     for d in queue_dirs:
-        if d.is_dir():
-            yield from _queue_dir_entries(d, broker_5x)
+        entries = list_dir(d)
+        if entries is not None:
+            yield from _queue_dir_entries(d, entries, broker_5x)
     index = root / L.INDEX
     if index.is_dir():
         for p in sorted(index.iterdir()):
@@ -153,17 +154,18 @@ def refused_entries(root: Path, *, broker_5x: bool) -> Iterator[tuple[Path, bool
                 yield p, True, "a directory where the broker maps an index file: it refuses to load the store"
 
 
-def _queue_dir_entries(d: Path, broker_5x: bool) -> Iterator[tuple[Path, bool, str]]:
-    entries = sorted(d.iterdir(), key=lambda p: p.name)
-    for i, p in enumerate(entries):
-        if is_offset_name(p.name):
+def _queue_dir_entries(d: Path, entries: list[os.DirEntry], broker_5x: bool) -> Iterator[tuple[Path, bool, str]]:
+    entries = sorted(entries, key=lambda e: e.name)
+    for i, e in enumerate(entries):
+        if is_offset_name(e.name):
             continue                         # checked with the queue's files (sizes, a directory in its place)
-        if p.is_dir():
+        p = d / e.name
+        if e.is_dir():
             if broker_5x:
                 yield p, False, "a directory among the mapped files: the 5.x broker skips it"
             else:
                 yield p, True, "a directory among the mapped files: the 4.9.7 broker refuses to load the store"
-        elif broker_5x and i == len(entries) - 1 and p.stat().st_size == 0:
+        elif broker_5x and i == len(entries) - 1 and e.stat().st_size == 0:
             yield p, False, "an empty last file: the 5.x broker deletes it on start"
         elif _parses(p.name, _JAVA_LONG):
             yield p, True, f"misnamed file: the broker maps it at offset {int(p.name)} among the files named " \

@@ -26,7 +26,7 @@ from rmqtool.store.config import read_config
 from rmqtool.store.dledger import DLedgerCommitLog, DLedgerFiles, find_dledger_dir, is_dledger_queue
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import JOURNAL
-from rmqtool.store.filequeue import FileQueue, QueueFile, map_file
+from rmqtool.store.filequeue import FileQueue, QueueFile, list_dir, map_file
 from rmqtool.store.rocksdbcq import RocksDbConsumeQueues, is_rocksdb_dir
 from rmqtool.store.recognition import is_index_name, recognize
 
@@ -408,19 +408,18 @@ class Store:
 
     # -- the <kind>/<topic>/<queueId>/ layout both queue kinds share -------------------------------------
     def _topic_dirs(self, base: Path) -> list[str]:
-        if not self.is_store_root or not base.is_dir():
+        if not self.is_store_root:
             return []
-        return sorted(p.name for p in base.iterdir() if p.is_dir())
+        return sorted(e.name for e in list_dir(base) or () if e.is_dir())
 
     @staticmethod
     def _queue_dirs(base: Path, topic: str | None, topics) -> Iterator[tuple[str, int, Path]]:
         """(topic, queue id, directory) of ``topic`` or every topic, queues in numeric order."""
         for t in ([topic] if topic is not None else topics()):
             tdir = base / t
-            if tdir.is_dir():
-                for qdir in sorted((p for p in tdir.iterdir() if p.is_dir() and p.name.isdigit()),
-                                   key=lambda p: int(p.name)):
-                    yield t, int(qdir.name), qdir
+            queues = sorted((int(e.name), e.name) for e in list_dir(tdir) or () if e.name.isdigit() and e.is_dir())
+            for qid, name in queues:
+                yield t, qid, tdir / name
 
     @staticmethod
     def _queue_files(base: Path, topic: str, queue_id: int, kind: str) -> FileQueue:
