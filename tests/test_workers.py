@@ -386,6 +386,21 @@ def test_stats_and_grep_spread_a_large_store_by_default(generated, monkeypatch):
     assert pids[1] == min(cores, 6, available_memory() >> 30) and (cores < 2 or pids[1] > 1)
 
 
+def test_one_file_text_export_gives_each_default_worker_two_files(generated, monkeypatch, tmp_path):
+    """Without --jobs, export to one Parquet file takes a worker per commit-log file (cores allowing), to one
+    JSON-lines or CSV file one per two files: the copy of a text part after its worker ends is serial."""
+    from rmqtool.ops import scan, workers
+
+    asked = []
+    real = workers.default_jobs
+    monkeypatch.setattr(scan, "FEW_BYTES", 0)             # the columnar path, not the small store's
+    monkeypatch.setattr(workers, "default_jobs", lambda size, files: asked.append(files) or real(size, files))
+    monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1 << 16)
+    for name in ("out.parquet", "out.jsonl", "out.csv"):
+        assert run("export", generated, "--to", tmp_path / name).exit_code == 0
+    assert asked == [6, 3, 3]
+
+
 @pytest.mark.parametrize("name", ["generated", "damaged"])
 def test_dataset_export_in_workers_writes_the_same_parts(name, request, tmp_path):
     """export to a dataset directory writes its parts (one per commit-log file) in worker processes
