@@ -477,3 +477,39 @@ def test_repairs_placeholder_is_no_message_to_any_reader(store_copy, tmp_path):
     rows = [json.loads(line)["type"] for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert listed == rows and rows.count("salvaged_record") == 1 and len(rows) == messages + 1
     assert f"exported {messages + 1} records ({messages} messages)" in exported.stderr
+
+
+@pytest.mark.parametrize("few", [True, False])
+def test_a_hole_in_a_middle_file_reads_the_same_in_every_reader(store_copy, monkeypatch, tmp_path, few):
+    """The second of four files zeroed after its fifth record: each file is read to its own end of data, so
+    every reader reads the records before the hole and every later file's (the broker serves those past a
+    hole its recovery does not reach: CommitLog.recoverNormally begins at the third file from the end), exit 0,
+    the record-at-a-time path and the columnar scan alike; verify names the hole (data_after_end)."""
+    from rmqtool.ops import scan
+
+    if not few:
+        monkeypatch.setattr(scan, "FEW_BYTES", 0)
+    root = store_copy(BASE)
+    victim = sorted((root / "commitlog").iterdir())[1]
+    start = int(victim.name)
+    records = sorted((r["physicalOffset"], r["type"]) for r in readback(BASE)["commitlogRecords"])
+    inside = [o for o, _ in records if start <= o < start + 65536]
+    cut = inside[5] - start
+    data = victim.read_bytes()
+    victim.write_bytes(data[:cut] + bytes(len(data) - cut))
+    messages = sum(1 for o, t in records if t == "MESSAGE" and not start + cut <= o < start + 65536)
+    assert sum(1 for o, t in records if t == "MESSAGE" and o >= start + 65536) > 0      # later files hold records
+    results = {"stats": run("stats", root, "-f", "jsonl", "--jobs", "1"),
+               "info": run("info", root, "-f", "json"),
+               "cat-commitlog": run("cat-commitlog", root, "-f", "jsonl"),
+               "grep": run("grep", root, "-f", "jsonl"),
+               "export": run("export", root, "--to", tmp_path / "one.jsonl"),
+               "export-jobs": run("export", root, "--to", tmp_path / "three.jsonl", "--jobs", "3")}
+    assert {k: r.exit_code for k, r in results.items()} == dict.fromkeys(results, 0)
+    assert json.loads(results["stats"].stdout)["messages"] == messages
+    assert json.loads(results["info"].stdout)["messages"] == messages
+    assert len(results["cat-commitlog"].stdout.splitlines()) == len(results["grep"].stdout.splitlines()) == messages
+    assert (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "three.jsonl").read_bytes()
+    assert len((tmp_path / "one.jsonl").read_text().splitlines()) == messages
+    kinds = [json.loads(line)["kind"] for line in run("verify", root, "-f", "jsonl").stdout.splitlines()]
+    assert "data_after_end" in kinds

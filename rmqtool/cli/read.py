@@ -223,7 +223,7 @@ def record_rows(cl: CommitLog, *, start: int | None = None, count: int | None = 
     from rmqtool.format.batch import inner_messages, is_inner_batch
 
     n = 0
-    for loc in cl.iter_entries(start, include_blank=include_blank):
+    for loc in cl.iter_entries(start, include_blank=include_blank, reader=True):
         entry = loc.entry
         parts = [(None, entry)]
         if unwrap and not isinstance(entry, Blank) and is_inner_batch(entry):

@@ -61,8 +61,8 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
                         on_damage: Callable[[FormatError], None] | None = None,
                         columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of a commit log (a store root, commitlog/ directory, single file, Store or
-    CommitLog) from ``start`` (default: its first file) to the end of written data; returns True when a file
-    ended it (zeros where the next record would be: later files are not read).
+    CommitLog) from ``start`` (default: its first file) to the end of written data: each file to its own
+    end of data (``CommitLog.reader_crosses_holes``), a DLedger log to its first zero header.
 
     ``check_crc`` adds the ``crc_ok`` column (a mismatch is a value, not an error). ``columns`` (of
     ``decode.COLUMNS``): the batches of a window's records hold only these (``decode_columns``: the scan
@@ -86,10 +86,9 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
                 raise
             on_damage(exc)                  # the rest of that file is skipped
             end_of_data = False
-        if end_of_data and cl.zero_ends_data:
-            return True
+        if end_of_data and cl.zero_ends_data and not cl.reader_crosses_holes:
+            return
         pos = 0
-    return False
 
 
 def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,

@@ -217,7 +217,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
                            batch_rows or DEFAULT_BATCH_ROWS)
     parts = []                  # every commit-log file of every store, then its compaction logs: one part each
     first = None                # a commit-log file to warm up with
-    for k, (store, cl) in enumerate(zip(store_paths, commitlogs)):
+    for store, cl in zip(store_paths, commitlogs):
         files = list_files([store])
         starts, uris = [f.start for f in files], [f.uri for f in files]
         named = files[0].store if files else str(store)
@@ -225,8 +225,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             consumer_view_split([str(store)], where)
         if read_cl:
             first = first or next(iter(files), None)
-            parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris, k)
-                      for f in cl.queue.files]
+            parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris) for f in cl.queue.files]
         parts += [_Part(named, where, f) for f in logs]
     from rmqtool.ops.workers import default_jobs
 
@@ -242,7 +241,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     try:
         done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
             _write_here(parts, options, tmp, progress)
-        for records, messages, input_bytes, damaged, _ in done:
+        for records, messages, input_bytes, damaged in done:
             result.records += records
             result.messages += messages
             result.input_bytes += input_bytes
@@ -273,19 +272,17 @@ class _PartOptions:
 class _Part:
     """One commit-log file of a store (its commit log's class, the file, the file size) or one of its
     compaction logs (a ``scan.StoreFile``), the filter for it, and the store's commit-log files (the
-    ``commitlog_file`` column); ``ends``: the store's number for a commit-log file (after a file that ends the
-    data of its store's commit log, the later ones are not read, as ``columnar.iter_record_batches`` reads)."""
+    ``commitlog_file`` column)."""
     store: str
     where: object
     source: object
     starts: list = field(default_factory=list)
     uris: list = field(default_factory=list)
-    ends: int | None = None
 
 
 def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) -> Iterator:
     """The batches ``export_local`` writes of ``part``, ready for its writer; ``counts`` gets [records,
-    messages, input bytes, the damage skipped, whether the part's file ended the data]."""
+    messages, input bytes, the damage skipped]."""
     from rmqtool.columnar import iter_record_batches
     from rmqtool.ops.filters import keep_records
     from rmqtool.ops.scan import BytesCounter, record_batches
@@ -301,12 +298,7 @@ def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) ->
                                       on_damage=on_damage, batch_rows=options.batch_rows)
     else:
         counted, batches = None, record_batches(part.source, check_crc=options.check_crc, on_damage=on_damage)
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration as stop:
-            counts[4] = bool(stop.value)
-            break
+    for batch in batches:
         if counted is not None:
             counted(batch)
         counts[2] += total_bytes(batch)
@@ -326,18 +318,14 @@ def _part_batches(part: _Part, options: _PartOptions, counts: list, progress) ->
 def _write_here(parts: list[_Part], options: _PartOptions, tmp: Path, progress) -> list:
     """Every part into ``tmp`` in this process, a Parquet row group ending at each part's end."""
     write_out = writer(options.fmt, tmp, options.schema, options.body_encoding)
-    done, ended = [], set()
+    done = []
     try:
         for part in parts:
-            if part.ends in ended:
-                continue
-            counts = [0, 0, 0, [], False]
+            counts = [0, 0, 0, []]
             for batch in _part_batches(part, options, counts, progress):
                 write_out(batch)
             write_out(PART_END)
             done.append(counts)
-            if part.ends is not None and counts[4]:
-                ended.add(part.ends)
         write_out(None)
     except BaseException:
         write_out(None, abort=True)
@@ -351,7 +339,7 @@ def _write_apart(item: tuple[int, _Part], progress, *, options: _PartOptions, di
     from rmqtool.ops.workers import error_info
 
     index, part = item
-    counts = [0, 0, 0, [], False]
+    counts = [0, 0, 0, []]
     path, write_out = None, None
     try:
         for batch in _part_batches(part, options, counts, progress):
@@ -401,14 +389,7 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
         skip = len(MAGIC) if parquet else len(_csv_header(options.schema)) if options.fmt == "csv" else 0
         results = process_imap(partial(_write_apart, options=options, directory=directory), list(enumerate(parts)),
                                jobs, progress, ahead=1)
-        ended = set()
-        for part, (path, counts) in zip(parts, results):
-            if part.ends in ended:      # never reached by one process: dropped
-                if path is not None:
-                    os.unlink(path)
-                continue
-            if part.ends is not None and counts[4]:
-                ended.add(part.ends)
+        for path, counts in results:
             counts[3] = [rebuild_error(info) for info in counts[3]]
             done.append(counts)
             if path is None:
@@ -457,7 +438,7 @@ def _few_entries(commitlogs: list, where, include_blank: bool, counts: list[int]
 
     filtered = where is not None and not where.is_empty
     for cl in commitlogs:
-        for loc in cl.iter_entries(include_blank=True):
+        for loc in cl.iter_entries(include_blank=True, reader=True):
             entry, kind = loc.entry, row_type(loc.entry)
             counts[2] += entry.total_size
             if kind == "blank":

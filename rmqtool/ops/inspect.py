@@ -90,8 +90,8 @@ def compaction_rows(store: Store) -> list[dict[str, Any]]:
 def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,
                     jobs: int | None = None, read_anyway: bool = False) -> dict[str, Any]:
     """Counts and dates from the boundary walk and fixed header fields (no body or property decoding),
-    file by file (in ``jobs`` worker processes) as CommitLog.iter_entries goes: to the zero end of data
-    or the first damage (``read_anyway``: past it, the rest of its file skipped)."""
+    file by file (in ``jobs`` worker processes) as a reader's CommitLog.iter_entries goes: each file to its
+    end of data, up to the first damage (``read_anyway``: past it, the rest of its file skipped)."""
     from rmqtool.ops.workers import default_jobs, process_map
 
     cl = store.commitlog
@@ -110,7 +110,7 @@ def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,
         total["end"] = part["end"] if part["end"] is not None else total["end"]
         if part["damage"]:
             total["damage"].append(f"{part['damage']} ({_PAST_DAMAGE[read_anyway]})")
-        if (part["damage"] and not read_anyway) or part["zero_end"]:
+        if part["damage"] and not read_anyway:
             break
     return _summary(cl, total["end"], total["messages"], total["blanks"], total["v2"], total["trailing"],
                     total["first_ts"], total["last_ts"], total["damage"])
@@ -118,7 +118,7 @@ def _scan_commitlog(store: Store, progress: Callable[[int], None] | None,
 
 def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str, Any]:
     """One commit-log file's part of ``_scan_commitlog``: counts, dates, the end of its last entry,
-    whether its data ends in zeros before the file does, or the damage that stops the walk."""
+    or the damage that stops the walk."""
     import numpy as np
 
     from rmqtool.columnar.kernel import scan_window, words
@@ -127,7 +127,7 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     from rmqtool.store.filequeue import release_pages
 
     out = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
-           "end": None, "zero_end": False, "damage": None}
+           "end": None, "damage": None}
     buf = f.read()
     data = np.frombuffer(buf, np.uint8, min(len(buf), f.readable))    # a file cut to what is readable
     data64 = words(data)
@@ -137,7 +137,6 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
             released = release_pages(buf, pos, released)
             size, magic = peek_header(buf, pos)
             if size == 0 and magic == 0:
-                out["zero_end"] = True
                 break
             if magic in (C.MESSAGE_MAGIC_CODE, C.MESSAGE_MAGIC_CODE_V2):
                 win = scan_window(data, pos, pos + WINDOW_BYTES, data64=data64)

@@ -30,6 +30,10 @@ class Located:
 class CommitLog:
     entry_header_size = 0     # bytes in front of each record (DLedger: its entry header)
     zero_ends_data = True     # a zero header ends the data (a compaction log goes on in its next file)
+    # Readers read each file to its own end of data: a zero header where a later file holds records is a hole,
+    # which the broker serves the later files past unless its recovery reaches it (CommitLog.recoverNormally
+    # begins at the third file from the end; verify's data_after_end says what a start costs)
+    reader_crosses_holes = True
     skipped: tuple = ()       # what this view of a refused commit log leaves out (store.readable.commitlog_view)
 
     def __init__(self, queue: FileQueue):
@@ -69,13 +73,15 @@ class CommitLog:
             raise exc.at(path=str(f.path)) from None
 
     def iter_entries(self, start: int | None = None, *, check_crc: bool = False,
-                     include_blank: bool = True, stop_at_damage: bool = False) -> Iterator[Located]:
+                     include_blank: bool = True, stop_at_damage: bool = False,
+                     reader: bool = False) -> Iterator[Located]:
         """Entries in commit-log order from ``start`` (default: the first file) to the written end.
 
-        A BLANK moves to the next file; a zero header ends the walk, and so does the torn record a
-        recovered store keeps past its end (broker_model.recovered_tail). A damaged record raises a
-        FormatError naming the file and the offset, or with ``stop_at_damage`` ends the walk there,
-        as the broker's recovery does (it treats the first invalid record as the end of data).
+        A BLANK moves to the next file; a zero header ends the walk (a ``reader``'s: its file's data, where
+        ``reader_crosses_holes``), and so does the torn record a recovered store keeps past its end
+        (broker_model.recovered_tail). A damaged record raises a FormatError naming the file and the offset,
+        or with ``stop_at_damage`` ends the walk there, as the broker's recovery does (it treats the first
+        invalid record as the end of data).
         """
         files = self.queue.files
         if not files:
@@ -92,7 +98,7 @@ class CommitLog:
                     break   # file end without a BLANK: next file
                 size, magic = peek_header(buf, pos)
                 if size == 0 and magic == 0:
-                    if self.zero_ends_data:
+                    if self.zero_ends_data and not (reader and self.reader_crosses_holes):
                         return  # end of written data
                     break
                 try:

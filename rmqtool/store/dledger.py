@@ -33,6 +33,7 @@ class LedgerEntry:
 
 class DLedgerCommitLog(CommitLog):
     entry_header_size = D.HEADER_SIZE
+    reader_crosses_holes = False    # readers stop at its first zero entry header, as they always have
 
     @classmethod
     def open(cls, path: Path, file_size: int | None = None) -> "DLedgerCommitLog":
@@ -105,9 +106,11 @@ class DLedgerCommitLog(CommitLog):
             pos = 0
 
     def iter_entries(self, start: int | None = None, *, check_crc: bool = False,
-                     include_blank: bool = True, stop_at_damage: bool = False) -> Iterator[Located]:
+                     include_blank: bool = True, stop_at_damage: bool = False,
+                     reader: bool = False) -> Iterator[Located]:
         """Records (at entry position + 48) and BLANKs, as ``CommitLog.iter_entries``; a damaged entry or
-        record raises a FormatError at its position, or with ``stop_at_damage`` ends the walk."""
+        record raises a FormatError at its position, or with ``stop_at_damage`` ends the walk. A zero entry
+        header ends the walk for a ``reader`` too (``reader_crosses_holes`` is false)."""
         return self._entries(self.iter_ledger(start), check_crc, include_blank, stop_at_damage)
 
     def entries_at(self, f: QueueFile, pos: int, *, check_crc: bool = False) -> Iterator[Located]:
