@@ -309,12 +309,8 @@ def test_info_agrees_with_readback(name, which):
     assert info["v2_records"] == v2
     assert any("V2 records" in h for h in info["version_hints"]) == bool(v2)
     assert (info["abort"], info["lock"]) == (False, "free")
-    torn = _torn_offset(name)
-    if torn is None:
-        assert (result.exit_code, info["problems"]) == (0, [])
-    else:
-        assert result.exit_code == 1
-        assert len(info["problems"]) == 1 and f"offset {torn}: " in info["problems"][0]
+    # the torn bytes a recovered store keeps end its data, as for cat-commitlog, stats and verify: no problem
+    assert (result.exit_code, info["problems"], result.stderr) == (0, [], "")
 
 
 @pytest.mark.parametrize("name", CRASH_SETS)

@@ -124,6 +124,7 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
     from rmqtool.columnar.kernel import scan_window, words
     from rmqtool.columnar.walk import WINDOW_BYTES
     from rmqtool.format.commitlog import decode_entry, peek_header
+    from rmqtool.store.broker_model import recovered_tail
     from rmqtool.store.filequeue import release_pages
 
     out = {"messages": 0, "blanks": 0, "v2": 0, "trailing": 0, "first_ts": None, "last_ts": None,
@@ -166,8 +167,11 @@ def _scan_file(f: QueueFile, progress: Callable[[int], None] | None) -> dict[str
             out["blanks"] += 1
             break
     except FormatError as exc:
-        exc.offset = f.start + pos
-        out["damage"] = str(exc.at(path=str(f.path)))
+        if recovered_tail(f.path, buf, pos, len(data)):
+            out["end"] = f.start + pos          # the torn record a recovered store keeps past its end
+        else:
+            exc.offset = f.start + pos
+            out["damage"] = str(exc.at(path=str(f.path)))
     return out
 
 
