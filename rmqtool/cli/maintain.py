@@ -98,9 +98,12 @@ def _show_limited(rows: list[dict], shown: list[dict], fmt: str | None, tablefmt
         click.echo(f"{len(rows) - len(shown)} more action(s) not listed (--limit 0 lists all)", err=True)
 
 
-def end_dry_run(rows: list[dict], how: str = "run with --apply", idle: str = "nothing to do") -> None:
-    click.echo(f"{len(rows)} action(s); {how} to carry them out" if rows else idle, err=True)
-    raise click.exceptions.Exit(ExitCode.FINDINGS if rows else ExitCode.OK)
+def end_dry_run(rows: list[dict], how: str = "run with --apply", idle: str = "nothing to do", notes: int = 0) -> None:
+    """The end of a dry run: exit 1 when the plan has something to do, else 0 (``notes``: rows that only say
+    what the broker does too)."""
+    todo = len(rows) - notes
+    click.echo(f"{todo} action(s); {how} to carry them out" if todo else idle, err=True)
+    raise click.exceptions.Exit(ExitCode.FINDINGS if todo else ExitCode.OK)
 
 
 def say_undo(what: str, backup, store) -> None:
@@ -511,7 +514,8 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
 
     A record whose stored queue offset is not its place in its queue (damage) is placed at its queue's end
     and listed as a misplaced_unit row, saying what the broker's dispatch does with it (rule reput_misplaced):
-    a rebuild writes for one record at most one file, as the broker.
+    a rebuild writes for one record at most one file, as the broker. The broker appends every LMQ unit at its
+    queue's end whatever offset its record asks for: those rows are notes, not actions.
 
     In place: without --apply only prints the queues that would change (exit 0 when none, 1 when some);
     --apply rebuilds them with a backup and ends with the undo line. --out writes a new directory (no --apply).
@@ -556,7 +560,7 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     if dry_run:
         _refused_dry_run(check, res.size)
         end_partial(skipped)
-        end_dry_run(rows, idle="nothing to change")
+        end_dry_run(rows, idle="nothing to change", notes=res.lmq_placed())
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
     elif out is None:

@@ -54,6 +54,12 @@ class RebuildResult:
     # stored queue offset, placed at (None: skipped as repeated), first of its queue)
     size: PlanSize = field(default_factory=PlanSize)     # what the rebuild creates, replaces, deletes
 
+    def lmq_placed(self) -> int:
+        """How many of ``misplaced`` are LMQ units: the broker appends an LMQ unit at its queue's end whatever
+        offset its record asks for (ConsumeQueue.putMessagePositionInfo of a multi-dispatch), so these are its
+        own placement, not damage: nothing for a rebuild to do."""
+        return sum(t.startswith(C.LMQ_PREFIX) for t, *_ in self.misplaced)
+
 
 def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Path | None = None,
                            cq_file_size: int | None = None, bcq_file_size: int | None = None, dry_run: bool = False,
