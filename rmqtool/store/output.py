@@ -1,0 +1,129 @@
+"""An output outside a store (export's file or dataset directory), written under a hidden name beside its
+target and renamed into place.
+
+While ``staged(to)`` runs, this process holds an exclusive lock (flock) on ``.NAME.tmp-lock`` beside
+``to``: a second writer of ``to`` is refused, and whatever else is named ``.NAME.tmp-*`` there was left by
+a writer that was killed (SIGKILL, a power loss) and is removed first. The lock file goes when the
+writer ends. The temporary name is ``.NAME.tmp-PID`` (a file or a directory, with ``.NAME.tmp-PID.*``
+scratch beside it); an error removes it, and a write error names ``to``, not the hidden name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+from rmqtool.errors import StoreWarning, UnsafeWrite
+
+LOCK = "lock"
+
+
+def scratch_prefix(to: Path) -> str:
+    """The start of every hidden name a writer of ``to`` uses beside it."""
+    return f".{to.name}.tmp-"
+
+
+@contextlib.contextmanager
+def staged(to: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """``to``'s temporary name, under ``to``'s lock (refused while another process holds it), the leftovers
+    of killed writers removed first (a warning names them). An OSError raised inside that names the
+    temporary name, a file beside it or under it, names ``to`` instead and says that nothing was written
+    (or that the file already there is unchanged); the temporary name is removed on any error."""
+    to = Path(to)
+    prefix = scratch_prefix(to)
+    tmp = to.with_name(f"{prefix}{os.getpid()}")
+    try:
+        fd, locked = _lock(to.with_name(prefix + LOCK), to)
+    except OSError as exc:
+        raise _named(exc, to, to.exists()) from None
+    try:
+        if locked:
+            _sweep(to, prefix)
+        existed = to.exists() if overwrite else False
+        try:
+            yield tmp
+        except OSError as exc:
+            _discard(tmp)
+            raise _named(exc, to, existed) if _ours(exc.filename, to, prefix) else exc from None
+        except BaseException:
+            _discard(tmp)
+            raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(to.with_name(prefix + LOCK))      # still ours: a waiting writer re-checks what it locked
+        os.close(fd)
+
+
+def _lock(path: Path, to: Path) -> tuple[int, bool]:
+    """An open descriptor of ``path`` and whether it holds its exclusive lock (not on a file system without
+    flock). The path may go away (a writer ending removes it) between open and lock, so the lock is taken
+    again until it is the file at ``path``."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP):
+                return fd, False
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise UnsafeWrite(f"another process is writing this output (it holds {path.name}); wait for it "
+                                  f"to end, or write elsewhere", path=str(to)) from None
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd, True
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _sweep(to: Path, prefix: str) -> None:
+    """Remove what killed writers of ``to`` left beside it (its lock is held: no writer of it is alive)."""
+    left = sorted(p for p in _siblings(to.parent) if p.name.startswith(prefix) and p.name != prefix + LOCK)
+    for path in left:
+        _discard(path)
+    if left:
+        warnings.warn(StoreWarning(f"{to}: removed what an interrupted export left beside it: "
+                                   f"{', '.join(p.name for p in left)}"))
+
+
+def _siblings(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except FileNotFoundError:
+        return []
+
+
+def _discard(path: Path) -> None:
+    """Remove a temporary file or directory, if there (best effort: the error being reported matters more)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _ours(filename, to: Path, prefix: str) -> bool:
+    """Whether ``filename`` (an OSError's) is ``to``'s temporary name or scratch."""
+    if filename is None:
+        return False
+    path = Path(os.fsdecode(filename))
+    while path.parent != path:
+        if path.name.startswith(prefix) and path.parent == to.parent:
+            return True
+        path = path.parent
+    return False
+
+
+def _named(exc: OSError, to: Path, existed: bool) -> OSError:
+    """``exc`` naming ``to``, and what that leaves."""
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    left = "the existing output is unchanged" if existed else "nothing written"
+    return OSError(exc.errno, f"{why}; {left}", str(to))
