@@ -1,5 +1,5 @@
 """An output outside a store (export's file or dataset directory), written under a hidden name beside its
-target and renamed into place.
+target and renamed into place; and scratch directories that a killed process does not leave for good.
 
 While ``staged(to)`` runs, this process holds an exclusive lock (flock) on ``.NAME.tmp-lock`` beside
 ``to``: a second writer of ``to`` is refused, and whatever else is named ``.NAME.tmp-*`` there was left by
@@ -15,6 +15,9 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
+import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -22,6 +25,7 @@ from typing import Iterator
 from rmqtool.errors import StoreWarning, UnsafeWrite
 
 LOCK = "lock"
+STALE_SECONDS = 60          # a scratch directory unlocked and unchanged this long was left by a killed process
 
 
 def scratch_prefix(to: Path) -> str:
@@ -127,3 +131,43 @@ def _named(exc: OSError, to: Path, existed: bool) -> OSError:
     why = os.strerror(exc.errno) if exc.errno else str(exc)
     left = "the existing output is unchanged" if existed else "nothing written"
     return OSError(exc.errno, f"{why}; {left}", str(to))
+
+
+@contextlib.contextmanager
+def scratch_dir(directory: str | None, prefix: str) -> Iterator[str]:
+    """A new directory ``<prefix>XXXXXXXX`` in ``directory`` (None: the system's temporary directory),
+    removed at the end. This process holds a lock (flock) on it while it lives, so that the next one made
+    with the same prefix removes it if this process was killed: the leftovers of the same user, unlocked
+    and unchanged for ``STALE_SECONDS`` (one made that instant, not yet locked, is not taken for one)."""
+    parent = directory or tempfile.gettempdir()
+    _sweep_scratch(parent, prefix)
+    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def _sweep_scratch(parent: str, prefix: str) -> None:
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+        for entry in entries:
+            if not entry.name.startswith(prefix):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < STALE_SECONDS:
+                    continue
+                fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:
+                pass                                # a live one's
+            finally:
+                os.close(fd)
