@@ -6,7 +6,8 @@ in one process), so both engines write the same rows. Parquet parts hold the rec
 rows of ``cat-commitlog``. ``--partition-by topic,date`` writes Parquet ``topic=<t>/date=<YYYY-MM-DD>/``
 directories as ``pyarrow.dataset.write_dataset`` lays them out (values URI-escaped, as pyarrow and Spark
 read them; partition columns live in the path only; BLANK padding records, which have neither, are left
-out). The directory appears atomically: parts go to a hidden sibling renamed at the end. ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
+out). The directory appears atomically: parts go to a hidden sibling renamed at the end (locally, under the
+output's lock: ``store.output.staged``). ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
 written through ``pyarrow.fs``, which a cluster's executors need (a local path is local to each of
 them). On object stores, which cannot rename a directory, the last step copies the parts into place
 and is not atomic.
@@ -132,7 +133,7 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from rmqtool.ops.export import ROW_GROUP_ROWS, parquet_options
+    from rmqtool.ops.export import ROW_GROUP_ROWS, close_parquet, parquet_options
 
     kept = pa.schema([f for f in schema if f.name not in keys], metadata=schema.metadata)
     options = parquet_options(kept.names)
@@ -152,8 +153,18 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
 
     def close(writer, stream) -> None:
         with named(root):
-            writer.close()
+            close_parquet(writer)
             stream.close()
+
+    def close_all() -> OSError | None:
+        """Close every open file, even after one fails; the first error."""
+        failed = None
+        for out in open_parts.values():
+            try:
+                close(*out)
+            except OSError as exc:
+                failed = failed or exc
+        return failed
 
     def flush(part: str) -> None:
         with named(root):
@@ -197,9 +208,12 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
                 waiting = 0
         for part in list(pending):
             flush(part)
-    finally:
-        for out in open_parts.values():
-            close(*out)
+    except BaseException:
+        close_all()                             # the first error is the one to report
+        raise
+    failed = close_all()
+    if failed is not None:
+        raise failed
 
 
 def _file_type(fsys, path: str, uri: str):

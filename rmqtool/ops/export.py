@@ -5,8 +5,8 @@ into pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a t
 this process or, a part per file, in worker processes whose parts are joined in order. A small
 commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
 of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
-the records. The output appears atomically (a temporary file renamed at the end); an existing file is
-replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
+the records. The output appears atomically (a temporary file renamed at the end, written under the
+output's lock: ``store.output.staged``); an existing file is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
 fields and values of ``cat-commitlog``'s rows.
@@ -580,11 +580,11 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
                             write(rows)
                 result.input_bytes += f.size
             with named(tmp):
-                out.close()
+                close_parquet(out) if fmt == "parquet" else out.close()
             os.replace(tmp, to)
         except BaseException:
             with contextlib.suppress(OSError):
-                out.close()
+                close_parquet(out) if fmt == "parquet" else out.close()
             raise
     result.seconds = time.perf_counter() - started
     return result
@@ -610,6 +610,15 @@ def parquet_options(names: Sequence[str]) -> dict:
             "use_dictionary": [c for c in PARQUET_DICTIONARY_COLUMNS if c in names],
             "column_encoding": {c: "DELTA_BINARY_PACKED" for c in PARQUET_DELTA_COLUMNS if c in names},
             "write_statistics": [c for c in names if c not in PARQUET_NO_STATISTICS]}
+
+
+def close_parquet(pw) -> None:
+    """Close a pyarrow ParquetWriter: one whose close failed (a write error) is not closed again when it is
+    collected (its __del__ would, and print the error again as an ignored exception)."""
+    try:
+        pw.close()
+    finally:
+        pw.is_open = False
 
 
 PART_END = object()         # write(PART_END): a Parquet row group ends here
@@ -654,7 +663,7 @@ def _writer(fmt: str, out, schema, body_encoding: str) -> Callable:
                 pw.write_table(pa.Table.from_batches(pending))
             pending.clear()
             if batch is None:
-                pw.close()
+                close_parquet(pw)
                 if not isinstance(out, (str, os.PathLike)):
                     out.close()
         return write_parquet

@@ -2,7 +2,7 @@
 target and renamed into place; and scratch directories that a killed process does not leave for good.
 
 While ``staged(to)`` runs, this process holds an exclusive lock (flock) on ``.NAME.tmp-lock`` beside
-``to``: a second writer of ``to`` is refused, and whatever else is named ``.NAME.tmp-*`` there was left by
+``to``: a second writer of ``to`` is refused, and whatever is named ``.NAME.tmp-PID*`` there was left by
 a writer that was killed (SIGKILL, a power loss) and is removed first. The lock file goes when the
 writer ends. The temporary name is ``.NAME.tmp-PID`` (a file or a directory, with ``.NAME.tmp-PID.*``
 scratch beside it); an error removes it, and a write error names ``to``, not the hidden name.
@@ -14,6 +14,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -25,6 +26,7 @@ from typing import Iterator
 from rmqtool.errors import StoreWarning, UnsafeWrite
 
 LOCK = "lock"
+_SCRATCH = re.compile(r"\d+(\..*)?", re.S)    # after the prefix: a writer's PID, then its scratch's suffix
 STALE_SECONDS = 60          # a scratch directory unlocked and unchanged this long was left by a killed process
 
 
@@ -54,13 +56,16 @@ def staged(to: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
             yield tmp
         except OSError as exc:
             _discard(tmp)
-            raise _named(exc, to, existed) if _ours(exc.filename, to, prefix) else exc from None
+            if not _ours(exc.filename, to, prefix):
+                raise
+            raise _named(exc, to, existed) from None
         except BaseException:
             _discard(tmp)
             raise
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(to.with_name(prefix + LOCK))      # still ours: a waiting writer re-checks what it locked
+        if locked:                  # still ours: a writer that opened it before re-checks what it locked
+            with contextlib.suppress(OSError):
+                os.unlink(to.with_name(prefix + LOCK))
         os.close(fd)
 
 
@@ -90,7 +95,8 @@ def _lock(path: Path, to: Path) -> tuple[int, bool]:
 
 def _sweep(to: Path, prefix: str) -> None:
     """Remove what killed writers of ``to`` left beside it (its lock is held: no writer of it is alive)."""
-    left = sorted(p for p in _siblings(to.parent) if p.name.startswith(prefix) and p.name != prefix + LOCK)
+    left = sorted(p for p in _siblings(to.parent)
+                  if p.name.startswith(prefix) and _SCRATCH.fullmatch(p.name[len(prefix):]))
     for path in left:
         _discard(path)
     if left:
@@ -115,12 +121,12 @@ def _discard(path: Path) -> None:
 
 
 def _ours(filename, to: Path, prefix: str) -> bool:
-    """Whether ``filename`` (an OSError's) is ``to``'s temporary name or scratch."""
+    """Whether ``filename`` (an OSError's) is ``to``'s temporary name, its lock or scratch, or under them."""
     if filename is None:
         return False
-    path = Path(os.fsdecode(filename))
+    path, parent = Path(os.path.abspath(os.fsdecode(filename))), Path(os.path.abspath(to.parent))
     while path.parent != path:
-        if path.name.startswith(prefix) and path.parent == to.parent:
+        if path.parent == parent and path.name.startswith(prefix):
             return True
         path = path.parent
     return False
