@@ -190,3 +190,13 @@ def test_a_closed_stderr_changes_neither_the_output_nor_the_exit_status(tmp_path
     assert (tmp_path / "pipe.jsonl").read_bytes() == (tmp_path / "closed.jsonl").read_bytes() == \
         (tmp_path / "tty.jsonl").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["closed.jsonl", "pipe.jsonl", "tty.jsonl"]
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused(tmp_path):
+    """A FIFO (or a device) at --to, even with --force: the file renamed into place would replace it."""
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    result = run("export", STORE, "--to", fifo, "--force")
+    assert result.exit_code == 4 and result.stderr == (f"rmqtool: error: {fifo}: output is not a regular file "
+                                                       "(export writes a new file and renames it into place)\n")
+    assert fifo.is_fifo() and os.listdir(tmp_path) == ["out.jsonl"]

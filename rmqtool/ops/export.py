@@ -148,7 +148,7 @@ def export(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt:
 
 def _output_file(to: str | os.PathLike, fmt: str, overwrite: bool) -> Path:
     """The one-file output ``to``, refused when its format is unknown, it exists (unless ``overwrite``) or it
-    is a directory."""
+    is a directory or another file that is not a regular one."""
     to = Path(to)
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
@@ -156,6 +156,9 @@ def _output_file(to: str | os.PathLike, fmt: str, overwrite: bool) -> Path:
         raise StoreError("output exists (use --force to replace it)", path=str(to))
     if to.is_dir():
         raise StoreError("output is a directory", path=str(to))
+    if to.exists() and not to.is_file():         # a device, a FIFO: the file renamed into place would replace it
+        raise StoreError("output is not a regular file (export writes a new file and renames it into place)",
+                         path=str(to))
     return to
 
 
