@@ -5,6 +5,7 @@ process; errors and progress come back from the workers."""
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import multiprocessing
 import os
 import shutil
@@ -67,6 +68,27 @@ def test_process_imap_yields_in_order_from_workers_and_stops_them_when_closed():
     it.close()
     assert not multiprocessing.active_children()
     assert [len(v) for v, _ in process_imap(_numbers, [4, 2], 2)] == [4, 2] and sum(seen) >= 5
+
+
+def test_process_imap_removes_what_a_killed_one_left_in_shared_memory(tmp_path, monkeypatch):
+    """Its results' directory (in /dev/shm) is locked while it lives: the next run removes one left unlocked
+    and unchanged for a minute (a killed run's), never a locked one (a live run's) nor one made just now."""
+    from rmqtool.ops import workers
+
+    monkeypatch.setattr(workers, "SHARED_MEMORY", str(tmp_path))
+    dead, live, young = (tmp_path / f"rmqtool-parcels-{n}" for n in ("dead", "live", "young"))
+    for d in (dead, live, young):
+        d.mkdir()
+        (d / "tmpx").write_bytes(b"x")
+    for d in (dead, live):
+        os.utime(d, (time.time() - 120, time.time() - 120))
+    held = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert [len(v) for v, _ in process_imap(_numbers, [4, 2], 2)] == [4, 2]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["rmqtool-parcels-live", "rmqtool-parcels-young"]
+    finally:
+        os.close(held)
 
 
 def _done_at(item, progress):

@@ -7,7 +7,9 @@ Errors become one line on stderr (``rmqtool: error: ...``) and an exit status fr
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
+import io
 import os
 import sys
 import warnings
@@ -55,6 +57,8 @@ def exit_code_for(exc: BaseException) -> ExitCode:
 def _message(exc: BaseException) -> str:
     if isinstance(exc, OSError) and not isinstance(exc, RmqError):
         where = f"{exc.filename}: " if exc.filename else ""
+        if exc.errno and "[errno" in str(exc.strerror):     # pyarrow's "Error writing bytes ... Detail: [errno 28] ..."
+            return f"{where}{os.strerror(exc.errno)}"
         return f"{where}{exc.strerror or exc}"
     if isinstance(exc, RmqError):
         return str(exc)
@@ -80,8 +84,8 @@ class RmqCommand(click.Command):
     """A command whose options given twice are refused (click keeps the last value silently); options
     that take several values say so (``multiple=True``) and match any of them; an unknown option is
     answered with the documented options it is close to. An OSError or a PATH_ERRORS error that names no
-    file names the command's path argument: every error line names its path. Every command takes the
-    global --now too, after its name."""
+    file names the command's path argument, or a write error (disk full, ...) the command's one output:
+    every error line names its path. Every command takes the global --now too, after its name."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -112,7 +116,7 @@ class RmqCommand(click.Command):
             return super().invoke(ctx)
         except OSError as exc:      # one that names no file (a read or write on an open file, a map, a
             if exc.filename is None and not isinstance(exc, RmqError):   # library): the path it worked on
-                exc.filename = _path_argument(self, ctx)
+                exc.filename = _path_argument(self, ctx, exc.errno in WRITE_ERRORS)
             raise
         except PATH_ERRORS as exc:  # bytes or a store its raiser could not place (a decoder, a writer's size
             raise exc.at(path=_path_argument(self, ctx))    # check): the path the command worked on
@@ -126,8 +130,18 @@ class RmqCommand(click.Command):
 PATH_ERRORS = (FormatError, StoreError, UnsafeWrite)
 
 
-def _path_argument(command: click.Command, ctx: click.Context) -> str | None:
-    """The command's first path argument (its store, file or directory), as given."""
+# errors only a write raises: of a command given one output (--to, --out, a new store), that output's
+WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _path_argument(command: click.Command, ctx: click.Context, writing: bool = False) -> str | None:
+    """The command's first path argument (its store, file or directory), as given; ``writing``: its output
+    when it was given one."""
+    from rmqtool.cli.options import OUTPUTS
+
+    outputs = ctx.meta.get(OUTPUTS, [])
+    if writing and len(outputs) == 1:
+        return outputs[0]
     for param in command.params:
         value = ctx.params.get(param.name)
         if isinstance(param, click.Argument) and isinstance(param.type, (click.Path, click.File)) and value:
@@ -223,7 +237,51 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _python_show_warning = warnings.showwarning
 
 
+class _StatusStream(io.TextIOWrapper):
+    """stderr, which carries status lines only: when its reader went away (``2>&1 | head``) the rest go to
+    /dev/null and the command goes on to the exit status its work earned (a write that failed on stderr
+    would end it early, as if it had succeeded)."""
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except BrokenPipeError:
+            _to_devnull(2)
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            _to_devnull(2)
+            super().flush()
+
+    def close(self) -> None:        # the buffer is sys.__stderr__'s
+        self.flush()
+
+
+def _to_devnull(fd: int) -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    if devnull != fd:
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+def _standard_streams() -> None:
+    """File descriptors 0-2 open (a closed one on /dev/null: an output file this process opens must not
+    become fd 2, where the status lines, and any library's, would land in it) and stderr a _StatusStream."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _to_devnull(fd)
+    buffer = getattr(sys.stderr, "buffer", None) or open(2, "wb", closefd=False)
+    sys.stderr = _StatusStream(buffer, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                               errors="backslashreplace", line_buffering=True)
+
+
 def main(argv: list[str] | None = None) -> None:
+    _standard_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     if "--traceback" in args:   # accepted anywhere on the command line
         args.remove("--traceback")

@@ -143,13 +143,19 @@ def record_options(fn: Callable) -> Callable:
     return body_encoding_option()(fn)
 
 
+OUTPUTS = "rmqtool.outputs"     # ctx.meta: the output paths a command was given (a write error names them)
+
+
 def output_path(what: str) -> Callable:
     """A callback refusing an output path inside a store's data directories (exit 4): the broker would
-    refuse to load the store, or read the output as its own files. URIs (s3://...) pass."""
-    def check(_ctx, _param, value):
+    refuse to load the store, or read the output as its own files. URIs (s3://...) pass. The path is
+    noted as one of the command's outputs (``OUTPUTS``)."""
+    def check(ctx, _param, value):
         if value is not None and "://" not in str(value):
             from rmqtool.store.recognition import refuse_inside_data_dir
             refuse_inside_data_dir(value, what)
+        if value is not None:
+            ctx.meta.setdefault(OUTPUTS, []).append(str(value))
         return value
     return check
 

@@ -6,7 +6,8 @@ in one process), so both engines write the same rows. Parquet parts hold the rec
 rows of ``cat-commitlog``. ``--partition-by topic,date`` writes Parquet ``topic=<t>/date=<YYYY-MM-DD>/``
 directories as ``pyarrow.dataset.write_dataset`` lays them out (values URI-escaped, as pyarrow and Spark
 read them; partition columns live in the path only; BLANK padding records, which have neither, are left
-out). The directory appears atomically: parts go to a hidden sibling renamed at the end. ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
+out). The directory appears atomically: parts go to a hidden sibling renamed at the end (locally, under the
+output's lock: ``store.output.staged``). ``to`` may be a URI (``s3://``, ``hdfs://``, ...): parts are
 written through ``pyarrow.fs``, which a cluster's executors need (a local path is local to each of
 them). On object stores, which cannot rename a directory, the last step copies the parts into place
 and is not atomic.
@@ -25,6 +26,7 @@ from urllib.parse import quote
 
 from rmqtool.errors import StoreError, first_line
 from rmqtool.ops import scan
+from rmqtool.store.atomic import named
 
 DATASET_FORMATS = ("parquet", "jsonl")
 PARTITION_KEYS = ("topic", "date")
@@ -102,7 +104,9 @@ def write_part(f: scan.StoreFile, index: int, out_dir: str, fmt: str, partition_
         for batch in batches():
             if out is None:
                 path = posixpath.join(root, f"{name}.{_SUFFIX[fmt]}")
-                out = writer(fmt, fsys.open_output_stream(path), schema, body_encoding)
+                with named(path):
+                    stream = fsys.open_output_stream(path)
+                out = writer(fmt, stream, schema, body_encoding, name=path)
                 result.files.append(path)
             out(batch)
     except BaseException:
@@ -129,7 +133,7 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from rmqtool.ops.export import ROW_GROUP_ROWS, parquet_options
+    from rmqtool.ops.export import ROW_GROUP_ROWS, close_parquet, parquet_options
 
     kept = pa.schema([f for f in schema if f.name not in keys], metadata=schema.metadata)
     options = parquet_options(kept.names)
@@ -148,10 +152,25 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
         return "/".join(f"{k}={_HIVE_NULL if v is None else quote(v, safe='')}" for k, v in zip(keys, values))
 
     def close(writer, stream) -> None:
-        writer.close()
-        stream.close()
+        with named(root):
+            close_parquet(writer)
+            stream.close()
+
+    def close_all() -> OSError | None:
+        """Close every open file, even after one fails; the first error."""
+        failed = None
+        for out in open_parts.values():
+            try:
+                close(*out)
+            except OSError as exc:
+                failed = failed or exc
+        return failed
 
     def flush(part: str) -> None:
+        with named(root):
+            write(part)
+
+    def write(part: str) -> None:
         batches = pending.pop(part, None)
         if not batches:
             return
@@ -189,9 +208,12 @@ def _write_partitioned(batches: Iterable, schema, fsys, root: str, name: str, ke
                 waiting = 0
         for part in list(pending):
             flush(part)
-    finally:
-        for out in open_parts.values():
-            close(*out)
+    except BaseException:
+        close_all()                             # the first error is the one to report
+        raise
+    failed = close_all()
+    if failed is not None:
+        raise failed
 
 
 def _file_type(fsys, path: str, uri: str):
@@ -219,6 +241,24 @@ def _move_dir(fsys, src: str, dst: str) -> None:
     except (OSError, NotImplementedError):   # pyarrow: ArrowNotImplementedError / OSError on S3 and GCS
         fs.copy_files(src, dst, source_filesystem=fsys, destination_filesystem=fsys)
         fsys.delete_dir(src)
+
+
+def _replace_local(src: str, dst: str) -> None:
+    """Rename the directory ``src`` to ``dst``; one already at ``dst`` is renamed aside first and removed
+    once ``src`` is in its place (put back if that fails)."""
+    import shutil
+
+    aside = f"{src}.old"
+    if not os.path.isdir(dst):
+        os.rename(src, dst)
+        return
+    os.rename(dst, aside)
+    try:
+        os.rename(src, dst)
+    except BaseException:
+        os.rename(aside, dst)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 Runner = Callable[[Callable, list], list]
@@ -249,6 +289,8 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
         raise StoreError(f"--partition-by writes Parquet (Hive partitions), not {fmt}", path=str(to))
     from pyarrow import fs
 
+    from rmqtool.store.output import staged as staged_output
+
     to = os.fspath(to)
     fsys, target = scan.filesystem(to)
     kind = _file_type(fsys, target, to)
@@ -261,35 +303,44 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
         files, result.skipped = scan.readable_files(scan.list_files(list(store_paths)), read_anyway)
     files = list(files)
     started = time.perf_counter()
-    staged = posixpath.join(posixpath.dirname(target), f".{posixpath.basename(target)}.tmp-{os.getpid()}")
-    out_dir = staged if "://" not in to else scan.uri_of(to, staged)
-    try:
-        _remove(fsys, staged)
-        fsys.create_dir(staged, recursive=True)
-        task = partial(_write_item, out_dir=out_dir, fmt=fmt, partition_by=partition_by, check_crc=check_crc,
-                       body_encoding=body_encoding, read_anyway=read_anyway, where=where,
-                       include_blank=include_blank)
-        if runner is None:
-            from rmqtool.ops.export import warm_text
-            from rmqtool.ops.workers import default_jobs, process_map
-            jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
-            if jobs > 1 and len(files) > 1:
-                text = partial(warm_text, fmt=fmt, check_crc=check_crc, body_encoding=body_encoding)
-                scan.warm(files[0], None if fmt == "parquet" else text, check_crc=check_crc)
-            parts = process_map(task, list(enumerate(files)), jobs, progress)
-        else:
-            parts = runner(lambda item: task(item, None), list(enumerate(files)))
-        for part in parts:
-            result.records += part.records
-            result.messages += part.messages
-            result.input_bytes += part.input_bytes
-            result.parts += len(part.files)
-            result.damaged += part.damaged
-        _remove(fsys, target)
-        _move_dir(fsys, staged, target)
-    except BaseException:
-        with contextlib.suppress(OSError):     # best effort: the first error is the one to report
-            _remove(fsys, staged)
-        raise
+    local = "://" not in to
+    # a local directory is written under its lock, beside it (rmqtool.store.output.staged); a URI's, beside it
+    with staged_output(target, overwrite) if local else contextlib.nullcontext() as tmp:
+        staged = str(tmp) if local else \
+            posixpath.join(posixpath.dirname(target), f".{posixpath.basename(target)}.tmp-{os.getpid()}")
+        out_dir = staged if local else scan.uri_of(to, staged)
+        try:
+            with named(staged):
+                _remove(fsys, staged)
+                fsys.create_dir(staged, recursive=True)
+            task = partial(_write_item, out_dir=out_dir, fmt=fmt, partition_by=partition_by, check_crc=check_crc,
+                           body_encoding=body_encoding, read_anyway=read_anyway, where=where,
+                           include_blank=include_blank)
+            if runner is None:
+                from rmqtool.ops.export import warm_text
+                from rmqtool.ops.workers import default_jobs, process_map
+                jobs = default_jobs(sum(f.size for f in files), len(files)) if jobs is None else jobs
+                if jobs > 1 and len(files) > 1:
+                    text = partial(warm_text, fmt=fmt, check_crc=check_crc, body_encoding=body_encoding)
+                    scan.warm(files[0], None if fmt == "parquet" else text, check_crc=check_crc)
+                parts = process_map(task, list(enumerate(files)), jobs, progress)
+            else:
+                parts = runner(lambda item: task(item, None), list(enumerate(files)))
+            for part in parts:
+                result.records += part.records
+                result.messages += part.messages
+                result.input_bytes += part.input_bytes
+                result.parts += len(part.files)
+                result.damaged += part.damaged
+            with named(target):
+                if local:
+                    _replace_local(staged, target)
+                else:
+                    _remove(fsys, target)
+                    _move_dir(fsys, staged, target)
+        except BaseException:
+            with contextlib.suppress(OSError):     # best effort: the first error is the one to report
+                _remove(fsys, staged)
+            raise
     result.seconds = time.perf_counter() - started
     return result

@@ -5,8 +5,8 @@ into pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a t
 this process or, a part per file, in worker processes whose parts are joined in order. A small
 commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
 of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
-the records. The output appears atomically (a temporary file renamed at the end); an existing file is
-replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
+the records. The output appears atomically (a temporary file renamed at the end, written under the
+output's lock: ``store.output.staged``); an existing file is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
 fields and values of ``cat-commitlog``'s rows.
@@ -14,6 +14,7 @@ fields and values of ``cat-commitlog``'s rows.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -147,7 +148,7 @@ def export(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike, fmt:
 
 def _output_file(to: str | os.PathLike, fmt: str, overwrite: bool) -> Path:
     """The one-file output ``to``, refused when its format is unknown, it exists (unless ``overwrite``) or it
-    is a directory."""
+    is a directory or another file that is not a regular one."""
     to = Path(to)
     if fmt not in FORMATS:
         raise StoreError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})", path=str(to))
@@ -155,6 +156,9 @@ def _output_file(to: str | os.PathLike, fmt: str, overwrite: bool) -> Path:
         raise StoreError("output exists (use --force to replace it)", path=str(to))
     if to.is_dir():
         raise StoreError("output is a directory", path=str(to))
+    if to.exists() and not to.is_file():         # a device, a FIFO: the file renamed into place would replace it
+        raise StoreError("output is not a regular file (export writes a new file and renames it into place)",
+                         path=str(to))
     return to
 
 
@@ -182,6 +186,7 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     """
     from rmqtool.ops import scan
     from rmqtool.ops.compaction import consumer_view_split
+    from rmqtool.store.output import staged
     from rmqtool.store.readable import commitlog_view
     from rmqtool.store.store import Store
 
@@ -192,67 +197,68 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
         cl, skipped = commitlog_view(Store.open(Path(store)).commitlog, read_anyway)
         commitlogs.append(cl)
         result.skipped += skipped
-    tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
-    total = sum(f.length for cl in commitlogs for f in cl.queue.files)
-    if total <= scan.FEW_BYTES and (jobs or 1) == 1 and \
-            (commitlog_records or not any(consumer_view_split([str(s)], where)[2] for s in store_paths)):
-        try:                            # the record-at-a-time decoder: no kernel (text: nor numpy and pyarrow)
-            counts = _few_parquet(store_paths, commitlogs, tmp, where, check_crc, include_blank) \
-                if fmt == "parquet" else _few_text(commitlogs, tmp, fmt, where, check_crc, body_encoding, include_blank)
-        except (FormatError, StoreError, OSError, ValueError, scan.Irregular):
-            pass                                 # the bulk path: its output, its warnings and exit status
-        else:
+    with staged(to, overwrite) as tmp:       # under its lock; an error leaves nothing
+        total = sum(f.length for cl in commitlogs for f in cl.queue.files)
+        if total <= scan.FEW_BYTES and (jobs or 1) == 1 and \
+                (commitlog_records or not any(consumer_view_split([str(s)], where)[2] for s in store_paths)):
+            try:                            # the record-at-a-time decoder: no kernel (text: nor numpy and pyarrow)
+                counts = _few_parquet(store_paths, commitlogs, tmp, where, check_crc, include_blank) \
+                    if fmt == "parquet" else \
+                    _few_text(commitlogs, tmp, fmt, where, check_crc, body_encoding, include_blank)
+            except (FormatError, StoreError, OSError, ValueError, scan.Irregular) as exc:
+                if isinstance(exc, OSError) and exc.filename == str(tmp):
+                    raise                            # writing the output failed
+                # else the bulk path: its output, its warnings and exit status
+            else:
+                os.replace(tmp, to)
+                if progress:
+                    progress(total)
+                result.records, result.messages, result.input_bytes = counts
+                result.seconds = time.perf_counter() - started
+                return result
+        from rmqtool.columnar import DEFAULT_BATCH_ROWS, record_schema
+        from rmqtool.ops.scan import list_files
+
+        schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
+        options = _PartOptions(fmt, schema, check_crc, body_encoding, read_anyway, include_blank,
+                               batch_rows or DEFAULT_BATCH_ROWS)
+        parts = []                  # every commit-log file of every store, then its compaction logs: one part each
+        first = None                # a commit-log file to warm up with
+        for store, cl in zip(store_paths, commitlogs):
+            files = list_files([store])
+            starts, uris = [f.start for f in files], [f.uri for f in files]
+            store_name = files[0].store if files else str(store)
+            read_cl, cl_where, logs = (True, where, []) if commitlog_records else \
+                consumer_view_split([str(store)], where)
+            if read_cl:
+                first = first or next(iter(files), None)
+                parts += [_Part(store_name, cl_where, (type(cl), f, cl.queue.file_size), starts, uris)
+                          for f in cl.queue.files]
+            parts += [_Part(store_name, where, f) for f in logs]
+        from rmqtool.ops.workers import default_jobs
+
+        # the join copies each text part after its worker ends, the last one alone (~1.2 CPU-s per GB of JSON lines
+        # here): by default a text export takes workers where each has two files at least, so the copy of the last
+        # part overlaps the others' work (2 GiB in two 1 GiB files: --jobs 2 8.0 -> 9.1 s; 1 GiB in four: 4.9 -> 4.1)
+        per_worker = 1 if options.fmt == "parquet" else 2
+        jobs = default_jobs(total, len(parts) // per_worker) if jobs is None else jobs
+        # Python's cyclic garbage collector is paused for the bulk loop, which makes no reference cycles of its
+        # own: each collection walks every object of the process (numba's ~100 K), ~0.07 CPU-s per GiB in all
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
+                _write_here(parts, options, tmp, progress)
+            for records, messages, input_bytes, damaged in done:
+                result.records += records
+                result.messages += messages
+                result.input_bytes += input_bytes
+                result.damaged += damaged
             os.replace(tmp, to)
-            if progress:
-                progress(total)
-            result.records, result.messages, result.input_bytes = counts
-            result.seconds = time.perf_counter() - started
-            return result
-    from rmqtool.columnar import DEFAULT_BATCH_ROWS, record_schema
-    from rmqtool.ops.scan import list_files
-
-    schema = export_schema(check_crc) if fmt == "parquet" else record_schema(check_crc)
-    options = _PartOptions(fmt, schema, check_crc, body_encoding, read_anyway, include_blank,
-                           batch_rows or DEFAULT_BATCH_ROWS)
-    parts = []                  # every commit-log file of every store, then its compaction logs: one part each
-    first = None                # a commit-log file to warm up with
-    for store, cl in zip(store_paths, commitlogs):
-        files = list_files([store])
-        starts, uris = [f.start for f in files], [f.uri for f in files]
-        named = files[0].store if files else str(store)
-        read_cl, cl_where, logs = (True, where, []) if commitlog_records else \
-            consumer_view_split([str(store)], where)
-        if read_cl:
-            first = first or next(iter(files), None)
-            parts += [_Part(named, cl_where, (type(cl), f, cl.queue.file_size), starts, uris) for f in cl.queue.files]
-        parts += [_Part(named, where, f) for f in logs]
-    from rmqtool.ops.workers import default_jobs
-
-    # the join copies each text part after its worker ends, the last one alone (~1.2 CPU-s per GB of JSON lines
-    # here): by default a text export takes workers where each has two files at least, so the copy of the last
-    # part overlaps the others' work (2 GiB in two 1 GiB files: --jobs 2 8.0 -> 9.1 s; 1 GiB in four: 4.9 -> 4.1)
-    per_worker = 1 if options.fmt == "parquet" else 2
-    jobs = default_jobs(total, len(parts) // per_worker) if jobs is None else jobs
-    # Python's cyclic garbage collector is paused for the bulk loop, which makes no reference cycles of its
-    # own: each collection walks every object of the process (numba's ~100 K), ~0.07 CPU-s per GiB in all
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
-            _write_here(parts, options, tmp, progress)
-        for records, messages, input_bytes, damaged in done:
-            result.records += records
-            result.messages += messages
-            result.input_bytes += input_bytes
-            result.damaged += damaged
-        os.replace(tmp, to)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    finally:
-        if collecting:
-            gc.enable()
+        finally:
+            if collecting:
+                gc.enable()
     result.seconds = time.perf_counter() - started
     return result
 
@@ -374,7 +380,7 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
     from rmqtool.ops.workers import process_imap, rebuild_error
     from rmqtool.store.joined import JoinedFile
 
-    directory = tempfile.mkdtemp(prefix=f".{tmp.name}.parts-", dir=tmp.parent)
+    directory = tempfile.mkdtemp(prefix=f"{tmp.name}.parts-", dir=tmp.parent)
     parquet = options.fmt == "parquet"
     done, out, results = [], JoinedFile(tmp), None
     try:
@@ -402,10 +408,12 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
         elif parquet:
             out.write(stitched.tail())
     finally:
-        out.close()
-        if results is not None:
-            results.close()             # the workers stopped before their directory goes
-        shutil.rmtree(directory, ignore_errors=True)
+        try:
+            out.close()                 # (a write error of its last bytes is the export's error)
+        finally:
+            if results is not None:
+                results.close()         # the workers stopped before their directory goes
+            shutil.rmtree(directory, ignore_errors=True)
     return done
 
 
@@ -460,15 +468,17 @@ def _few_text(commitlogs: list, tmp: Path, fmt: str, where, check_crc: bool, bod
     as cat-commitlog prints them): the bulk path's bytes and counts. Raises as ``_few_entries``, leaving no
     ``tmp``."""
     from rmqtool.format.rows import entry_row
+    from rmqtool.store.atomic import named
 
-    counts = [0, 0, 0]
+    counts, lines = [0, 0, 0], []         # a few MB at most: written at once, its errors naming ``tmp``
     try:
-        with open(tmp, "wb") as out:
-            for offset, entry in _few_entries(commitlogs, where, include_blank, counts):
-                row = entry_row(entry, offset, body_encoding=body_encoding, check_crc=check_crc)
-                if fmt == "csv" and counts[0] == 1:
-                    out.write(_export_csv_line(row).encode())
-                out.write((dumps(row) + "\n" if fmt == "jsonl" else _export_csv_line(row.values())).encode())
+        for offset, entry in _few_entries(commitlogs, where, include_blank, counts):
+            row = entry_row(entry, offset, body_encoding=body_encoding, check_crc=check_crc)
+            if fmt == "csv" and counts[0] == 1:
+                lines.append(_export_csv_line(row))
+            lines.append(dumps(row) + "\n" if fmt == "jsonl" else _export_csv_line(row.values()))
+        with named(tmp), open(tmp, "wb") as out:
+            out.write("".join(lines).encode())
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -529,50 +539,56 @@ def export_trace(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
 
     from rmqtool.ops.scan import list_files, readable_files
     from rmqtool.ops.trace import TRACE_FIELDS, file_trace_rows, store_trace_topics, trace_schema
+    from rmqtool.store.atomic import named
+    from rmqtool.store.output import staged
 
     to = _output_file(to, fmt, overwrite)
     files, skipped = readable_files(list_files([str(p) for p in store_paths], "trace"), read_anyway)
     topics = store_trace_topics((f.store for f in files), trace_topic)
     result = ExportResult(to, fmt, skipped=skipped)
     names = [name for name, _ in TRACE_FIELDS]
-    tmp = to.with_name(f".{to.name}.tmp-{os.getpid()}")
     started = time.perf_counter()
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    with staged(to, overwrite) as tmp:       # under its lock; an error leaves nothing
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        schema = trace_schema()
-        out = pq.ParquetWriter(tmp, schema, compression=PARQUET_COMPRESSION)
+            schema = trace_schema()
+            with named(tmp):
+                out = pq.ParquetWriter(tmp, schema, compression=PARQUET_COMPRESSION)
 
-        def write(rows: list[dict]) -> None:
-            out.write_table(pa.Table.from_pylist(rows, schema=schema))
-    else:
-        out = open(tmp, "w", encoding="utf-8", newline="")
-        cells = csv.writer(out, lineterminator="\n")
-        if fmt == "csv":
-            cells.writerow(names)
+            def write(rows: list[dict]) -> None:
+                out.write_table(pa.Table.from_pylist(rows, schema=schema))
+        else:
+            out = open(tmp, "w", encoding="utf-8", newline="")
+            cells = csv.writer(out, lineterminator="\n")
+            if fmt == "csv":
+                cells.writerow(names)
 
-        def write(rows: list[dict]) -> None:
-            if fmt == "jsonl":
-                out.write("".join(dumps(row) + "\n" for row in rows))
-            else:               # as rmqtool trace -f csv: no value empty, booleans true / false
-                cells.writerows([[csv_cell(row[name]) for name in names] for row in rows])
-    try:
-        for f in files:
-            for rows in file_trace_rows(f, topics[f.store], on_damage=result.damaged.append if read_anyway else None,
-                                        on_undecodable=result.undecodable.append if read_anyway else None,
-                                        progress=progress):
-                result.messages += 1
-                result.records += len(rows)
-                if rows:
-                    write(rows)
-            result.input_bytes += f.size
-        out.close()
-        os.replace(tmp, to)
-    except BaseException:
-        out.close()
-        tmp.unlink(missing_ok=True)
-        raise
+            def write(rows: list[dict]) -> None:
+                if fmt == "jsonl":
+                    out.write("".join(dumps(row) + "\n" for row in rows))
+                else:               # as rmqtool trace -f csv: no value empty, booleans true / false
+                    cells.writerows([[csv_cell(row[name]) for name in names] for row in rows])
+        try:
+            for f in files:
+                for rows in file_trace_rows(f, topics[f.store],
+                                            on_damage=result.damaged.append if read_anyway else None,
+                                            on_undecodable=result.undecodable.append if read_anyway else None,
+                                            progress=progress):
+                    result.messages += 1
+                    result.records += len(rows)
+                    if rows:
+                        with named(tmp):
+                            write(rows)
+                result.input_bytes += f.size
+            with named(tmp):
+                close_parquet(out) if fmt == "parquet" else out.close()
+            os.replace(tmp, to)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                close_parquet(out) if fmt == "parquet" else out.close()
+            raise
     result.seconds = time.perf_counter() - started
     return result
 
@@ -599,12 +615,37 @@ def parquet_options(names: Sequence[str]) -> dict:
             "write_statistics": [c for c in names if c not in PARQUET_NO_STATISTICS]}
 
 
+def close_parquet(pw) -> None:
+    """Close a pyarrow ParquetWriter: one whose close failed (a write error) is not closed again when it is
+    collected (its __del__ would, and print the error again as an ignored exception)."""
+    try:
+        pw.close()
+    finally:
+        pw.is_open = False
+
+
 PART_END = object()         # write(PART_END): a Parquet row group ends here
 
 
-def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
+def writer(fmt: str, out, schema, body_encoding: str, name: str | None = None) -> Callable:
     """A write(batch) function over a path or an open binary stream ``out``; write(None) closes it,
-    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``."""
+    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``. An OSError
+    it raises names the path (a stream's: ``name``), where the error names no file."""
+    from rmqtool.store.atomic import named
+
+    where = out if isinstance(out, (str, os.PathLike)) else name
+    if where is None:
+        return _writer(fmt, out, schema, body_encoding)
+    with named(where):
+        write = _writer(fmt, out, schema, body_encoding)
+
+    def write_named(batch, abort: bool = False) -> None:
+        with named(where):
+            write(batch, abort)
+    return write_named
+
+
+def _writer(fmt: str, out, schema, body_encoding: str) -> Callable:
     if fmt == "parquet":
         import base64
 
@@ -625,7 +666,7 @@ def writer(fmt: str, out, schema, body_encoding: str) -> Callable:
                 pw.write_table(pa.Table.from_batches(pending))
             pending.clear()
             if batch is None:
-                pw.close()
+                close_parquet(pw)
                 if not isinstance(out, (str, os.PathLike)):
                     out.close()
         return write_parquet

@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import os
 import pickle
-import shutil
 import signal
 import sys
 import tempfile
@@ -179,41 +178,43 @@ def process_imap(fn: Callable, items: list, jobs: int, progress: Callable[[int],
     from concurrent.futures import ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
+    from rmqtool.store.output import scratch_dir
+
     ctx = _worker_context()
     counter = ctx.Value("q", 0)
-    parcels = tempfile.mkdtemp(prefix="rmqtool-", dir=SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None)
-    seen = 0
-    pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start,
-                               initargs=(fn, counter, parcels, os.getpid()))
-    try:
-        running = deque(pool.submit(_run_parcel, item) for item in items[:jobs + ahead])
-        rest = iter(items[jobs + ahead:])
-        while running:
-            first = running.popleft()
-            while True:
-                done, _ = wait([first], timeout=0.2)
-                now = counter.value
-                if progress and now > seen:
-                    progress(now - seen)
-                    seen = now
-                if done:
-                    break
-            ok, value = first.result()
-            if not ok:
-                raise rebuild_error(value)
-            nxt = next(rest, _END)
-            if nxt is not _END:
-                running.append(pool.submit(_run_parcel, nxt))
-            yield _unparcel(value)
-    except BrokenProcessPool as exc:
-        raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None
-    except BaseException:                     # interrupted, or the caller stopped early: stop the workers
-        for proc in list((pool._processes or {}).values()):     # Python < 3.14 has no public terminate
-            proc.terminate()
-        raise
-    finally:
-        pool.shutdown(cancel_futures=True)
-        shutil.rmtree(parcels, ignore_errors=True)
+    # a directory a killed process left goes with the next one made (store.output.scratch_dir)
+    with scratch_dir(SHARED_MEMORY if os.path.isdir(SHARED_MEMORY) else None, "rmqtool-parcels-") as parcels:
+        seen = 0
+        pool = ProcessPoolExecutor(min(jobs, len(items)), mp_context=ctx, initializer=_start,
+                                   initargs=(fn, counter, parcels, os.getpid()))
+        try:
+            running = deque(pool.submit(_run_parcel, item) for item in items[:jobs + ahead])
+            rest = iter(items[jobs + ahead:])
+            while running:
+                first = running.popleft()
+                while True:
+                    done, _ = wait([first], timeout=0.2)
+                    now = counter.value
+                    if progress and now > seen:
+                        progress(now - seen)
+                        seen = now
+                    if done:
+                        break
+                ok, value = first.result()
+                if not ok:
+                    raise rebuild_error(value)
+                nxt = next(rest, _END)
+                if nxt is not _END:
+                    running.append(pool.submit(_run_parcel, nxt))
+                yield _unparcel(value)
+        except BrokenProcessPool as exc:
+            raise errors.RmqError(f"a worker process died ({exc}); try --jobs 1") from None
+        except BaseException:                     # interrupted, or the caller stopped early: stop the workers
+            for proc in list((pool._processes or {}).values()):     # Python < 3.14 has no public terminate
+                proc.terminate()
+            raise
+        finally:
+            pool.shutdown(cancel_futures=True)
 
 
 _END = object()

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rmqtool.store.atomic import named
+
 
 class JoinedFile:
     """The file at ``path``, made of parts added in order: the first part's file becomes it (renamed and cut
-    to its end), the others' bytes are appended (``copy_range``) and their files removed."""
+    to its end), the others' bytes are appended (``copy_range``) and their files removed. An OSError that
+    names no file names ``path``."""
 
     def __init__(self, path: Path):
         self.path, self.out = path, None
@@ -19,21 +22,24 @@ class JoinedFile:
 
     def add(self, part: str | os.PathLike, start: int, end: int) -> None:
         """Bytes ``start``-``end`` of the part file at ``part`` (the first part's from 0 on: it becomes the file)."""
-        if self.out is None:
-            os.replace(part, self.path)
-            self.out = open(self.path, "r+b")
-            self.out.truncate(end)
-            self.out.seek(end)
-            return
-        copy_range(part, self.out, start, end - start)
-        os.unlink(part)
+        with named(self.path):
+            if self.out is None:
+                os.replace(part, self.path)
+                self.out = open(self.path, "r+b")
+                self.out.truncate(end)
+                self.out.seek(end)
+                return
+            copy_range(part, self.out, start, end - start)
+            os.unlink(part)
 
     def write(self, data: bytes) -> None:
-        self.out.write(data)
+        with named(self.path):
+            self.out.write(data)
 
     def close(self) -> None:
         if self.out is not None:
-            self.out.close()
+            with named(self.path):
+                self.out.close()
 
 
 def copy_range(path: str | os.PathLike, out, offset: int, count: int) -> None:
