@@ -200,3 +200,15 @@ def test_an_output_that_is_not_a_regular_file_is_refused(tmp_path):
     assert result.exit_code == 4 and result.stderr == (f"rmqtool: error: {fifo}: output is not a regular file "
                                                        "(export writes a new file and renames it into place)\n")
     assert fifo.is_fifo() and os.listdir(tmp_path) == ["out.jsonl"]
+
+
+def test_a_dataset_directory_gets_its_missing_parents_and_a_file_does_not(tmp_path):
+    """A dataset directory is made with its parents (the README's demo exports into build/demo/ after removing
+    it; a URI's parents are made too); a one-file output in a directory that is not there is refused, naming it."""
+    done = run("export", STORE, "--to", tmp_path / "a" / "b" / "ds")
+    assert done.exit_code == 0 and sorted(os.listdir(tmp_path / "a" / "b")) == ["ds"]
+    missing = tmp_path / "c" / "out.jsonl"
+    refused = run("export", STORE, "--to", missing)
+    assert (refused.exit_code, refused.stderr) == (4, f"rmqtool: error: {missing}: No such file or directory; "
+                                                      "nothing written\n")
+    assert sorted(os.listdir(tmp_path)) == ["a"]

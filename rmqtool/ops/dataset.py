@@ -305,6 +305,9 @@ def export_dataset(store_paths: Sequence[str], to: str | os.PathLike, fmt: str =
     started = time.perf_counter()
     local = "://" not in to
     # a local directory is written under its lock, beside it (rmqtool.store.output.staged); a URI's, beside it
+    if local:
+        with named(to):
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)     # as a URI's parents are made
     with staged_output(target, overwrite) if local else contextlib.nullcontext() as tmp:
         staged = str(tmp) if local else \
             posixpath.join(posixpath.dirname(target), f".{posixpath.basename(target)}.tmp-{os.getpid()}")
