@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import pytest
 from hypothesis import given, strategies as st
@@ -283,6 +284,24 @@ def test_both_paths_give_the_same_output(store_copy, monkeypatch, change, few):
             outputs[path] = [(r.exit_code, r.stdout, r.stderr) for r in (run(*c) for c in commands)]
     assert outputs["few"] == outputs["scan"]
     assert [code for code, _, _ in outputs["scan"][:2]] == [int(change not in (None, _garble_the_checkpoint))] * 2
+
+
+@pytest.mark.parametrize("change", [_flip_a_body_byte, _move_the_checkpoint, _shift_a_unit,
+                                    _move_a_physical_offset_field, _cut_a_log_record])
+def test_repair_names_each_error_it_leaves(store_copy, change):
+    """repair plans no change of a compaction log, queue or checkpoint: its dry run names each error verify
+    finds there as not repaired (exit 1), never "nothing to do" (exit 0) beside verify's exit 1 and its advice
+    to run repair."""
+    root = store_copy(SET)
+    change(root)
+    errors = [json.loads(line) for line in run("verify", root, "-f", "jsonl").stdout.splitlines()]
+    errors = [f for f in errors if f["severity"] == "error"]
+    repair = run("repair", root, "-f", "jsonl")
+    assert (repair.exit_code, repair.stdout) == ((1, "") if errors else (0, "")), repair.stderr
+    for f in errors:
+        assert f"rmqtool: not repaired: {os.path.relpath(f['path'], root)}: {f['message']} [repair does not " \
+            "rewrite compaction logs" in repair.stderr
+    assert ("nothing to do" in repair.stderr) == (not errors)
 
 
 def test_compaction_checks_run_on_the_columnar_scan(monkeypatch):

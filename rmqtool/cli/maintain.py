@@ -320,7 +320,7 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
     """
     plan_only(apply_, dry_run)
     _both_index_sizes(slots, max_entries)
-    from rmqtool.ops.repair import LEFT_TO, apply_plan, left_unrepaired, plan_repair
+    from rmqtool.ops.repair import LEFT_TO, NO_FIX, apply_plan, left_unrepaired, plan_repair
     from rmqtool.ops.verify import verify_store
 
     with _store(store, write=apply_, force=force) as st:
@@ -347,12 +347,11 @@ def repair(store: str, apply_: bool, dry_run: bool, accept_loss: bool, salvage: 
                     named = [path for path, _, _ in left]
                     findings = list(verify_store(st.root, deep=True))
                     left += _left_to_dispatch(st, findings)
-                    for f in findings:
-                        if f.severity == "error" and f.kind in LEFT_TO and f.path and \
-                                Path(f.path).is_relative_to(st.root):
-                            rel = st.rel(f.path)
-                            if not any(n == rel or n.startswith(rel + "/") for n in named):
-                                left.append((rel, f.message, LEFT_TO[f.kind]))
+                    for f in findings:         # every error verify finds: "nothing to do" is no answer to it
+                        if f.severity == "error" and f.kind != "broker_running":
+                            rel = st.rel(f.path) if f.path and Path(f.path).is_relative_to(st.root) else f.path
+                            if not rel or not any(n == rel or n.startswith(rel + "/") for n in named):
+                                left.append((rel or str(st.root), f.message, LEFT_TO.get(f.kind, NO_FIX)))
                 for path, problem, why in left:
                     click.echo(f"rmqtool: not repaired: {path}: {problem} [{why}]", err=True)
                 if left:

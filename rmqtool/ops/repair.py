@@ -73,6 +73,17 @@ LEFT_TO = {
     "static_queue_unmapped": "repair does not rewrite config files: restore topicQueueMapping.json from a backup "
                              "or name the queue again (mqadmin updateStaticTopic)",
 }
+# repair plans no change of these stores' files: what verify finds in them is named, with this
+LEFT_TO.update(dict.fromkeys(["compaction_checkpoint", "compaction_cq_mismatch", "compaction_log_differs",
+                              "compaction_log_record", "compaction_lost_record", "compaction_not_newest",
+                              "compaction_unreadable"],
+                             "repair does not rewrite compaction logs, their queues or position checkpoint: a "
+                             "compaction topic's consumers read them as they are"))
+LEFT_TO.update(dict.fromkeys(["rocksdb_max_offset", "rocksdb_min_offset", "rocksdb_missing_queue",
+                              "rocksdb_missing_unit", "rocksdb_past_commitlog", "rocksdb_store_time",
+                              "rocksdb_stray_unit", "rocksdb_unit_mismatch"],
+                             "repair never writes into a RocksDB database: the consume queue stays as it is"))
+NO_FIX = "repair has no change for it"       # an error of a kind LEFT_TO does not name
 
 
 def left_unrepaired(store: Store) -> list[tuple[str, str, str]]:
