@@ -303,7 +303,8 @@ class IndexWriter:
         np.not_equal(by_slot[1:], by_slot[:-1], out=first[1:])
         slots = np.frombuffer(self.slot_buf, ">i4", g.hash_slot_num, self.slot_at)
         held = slots[by_slot].astype(np.int64)
-        held[(held <= 0) | (held > order + count)] = 0                  # as putKey validates a slot
+        if held.size and (held.min() < 0 or held.max() > count):          # as putKey validates a slot
+            held[(held <= 0) | (held > order + count)] = 0
         linked = np.where(first, held, np.roll(order, 1) + count)         # else the slot's key before
         prev = np.empty(n, np.int64)
         prev[order] = linked

@@ -122,26 +122,26 @@ class IndexBuilder:
         if not n:
             return
         offset, ts = cols["offset"], cols["store_timestamp"]
+        w = self._last(int(ts[0]))
+        # the keys put: of indexed records not before the last file's end (offsets only grow along the
+        # keys, so the files opened later end no earlier), with their records
         key_rec = np.repeat(np.arange(n), np.diff(facts.key_offsets))
-        indexed = facts.indexed()
-        rec = 0                  # the record that calls _last next
-        k = 0                    # the next key to put
-        while True:
-            w = self._last(int(ts[rec]))
-            keys = np.flatnonzero(indexed[key_rec[k:]] & (offset[key_rec[k:]] >= w.header.end_phy_offset)) + k
-            if not len(keys):
-                return
-            take = keys[:min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT)]
-            w.put_hashes(facts.key_hashes[take], offset[key_rec[take]], ts[key_rec[take]])
+        keys = np.flatnonzero((facts.indexed() & (offset >= w.header.end_phy_offset))[key_rec])
+        recs = key_rec[keys]
+        at = 0                   # the next of them to put
+        while len(keys):
+            take = slice(at, at + min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT))
+            w.put_hashes(facts.key_hashes[keys[take]], offset[recs[take]], ts[recs[take]])
             self.changed.add(self.files[-1][0])
-            k = int(take[-1]) + 1
-            if k >= len(key_rec):
-                rec = int(key_rec[take[-1]]) + 1
+            at = min(take.stop, len(keys))
+            if at == len(keys):
+                rec = int(recs[-1]) + 1
                 if w.is_full() and rec < n:
                     self._last(int(ts[rec]))        # the next record opens the next file, keys or not
                 return
             # when full, the next file is opened by the record of the next key, or the record after the last one
-            rec = int(key_rec[k]) if key_rec[k] == key_rec[take[-1]] else int(key_rec[take[-1]]) + 1
+            last = int(recs[at - 1])
+            w = self._last(int(ts[last if recs[at] == last else last + 1]))
 
 
 def continue_copies(refs: list, scratch: Path) -> list[tuple[str, IndexWriter]]:
