@@ -296,25 +296,37 @@ class IndexWriter:
         # keys grouped by slot in put order: (slot, i) as one int64, so a plain sort of it is stable (and
         # several times faster than a stable argsort); then every step is in slot order, no mask selections
         shift = n.bit_length()
-        ranked = np.sort(np.asarray(key_hash, np.int64) % g.hash_slot_num << shift | np.arange(n))
-        order, by_slot = ranked & ((1 << shift) - 1), ranked >> shift
+        ranked = np.remainder(key_hash, g.hash_slot_num, dtype=np.int64)
+        ranked <<= shift
+        ranked |= np.arange(n)
+        ranked.sort()                                 # in place, as most steps here: fewer arrays to fault in
+        order = ranked & ((1 << shift) - 1)
+        by_slot = ranked
+        by_slot >>= shift
         first = np.empty(n, bool)                                         # a slot's first key of the put
         first[0] = True
         np.not_equal(by_slot[1:], by_slot[:-1], out=first[1:])
         slots = np.frombuffer(self.slot_buf, ">i4", g.hash_slot_num, self.slot_at)
-        held = slots[by_slot].astype(np.int64)
-        if held.size and (held.min() < 0 or held.max() > count):          # as putKey validates a slot
+        held = slots[by_slot]
+        if held.min() < 0 or held.max() > count:                          # as putKey validates a slot
+            held = held.astype(np.int64)
             held[(held <= 0) | (held > order + count)] = 0
-        linked = np.where(first, held, np.roll(order, 1) + count)         # else the slot's key before
-        prev = np.empty(n, np.int64)
-        prev[order] = linked
+        linked = np.roll(order, 1)                                        # the slot's key before, or for
+        linked += count                                                   # its first key what the slot held
+        np.copyto(linked, held, where=first)
         begin_ts, begin_phy = (int(store_timestamp[0]), int(phy_offset[0])) if count <= 1 else \
             (h.begin_timestamp, h.begin_phy_offset)
-        diff = np.clip((store_timestamp - begin_ts) // 1000, 0, _INT_MAX) if begin_ts > 0 else np.zeros(n, np.int64)
-        old = h.begin_timestamp                                           # the first put sees the old header
-        diff[0] = 0 if old <= 0 else min(max((int(store_timestamp[0]) - old) // 1000, 0), _INT_MAX)
         entries = np.empty(n, ENTRY_FIELDS)
-        entries["hash"], entries["phy"], entries["time_diff"], entries["prev"] = key_hash, phy_offset, diff, prev
+        entries["hash"], entries["phy"] = key_hash, phy_offset
+        entries["prev"][order] = linked
+        if begin_ts > 0:
+            diff = store_timestamp - begin_ts
+            diff //= 1000
+            entries["time_diff"] = np.clip(diff, 0, _INT_MAX, out=diff)
+        else:
+            entries["time_diff"] = 0
+        old = h.begin_timestamp                                           # the first put sees the old header
+        entries["time_diff"][0] = 0 if old <= 0 else min(max((int(store_timestamp[0]) - old) // 1000, 0), _INT_MAX)
         self._write_entries(count, entries)
         newest = np.append(first[1:], True)                              # each slot's last entry
         slots[by_slot[newest]] = order[newest] + count
