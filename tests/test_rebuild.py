@@ -178,3 +178,58 @@ def test_a_queues_first_unit_keeps_its_offset_when_records_after_it_are_cut(stor
     first = (out / "RMQ_SYS_TRANS_OP_HALF_TOPIC" / "0" / "00000000000000000000").read_bytes()[:20]
     assert struct.unpack(">qiq", first)[0] == 3362
     assert "stores queue offset 0" not in done.stdout
+
+
+def test_an_index_file_written_as_it_fills_equals_one_written_through_a_map(tmp_path, monkeypatch):
+    """StreamedIndexFile (slots held, entries appended with pwrite) against IndexWriter over a shared map of
+    a sparse file, the way index files used to be written: the same bytes, and the same pages hold data
+    (the slot pages never set stay holes), with keys put one by one, as columns, and both in turn, and a
+    file closed half-way and resumed (repair continues the last kept file so)."""
+    import mmap
+    import random
+
+    import numpy as np
+
+    from rmqtool.format.indexfile import Geometry, IndexWriter
+    from rmqtool.format.java import index_key_hash
+    from rmqtool.store.filequeue import data_extents
+    from rmqtool.store.index_builder import StreamedIndexFile
+
+    monkeypatch.setattr(StreamedIndexFile, "FLUSH_BYTES", 100)    # pending entries and direct writes both
+    geometry = Geometry(60_000, 900)                               # slots: 59 pages, entries: 5
+    rnd = random.Random(7)
+    keys = [f"Topic#k{rnd.randrange(40)}" for _ in range(geometry.index_num - 1)]
+    mapped_path, streamed_path = tmp_path / "mapped", tmp_path / "streamed"
+    for path in (mapped_path, streamed_path):
+        with open(path, "wb") as fh:
+            fh.truncate(geometry.file_size)
+    with open(mapped_path, "r+b") as fh:
+        mapped = IndexWriter(geometry, 4096, 1_700_000_000_000, buf=mmap.mmap(fh.fileno(), 0))
+    streamed = StreamedIndexFile(geometry, streamed_path, 4096, 1_700_000_000_000)
+    at = 0
+    for size in (1, 2, 40, 1, 3, 200, 1, 651):
+        batch = keys[at:at + size]
+        phys = np.arange(at, at + size, dtype=np.int64) * 300 + 4096
+        times = 1_700_000_000_000 + phys * 7
+        for w in (mapped, streamed):
+            if size < 3:
+                for key, phy, ts in zip(batch, phys.tolist(), times.tolist()):
+                    assert w.put_key(key, phy, ts)
+            else:
+                w.put_hashes(np.array([index_key_hash(k) for k in batch], np.int32), phys, times)
+        at += size
+        if at == 44:
+            streamed.close()
+            streamed = StreamedIndexFile.resume(geometry, streamed_path)
+    assert streamed.is_full() and mapped.is_full()
+    mapped.buf.flush()
+    mapped.buf.close()
+    streamed.close()
+    assert streamed_path.read_bytes() == mapped_path.read_bytes()
+
+    def pages(path):
+        with open(path, "rb") as fh:
+            return [(lo // mmap.PAGESIZE, -(-hi // mmap.PAGESIZE))
+                    for lo, hi in data_extents(fh.fileno(), 0, geometry.file_size)]
+    assert pages(streamed_path) == pages(mapped_path)
+    assert len(pages(mapped_path)) > 2                             # holes between the slot pages set

@@ -38,7 +38,7 @@ from rmqtool.store.broker_model import refusal, refused_files
 from rmqtool.ops.findings import ERROR
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
-from rmqtool.store.index_builder import ContinuedIndexFile, IndexBuilder, RecordInfo
+from rmqtool.store.index_builder import ContinuedIndexFile, IndexBuilder, RecordInfo, StreamedIndexFile
 from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
 
@@ -341,6 +341,8 @@ class StoreWriter:
         for _, w in self.index.files:
             if isinstance(w, ContinuedIndexFile):
                 w.close()
+            elif isinstance(w, StreamedIndexFile):
+                w.abandon()                    # closed by _finish; else the change is undone
         if self._scratch is not None:
             self._scratch.cleanup()
             self._scratch = None

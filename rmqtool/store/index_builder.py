@@ -5,15 +5,16 @@ a column of keys), new files named by the one index-file clock (``index_file_nam
 from __future__ import annotations
 
 import mmap
+import os
 import time
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 from rmqtool import constants as C
-from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry
+from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry, decode_header
 from rmqtool.format.java import index_key_hash
-from rmqtool.store.atomic import copy_sparse
-from rmqtool.store.filequeue import map_private, release_pages
+from rmqtool.store.atomic import copy_sparse, named
+from rmqtool.store.filequeue import map_private
 
 
 class RecordInfo(NamedTuple):
@@ -52,9 +53,13 @@ class IndexBuilder:
     """IndexService.buildIndex: keys into the last file, a new file (named after the record's store
     time) when it is full. ``full_end_timestamp`` is what the broker puts in the checkpoint's
     indexMsgTimestamp when a file fills up (None if none did). With ``directory``, new files are
-    sparse files there, written through a map (memory stays small whatever the geometry)."""
+    sparse files there, written as they fill (``StreamedIndexFile``: memory stays small whatever the
+    geometry)."""
 
-    KEYS_PER_PUT = 1 << 19           # keys put as one set of columns (bounds the temporaries)
+    # keys put as one set of columns: their temporaries (~130 bytes a key) stay small enough for the allocator
+    # to reuse their pages from put to put (at 1 << 19, ~70 MB went back to the system after each put and
+    # faulted in again: 72,000 page faults and ~0.12 CPU-s per GiB of commit log)
+    KEYS_PER_PUT = 1 << 16
 
     def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
                  directory: Path | None = None, create: Callable[[str, int], None] | None = None,
@@ -67,40 +72,35 @@ class IndexBuilder:
         self.hand_over = hand_over       # takes a ContinuedIndexFile's changes before it is closed
         self.changed: set[str] = set()
         self.full_end_timestamp: int | None = None
-        self.released = 0                # entry bytes of the last file already dropped from RSS
 
     def _last(self, timestamp: int) -> IndexWriter:
         if self.files and not self.files[-1][1].is_full():
             return self.files[-1][1]
         prev = self.files[-1][1] if self.files else None
         name = index_file_name(timestamp, self.files[-1][0] if self.files else None)
-        w = IndexWriter(self.geometry, prev.header.end_phy_offset if prev else 0,
-                        prev.header.end_timestamp if prev else 0, buf=self._new_buffer(name))
+        end_phy, end_ts = (prev.header.end_phy_offset, prev.header.end_timestamp) if prev else (0, 0)
+        if self.directory is None:
+            w = IndexWriter(self.geometry, end_phy, end_ts)
+        else:
+            if self.create is not None:
+                self.create(name, self.geometry.file_size)
+            with open(self.directory / name, "r+b" if self.create is not None else "w+b") as fh:
+                fh.truncate(self.geometry.file_size)
+            w = StreamedIndexFile(self.geometry, self.directory / name, end_phy, end_ts)
         if prev is not None:
             self.full_end_timestamp = prev.header.end_timestamp
             self._release(prev)
         self.files.append((name, w))
         self.changed.add(name)
-        self.released = 0
         return w
-
-    def _new_buffer(self, name: str):
-        if self.directory is None:
-            return None
-        if self.create is not None:
-            self.create(name, self.geometry.file_size)
-        with open(self.directory / name, "r+b" if self.create is not None else "w+b") as fh:
-            fh.truncate(self.geometry.file_size)
-            return mmap.mmap(fh.fileno(), 0)
 
     def _release(self, w: IndexWriter) -> None:
         if isinstance(w, ContinuedIndexFile):     # a continued file filled up: its changes go first
             if self.hand_over is not None:
                 self.hand_over()
             w.close()
-        elif isinstance(w.buf, mmap.mmap):
-            w.buf.flush()
-            w.buf.close()
+        elif isinstance(w, StreamedIndexFile):
+            w.close()
 
     def close(self) -> None:
         if self.files:
@@ -125,34 +125,31 @@ class IndexBuilder:
         if not n:
             return
         offset, ts = cols["offset"], cols["store_timestamp"]
+        w = self._last(int(ts[0]))
+        # the keys put: of indexed records not before the last file's end (offsets only grow along the
+        # keys, so the files opened later end no earlier), with their records
         key_rec = np.repeat(np.arange(n), np.diff(facts.key_offsets))
-        indexed = facts.indexed()
-        rec = 0                  # the record that calls _last next
-        k = 0                    # the next key to put
-        while True:
-            w = self._last(int(ts[rec]))
-            keys = np.flatnonzero(indexed[key_rec[k:]] & (offset[key_rec[k:]] >= w.header.end_phy_offset)) + k
-            if not len(keys):
-                return
-            take = keys[:min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT)]
-            w.put_hashes(facts.key_hashes[take], offset[key_rec[take]], ts[key_rec[take]])
+        keys = np.flatnonzero((facts.indexed() & (offset >= w.header.end_phy_offset))[key_rec])
+        recs = key_rec[keys]
+        at = 0                   # the next of them to put
+        while len(keys):
+            take = slice(at, at + min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT))
+            w.put_hashes(facts.key_hashes[keys[take]], offset[recs[take]], ts[recs[take]])
             self.changed.add(self.files[-1][0])
-            if self.directory is not None:    # written entries leave RSS (a shared map keeps them in the page cache)
-                first = self.geometry.entry_pos(1) // mmap.PAGESIZE * mmap.PAGESIZE
-                self.released = release_pages(w.buf, self.geometry.entry_pos(w.index_count), max(self.released, first))
-            k = int(take[-1]) + 1
-            if k >= len(key_rec):
-                rec = int(key_rec[take[-1]]) + 1
+            at = min(take.stop, len(keys))
+            if at == len(keys):
+                rec = int(recs[-1]) + 1
                 if w.is_full() and rec < n:
                     self._last(int(ts[rec]))        # the next record opens the next file, keys or not
                 return
             # when full, the next file is opened by the record of the next key, or the record after the last one
-            rec = int(key_rec[k]) if key_rec[k] == key_rec[take[-1]] else int(key_rec[take[-1]]) + 1
+            last = int(recs[at - 1])
+            w = self._last(int(ts[last if recs[at] == last else last + 1]))
 
 
 def continue_copies(refs: list, scratch: Path) -> list[tuple[str, IndexWriter]]:
-    """The last kept index file, continued in a sparse copy in ``scratch`` (through a shared map, so the
-    keys added leave this process's memory as they are written); a full one is only read."""
+    """The last kept index file, continued in a sparse copy in ``scratch`` (a ``StreamedIndexFile``);
+    a full one is only read."""
     out = []
     for ref in refs:
         if ref.header.index_count >= ref.geometry.index_num:
@@ -160,9 +157,89 @@ def continue_copies(refs: list, scratch: Path) -> list[tuple[str, IndexWriter]]:
             continue
         copy = scratch / ref.name
         copy_sparse(ref.path, copy)
-        with open(copy, "r+b") as fh:
-            out.append((ref.name, IndexWriter.from_bytes(mmap.mmap(fh.fileno(), 0), ref.geometry)))
+        out.append((ref.name, StreamedIndexFile.resume(ref.geometry, copy)))
     return out
+
+
+class StreamedIndexFile(IndexWriter):
+    """An index file written through its descriptor as it fills: the header and the hash slots (4 bytes
+    each: 20 MB at the default geometry) are held here and written by ``close``, the entries appended
+    (``os.pwrite``) as they are put. No map: each page of a freshly mapped sparse file costs a fault, a
+    zero fill and dirty tracking before it is written. Only pages holding data are written, so the file
+    keeps the holes a mapped write leaves (slot pages never set): the same bytes and the same pages of data."""
+
+    FLUSH_BYTES = 1 << 20            # entries gathered before a write
+
+    def __init__(self, geometry: Geometry, path: Path, prev_end_phy_offset: int = 0, prev_end_timestamp: int = 0):
+        """A new index file at ``path`` (sparse at its full size already)."""
+        super().__init__(geometry, prev_end_phy_offset, prev_end_timestamp, buf=bytearray(C.INDEX_HEADER_SIZE))
+        self.path = path
+        self.slot_buf, self.slot_at = bytearray(C.INDEX_HASH_SLOT_SIZE * geometry.hash_slot_num), 0
+        with named(path):
+            self.fd: int | None = os.open(path, os.O_WRONLY)
+        self.pending = bytearray()
+        self.pending_at = geometry.entry_pos(self.index_count)
+
+    @classmethod
+    def resume(cls, geometry: Geometry, path: Path) -> "StreamedIndexFile":
+        """Continue the index file at ``path`` after the entries it holds."""
+        w = cls(geometry, path)
+        with named(path), open(path, "rb") as fh:
+            fh.readinto(w.buf)
+            fh.readinto(w.slot_buf)
+        w.header = decode_header(w.buf)
+        w.pending_at = geometry.entry_pos(w.index_count)
+        return w
+
+    def _write_entries(self, number: int, data) -> None:
+        data = memoryview(data).cast("B")
+        if len(data) >= self.FLUSH_BYTES:    # a put's column of entries: written as it is
+            self._flush()
+            self._write(data, self.pending_at)
+            self.pending_at += len(data)
+            return
+        self.pending += data
+        if len(self.pending) >= self.FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._write(self.pending, self.pending_at)
+        self.pending_at += len(self.pending)
+        self.pending = bytearray()
+
+    def _write(self, data, pos: int) -> None:
+        view = memoryview(data)
+        with named(self.path):
+            while view:
+                done = os.pwrite(self.fd, view, pos)
+                view, pos = view[done:], pos + done
+
+    def close(self) -> None:
+        """The pending entries, the header and each page of slots holding a set one, then the file closed."""
+        import numpy as np
+
+        if self.fd is None:
+            return
+        self._flush()
+        self._write(self.buf, 0)
+        per_page = mmap.PAGESIZE // C.INDEX_HASH_SLOT_SIZE
+        lead = C.INDEX_HEADER_SIZE // C.INDEX_HASH_SLOT_SIZE          # the header's words on page 0
+        slots = np.frombuffer(self.slot_buf, np.int32)
+        used = np.zeros(-(-(lead + len(slots)) // per_page) * per_page, bool)
+        used[:lead] = True                                             # page 0 is written (the header)
+        used[lead:lead + len(slots)] = slots != 0
+        pages = np.concatenate(([False], used.reshape(-1, per_page).any(axis=1), [False]))
+        edges = np.flatnonzero(pages[1:] != pages[:-1]) * per_page - lead     # runs of pages, in slots
+        for lo, hi in zip(edges[::2], edges[1::2]):
+            lo, hi = max(int(lo), 0) * C.INDEX_HASH_SLOT_SIZE, min(int(hi) * C.INDEX_HASH_SLOT_SIZE, len(self.slot_buf))
+            self._write(memoryview(self.slot_buf)[lo:hi], C.INDEX_HEADER_SIZE + lo)
+        self.abandon()
+
+    def abandon(self) -> None:
+        """Close the file without writing what is held here (after ``close``, or on a change undone)."""
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd, self.slot_buf, self.pending = None, None, bytearray()
 
 
 class ContinuedIndexFile(IndexWriter):
