@@ -39,8 +39,41 @@ def test_generated_store_is_consistent(tmp_path):
     assert cp.physic_msg_timestamp == max(m.store_timestamp for m in messages.values())
 
 
-def test_generate_refuses_an_existing_store(tmp_path):
+def test_generate_writes_only_a_new_or_empty_directory(tmp_path):
+    """A store, or any directory with something in it, is refused (its undo line, rm -r, would take what was
+    there); an empty one is filled."""
     args = ["generate", str(tmp_path / "g"), "--size", "10K", "--file-size", "64K", "--no-index"]
     assert run(*args).exit_code == 0
-    result = run(*args)
-    assert result.exit_code == 4 and "already holds a commit log" in result.output
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    for where in ("g", "other"):
+        before = sorted(p.name for p in (tmp_path / where).iterdir())
+        result = run(*args[:1], tmp_path / where, *args[2:])
+        assert (result.exit_code, result.stderr) == (4, f"rmqtool: error: {tmp_path / where}: exists and is not an "
+                                                        "empty directory (generate writes a new one)\n")
+        assert sorted(p.name for p in (tmp_path / where).iterdir()) == before
+    assert run(*args[:1], tmp_path / "empty", *args[2:]).exit_code == 0
+    assert (tmp_path / "empty" / "commitlog").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "g", "other"]
+
+
+def test_a_failed_generate_leaves_nothing(tmp_path, monkeypatch):
+    """A write error part-way (disk full, injected at the commit log's third write): exit 4, one line naming the
+    directory, and no directory or hidden leftover at all."""
+    import errno
+
+    from rmqtool.store import appender
+
+    real, calls = appender.FileSink.__call__, []
+
+    def full(self, start, pos, data):
+        calls.append(pos)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, start, pos, data)
+
+    monkeypatch.setattr(appender.FileSink, "__call__", full)
+    result = run("generate", tmp_path / "g", "--size", "300K", "--file-size", "64K", "--no-index")
+    assert (result.exit_code, result.stderr) == (4, f"rmqtool: error: {tmp_path / 'g'}: No space left on device\n")
+    assert len(calls) == 3 and list(tmp_path.iterdir()) == []

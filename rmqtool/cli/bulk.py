@@ -241,8 +241,9 @@ def _export_trace(stores, to, fmt, trace_topic, partition_by, engine, read_anywa
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed: the same seed writes the same "
                                                                    "store.")
 def generate(directory, size, file_size, topics, queues, body_size, index, index_geometry, cq_file_size, seed):
-    """Write a synthetic store into DIRECTORY (new): commit log with a BLANK at each file end,
-    consume queues, index files and checkpoint, all through rmqtool's own encoders.
+    """Write a synthetic store into DIRECTORY (new, or an empty directory): commit log with a BLANK at each
+    file end, consume queues, index files and checkpoint, all through rmqtool's own encoders. The store
+    appears whole or not at all (written under a hidden name beside it, then renamed).
 
     \b
     Examples:
@@ -252,7 +253,7 @@ def generate(directory, size, file_size, topics, queues, body_size, index, index
         --cq-file-size 6000 --no-index --seed 7
     """
     from rmqtool.format.indexfile import Geometry, check_geometry
-    from rmqtool.ops.generate import generate_store
+    from rmqtool.ops.generate import generate_new_store
 
     m = re.fullmatch(r"(\d+):(\d+)", index_geometry)
     if not m:
@@ -266,7 +267,7 @@ def generate(directory, size, file_size, topics, queues, body_size, index, index
     from rmqtool.cli.output import progress_bar
 
     with progress_bar(size, "generating") as progress:
-        g = generate_store(directory, size, file_size=file_size, topics=topics, queues=queues,
+        g = generate_new_store(directory, size, file_size=file_size, topics=topics, queues=queues,
                            body_min=body_size[0], body_max=body_size[1], cq_file_size=cq_file_size,
                            index=index, index_geometry=geometry, seed=seed, progress=progress)
     click.echo(f"generated {g.messages} messages in {g.files} commit-log files ({g.commitlog_bytes} bytes), "

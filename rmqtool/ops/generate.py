@@ -110,3 +110,23 @@ def generate_store(root: str | os.PathLike, size: int, *, file_size: int = C.DEF
         progress(appender.end - told)
     return Generated(root, count, appender.end, appender.end // file_size + 1, len(cq),
                      len(indexer.files) if indexer else 0)
+
+
+def generate_new_store(directory: str | os.PathLike, size: int, **options) -> Generated:
+    """``generate_store`` into a new directory (or an empty one), which appears whole or not at all: the store
+    is written under a hidden name beside it and renamed into place (``store.output.staged``: an error or a
+    kill leaves nothing there; a write error names ``directory``)."""
+    import dataclasses
+
+    from rmqtool.store.atomic import named
+    from rmqtool.store.output import staged
+
+    target = Path(directory)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise StoreError("exists and is not an empty directory (generate writes a new one)", path=str(target))
+    with named(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+    with staged(target) as tmp:
+        g = generate_store(tmp, size, **options)
+        os.replace(tmp, target)
+    return dataclasses.replace(g, root=target)
