@@ -139,7 +139,7 @@ def test_a_killed_exports_leftovers_go_at_the_next_export(tmp_path):
     assert result.exit_code == 0, result.stderr
     warning = [line for line in result.stderr.splitlines() if "warning" in line]
     leftovers = [n for n in left if n != ".out.jsonl.tmp-lock"]
-    assert warning == [f"rmqtool: warning: {out}: removed what an interrupted export left beside it: "
+    assert warning == [f"rmqtool: warning: {out}: removed what an interrupted run left beside it: "
                        f"{', '.join(leftovers)}"]
     assert sorted(os.listdir(tmp_path)) == ["out.jsonl"]
     assert run("export", STORE, "--to", tmp_path / "clean.jsonl", "--jobs", "1").exit_code == 0
@@ -167,7 +167,7 @@ def test_a_running_exports_files_are_left_alone(to, tmp_path):
         os.close(lock)
     result = run("export", STORE, "--to", tmp_path / to)
     assert result.exit_code == 0, result.stderr
-    assert f"removed what an interrupted export left beside it: {', '.join(leftovers)}" in result.stderr
+    assert f"removed what an interrupted run left beside it: {', '.join(leftovers)}" in result.stderr
     assert os.listdir(tmp_path) == [to]
 
 

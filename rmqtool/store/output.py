@@ -100,7 +100,7 @@ def _sweep(to: Path, prefix: str) -> None:
     for path in left:
         _discard(path)
     if left:
-        warnings.warn(StoreWarning(f"{to}: removed what an interrupted export left beside it: "
+        warnings.warn(StoreWarning(f"{to}: removed what an interrupted run left beside it: "
                                    f"{', '.join(p.name for p in left)}"))
 
 
