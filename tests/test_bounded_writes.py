@@ -242,6 +242,30 @@ def test_a_write_without_room_is_refused_before_it_writes(store_copy, tmp_path, 
     assert not list(tmp_path.glob("*rmqtool-backup*")) and not list(root.parent.glob("*rmqtool-backup*"))
 
 
+@pytest.mark.parametrize("limit", [1, 100])
+def test_a_rebuild_into_a_new_out_that_fails_leaves_nothing(tmp_path, limit):
+    """A write error during ``rebuild-cq --out NEW`` (a file-size limit, as a full disk: EFBIG from the kernel on
+    the queue files' writes) is exit 4 in one line naming the output, and NEW is gone again; an --out that
+    existed (empty) stays, empty."""
+    import resource
+    import signal
+
+    made, kept = tmp_path / "new", tmp_path / "kept"
+    kept.mkdir()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        results = [run("rebuild-cq", FIXTURES / "dev-sample" / "store", "--out", out) for out in (made, kept)]
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    for result, out in zip(results, (made, kept)):
+        assert result.exit_code == 4 and result.stderr.count("\n") == 1, result.stderr
+        assert "File too large" in result.stderr and str(out) in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and not any(kept.iterdir())
+
+
 # -- the bound: a plan far larger than its store plus its input is refused (exit 4, nothing written) -----------
 def _rows_file(tmp_path: Path) -> Path:
     rows = run("cat-commitlog", FIXTURES / "dev-sample" / "store", "-n", "3", "-f", "jsonl").stdout

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import signal
+import time
 
 import pytest
 
@@ -19,12 +21,12 @@ from helpers_maintain import run_process, snapshot
 from rmqtool.store.atomic import FAULT_ENV, complete_pending
 
 
-def _kill_at_every_point(make_store, args, check, step: int = 1) -> int:
+def _kill_at_every_point(make_store, args, check, step: int = 1, env: dict | None = None) -> int:
     """Run ``args`` killed at fault point k = 1, 1+step, ... until a run completes; returns kills."""
     kills = 0
     for k in itertools.count(1, step):
         root = make_store()
-        result = run_process(*args(root), env={FAULT_ENV: str(k)})
+        result = run_process(*args(root), env={**(env or {}), FAULT_ENV: str(k)})
         if result.returncode != -signal.SIGKILL:
             assert result.returncode in (0, 1), result.stderr
             check(root, result, completed=True)
@@ -52,7 +54,18 @@ def test_repair_is_all_or_nothing(name, store_copy, tmp_path):
         if completed:
             assert snapshot(root) == new
 
-    assert _kill_at_every_point(make, lambda r: ["repair", r, "--apply", "--backup", f"{r}.bk"], check) >= 10
+    scratch = tmp_path / "tmp"             # the system's temporary directory, as the runs see it
+    scratch.mkdir()
+    env = {"TMPDIR": str(scratch)}
+    assert _kill_at_every_point(make, lambda r: ["repair", r, "--apply", "--backup", f"{r}.bk"], check,
+                                env=env) >= 10
+    # the killed runs' scratch (index files built outside the store) goes with the next run, once a minute old
+    left = sorted(p.name for p in scratch.iterdir())
+    assert left and all(n.startswith("rmqtool-repair-index-") for n in left)
+    for p in scratch.iterdir():
+        os.utime(p, (time.time() - 120, time.time() - 120))
+    assert run_process("repair", make(), env=env).returncode == 1          # the plan builds its index files
+    assert list(scratch.iterdir()) == []
 
 
 def test_rebuild_cq_is_all_or_nothing(tmp_path):

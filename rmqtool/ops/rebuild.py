@@ -9,8 +9,7 @@ what is swapped in. The files are written by the store's writers (``rmqtool.stor
 from __future__ import annotations
 
 import shutil
-import tempfile
-from contextlib import closing
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +34,7 @@ from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, CqFileWriter,
                                         safe_topic_dir, write_run)
 from rmqtool.store.readable import unread_records_before
 from rmqtool.store.store import Store
+from rmqtool.store.output import ScratchDir
 
 
 @dataclass
@@ -95,16 +95,26 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         out = Path(out)
         if out.exists() and any(out.iterdir()):
             raise StoreError("output directory is not empty", path=str(out))
+    made_out = out is not None and not dry_run and not out.exists()     # goes again if the rebuild fails
     built = {kind: store.root / (rel + BUILD) for kind, rel in rels.items()} if out is None and not dry_run else {}
     for path in built.values():
         if path.exists():
             shutil.rmtree(path)
         path.mkdir(parents=True)
 
-    scratch = Path(tempfile.mkdtemp(prefix="rmqtool-cq-")) if dry_run else None   # a dry run builds here
+    scratch_dir = ScratchDir("rmqtool-cq-") if dry_run else None        # a dry run builds here
+    scratch = scratch_dir.path if scratch_dir is not None else None
     directory = _Directories(scratch, out, built, bool(topics))
     written = [out] if out is not None and not dry_run else []         # empty before the rebuild
     made = [*built.values(), *written, *([scratch] if scratch is not None else [])]
+
+    def undo() -> None:
+        _clear(written)
+        if made_out:
+            with suppress(OSError):
+                out.rmdir()
+        for path in built.values():
+            shutil.rmtree(path, ignore_errors=True)
 
     def dispatch(place: bool):
         plan = DispatchPlan(as_broker, jobs=jobs)
@@ -123,9 +133,9 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         if result.missing and not allow_empty:
             raise _NoRecords
     except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
-        _clear(written)
-        for path in [*built.values(), *([scratch] if scratch is not None else [])]:
-            shutil.rmtree(path, ignore_errors=True)
+        undo()
+        if scratch_dir is not None:
+            scratch_dir.remove()
         if isinstance(exc, _NoRecords):
             return result
         raise
@@ -147,13 +157,11 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         if check is not None and not dry_run:
             check(result.size)
     except BaseException:
-        _clear(written)
-        for path in built.values():
-            shutil.rmtree(path, ignore_errors=True)
+        undo()
         raise
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if scratch_dir is not None:
+            scratch_dir.remove()
     if dry_run or out is not None:
         return result
     if all(_same_tree(path, store.root / rels[key]) for key, path in built.items()):
@@ -449,9 +457,9 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     plan = plan or DispatchPlan()
     size = size if size is not None else PlanSize()
     if dry_run:                           # nothing in the store changes, not even a directory's time
-        with tempfile.TemporaryDirectory(prefix="rmqtool-index-") as tmp:
-            files = _build_index(store, geometry, Path(tmp), plan, progress)[0]
-            _index_size(size, Path(tmp), files, store)
+        with ScratchDir("rmqtool-index-") as tmp:
+            files = _build_index(store, geometry, tmp, plan, progress)[0]
+            _index_size(size, tmp, files, store)
             return files, None
     built = store.path(L.INDEX + BUILD)
     if built.exists():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import struct
-import tempfile
 import warnings
 from functools import partial
 from itertools import chain
@@ -37,7 +36,7 @@ from rmqtool.ops.dledger import plan_dledger_recovery
 from rmqtool.ops.dispatch_plan import valid_facts
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file, scan_files
 from rmqtool.store import layout as L
-from rmqtool.store.atomic import Transaction, failed, remove_scratch
+from rmqtool.store.atomic import Transaction, failed
 from rmqtool.store.bounds import PlanSize, file_data
 from rmqtool.store.broker_model import V4, V5, abnormal_recovery_start, normal_recovery_start
 from rmqtool.store.filequeue import QueueFile, cut_copy, first_nonzero, patched
@@ -46,6 +45,7 @@ from rmqtool.store.metadata import batch_cq_topics, bcq_recovered_end
 from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE
 from rmqtool.store.queue_writer import BcqFileWriter, CqWriter, safe_topic_dir
 from rmqtool.store.store import Store
+from rmqtool.store.output import ScratchDir
 
 
 # What repair plans nothing for, and what does (said beside each finding left after --apply)
@@ -121,7 +121,7 @@ class RepairPlan:
     actions: list[Action] = field(default_factory=list)
     writes: dict[str, Buffer | Path] = field(default_factory=dict)   # bytes-like, or a
     #                                                                       file built in ``scratch``
-    scratch: Path | None = None   # outside the store, removed by close()
+    scratch: ScratchDir | None = None   # outside the store, removed by close()
     deletes: list[str] = field(default_factory=list)
     renames: list[tuple[str, str]] = field(default_factory=list)
 
@@ -146,7 +146,7 @@ class RepairPlan:
         """Remove the scratch directory (an OSError names the file that could not go)."""
         if self.scratch is not None:
             scratch, self.scratch = self.scratch, None
-            remove_scratch(scratch)
+            scratch.remove(strict=True)
 
 
 def _cq_max_phy(store: Store) -> int:
@@ -553,8 +553,8 @@ def _index_files(plan: RepairPlan, store: Store, geometry, kept: list, stale: li
     new ones made as sparse files in the plan's scratch directory (streamed, so memory stays small whatever
     the geometry); ``stale`` files not rebuilt under their own name are deleted."""
     if plan.scratch is None:
-        plan.scratch = Path(tempfile.mkdtemp(prefix="rmqtool-repair-index-"))
-    builder = IndexBuilder(geometry, continue_copies(kept[-1:], plan.scratch), directory=plan.scratch)
+        plan.scratch = ScratchDir("rmqtool-repair-index-")
+    builder = IndexBuilder(geometry, continue_copies(kept[-1:], plan.scratch.path), directory=plan.scratch.path)
     for f in facts:
         builder.add_facts(f)
     builder.close()
@@ -566,7 +566,7 @@ def _index_files(plan: RepairPlan, store: Store, geometry, kept: list, stale: li
     for name, w in builder.files:
         if name in builder.changed:
             rel = L.index_file(name)
-            plan.writes[rel] = plan.scratch / name
+            plan.writes[rel] = plan.scratch.path / name
             plan.actions.append(Action("index_write", rel, f"{w.header.entry_count} entries, up to offset "
                                        f"{w.header.end_phy_offset}"))
     for rel in [d for d in plan.deletes if d in plan.writes]:     # rebuilt under a name planned for deletion:

@@ -9,7 +9,6 @@ has it or the database still holds that many range deletions; otherwise an error
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -18,6 +17,7 @@ from rmqtool.errors import RmqError
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.store.filequeue import FileQueue
 from rmqtool.store.store import ConsumeQueue, Store
+from rmqtool.store.output import ScratchDir
 
 
 def dispatched_units(store: Store) -> dict[tuple[str, int], list[tuple[int, int, int, int]]]:
@@ -26,7 +26,7 @@ def dispatched_units(store: Store) -> dict[tuple[str, int], list[tuple[int, int,
     from rmqtool.ops.rebuild import dispatch_files
 
     out = {}
-    with tempfile.TemporaryDirectory(prefix="rmqtool-rocksdb-") as tmp:
+    with ScratchDir("rmqtool-rocksdb-") as tmp:
         def directory(topic: str, qid: int, is_batch: bool) -> Path:
             return Path(tmp, "batch" if is_batch else "cq", topic, str(qid))
 

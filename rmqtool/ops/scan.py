@@ -16,7 +16,6 @@ import os
 import posixpath
 import shutil
 import stat
-import tempfile
 import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, NamedTuple
@@ -24,6 +23,7 @@ from typing import Callable, Iterator, NamedTuple
 from rmqtool import constants as C
 from rmqtool.errors import FormatError, RmqError, StoreError, first_line
 from rmqtool.store import layout as L
+from rmqtool.store.output import ScratchDir
 
 KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "compactionlog", "compactioncq", "trace")
 QUEUE_DIRS = {"consumequeue": (L.CONSUMEQUEUE, L.BATCHCONSUMEQUEUE), "batchconsumequeue": (L.BATCHCONSUMEQUEUE,),
@@ -301,7 +301,7 @@ def local_dir(f: StoreFile) -> Iterator[str]:
 @contextlib.contextmanager
 def _copies(f: StoreFile, fsys, listing) -> Iterator[str]:
     """A temporary directory holding copies of remote files (``listing()``: their paths and names)."""
-    with tempfile.TemporaryDirectory(prefix="rmqtool-") as tmp:
+    with ScratchDir("rmqtool-remote-") as tmp:
         try:
             for source, name in listing():
                 with fsys.open_input_stream(source) as src, open(os.path.join(tmp, name), "wb") as dst:

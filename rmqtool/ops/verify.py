@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -44,6 +43,7 @@ from rmqtool.store.readable import commitlog_view, unread_spans
 from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
 from rmqtool.store.store import IndexFileRef, Store
+from rmqtool.store.output import ScratchDir
 
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
@@ -954,7 +954,7 @@ def feature_queue_findings(store: Store, batch_topics: frozenset, end: int = _NO
     from rmqtool.ops.rebuild import dispatch_files
 
     sizes = (store.cq_file_size(), store.bcq_file_size())
-    with tempfile.TemporaryDirectory(prefix="rmqtool-verify-") as tmp:
+    with ScratchDir("rmqtool-verify-") as tmp:
         def directory(topic: str, qid: int, is_batch: bool) -> Path | None:
             if is_batch or topic.startswith(C.LMQ_PREFIX):
                 return Path(tmp, L.queue_dir(topic, qid, batch=is_batch))

@@ -13,7 +13,6 @@ import dataclasses
 import itertools
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -41,6 +40,7 @@ from rmqtool.store.dledger import DEFAULT_INDEX_FILE_SIZE, LedgerAppender
 from rmqtool.store.index_builder import ContinuedIndexFile, IndexBuilder, RecordInfo, StreamedIndexFile
 from rmqtool.store.queue_writer import BcqFileWriter, CqFileWriter, safe_topic_dir
 from rmqtool.store.store import Store
+from rmqtool.store.output import ScratchDir
 
 def _written_end(store: Store, index_refs: list) -> int:
     """The commit log's end, as the broker's recovery finds it (from the newest index entry's record when
@@ -151,7 +151,7 @@ class StoreWriter:
         self.batch_queues: dict[tuple[str, int], BcqFileWriter] = {}
         self.lmq_next: dict[str, int] = {}       # the broker's LMQ offset table during this session
         self.geometry = geometry or store.index_geometry()
-        self._scratch = tempfile.TemporaryDirectory(prefix="rmqtool-index-") if dry_run else None
+        self._scratch = ScratchDir("rmqtool-index-") if dry_run else None
         self.index = self._index_builder()
         self.checkpoint = store.checkpoint() or Checkpoint()
         self.count = 0
@@ -180,7 +180,7 @@ class StoreWriter:
         """IndexService.buildIndex from the last index file on: earlier files are full and stay as they are;
         the last one is continued through a private map whose changes go through the transaction."""
         refs = self.index_refs
-        directory = Path(self._scratch.name) if self._scratch is not None else self.store.index_dir
+        directory = self._scratch.path if self._scratch is not None else self.store.index_dir
         builder = IndexBuilder(self.geometry, [(r.name, ContinuedIndexFile.open(r)) for r in refs[-1:]], directory,
                                create=None if self._scratch is not None else
                                lambda name, size: self.txn.create(L.index_file(name), size),
@@ -344,7 +344,7 @@ class StoreWriter:
             elif isinstance(w, StreamedIndexFile):
                 w.abandon()                    # closed by _finish; else the change is undone
         if self._scratch is not None:
-            self._scratch.cleanup()
+            self._scratch.remove()
             self._scratch = None
 
 

@@ -14,13 +14,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 import zipfile
 from pathlib import Path
 
 from rmqtool.errors import SparkUnavailable, first_line
+from rmqtool.store.output import ScratchDir
 
 MASTER_ENV = "RMQTOOL_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
@@ -42,7 +42,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 _JVM_BANNER = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
 _session = None
-_workdir: Path | None = None
+_workdir: ScratchDir | None = None
 
 
 def resolve_master(master: str | None = None) -> str | None:
@@ -86,10 +86,10 @@ def check_java() -> None:
 
 def _scratch() -> Path:
     global _workdir
-    if _workdir is None:
-        _workdir = Path(tempfile.mkdtemp(prefix="rmqtool-spark-"))
-        atexit.register(shutil.rmtree, _workdir, True)
-    return _workdir
+    if _workdir is None:          # locked while this process lives: the next one removes it if it was killed
+        _workdir = ScratchDir("rmqtool-spark-")
+        atexit.register(_workdir.remove)
+    return _workdir.path
 
 
 def package_zip() -> Path:

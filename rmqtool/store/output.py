@@ -139,22 +139,51 @@ def _named(exc: OSError, to: Path, existed: bool) -> OSError:
     return OSError(exc.errno, f"{why}; {left}", str(to))
 
 
+class ScratchDir:
+    """A new directory ``<prefix>XXXXXXXX`` in ``directory`` (None: the system's temporary directory), for
+    files built outside a store. This process holds a lock (flock) on it until ``remove()``, so that the next
+    one made with the same prefix removes it if this process was killed: the leftovers of the same user,
+    unlocked and unchanged for ``STALE_SECONDS`` (one made that instant, not yet locked, is not taken for
+    one). As a context manager it gives its path and is removed at the end."""
+
+    def __init__(self, prefix: str, directory: str | os.PathLike | None = None):
+        parent = os.fspath(directory) if directory is not None else tempfile.gettempdir()
+        _sweep_scratch(parent, prefix)
+        self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.remove()
+            raise
+
+    def remove(self, strict: bool = False) -> None:
+        """Remove the directory and release its lock (once). ``strict``: an error is raised, naming the file
+        that could not go, instead of leaving what would not go for the next sweep."""
+        if self._fd is None:
+            return
+        try:
+            if strict:
+                from rmqtool.store.atomic import remove_scratch
+                remove_scratch(self.path)
+            else:
+                shutil.rmtree(self.path, ignore_errors=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
 @contextlib.contextmanager
 def scratch_dir(directory: str | None, prefix: str) -> Iterator[str]:
-    """A new directory ``<prefix>XXXXXXXX`` in ``directory`` (None: the system's temporary directory),
-    removed at the end. This process holds a lock (flock) on it while it lives, so that the next one made
-    with the same prefix removes it if this process was killed: the leftovers of the same user, unlocked
-    and unchanged for ``STALE_SECONDS`` (one made that instant, not yet locked, is not taken for one)."""
-    parent = directory or tempfile.gettempdir()
-    _sweep_scratch(parent, prefix)
-    path = tempfile.mkdtemp(prefix=prefix, dir=parent)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-        os.close(fd)
+    """``ScratchDir(prefix, directory)``'s path as a string, removed at the end."""
+    with ScratchDir(prefix, directory) as path:
+        yield str(path)
 
 
 def _sweep_scratch(parent: str, prefix: str) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -23,6 +21,7 @@ from rmqtool.errors import FormatError, StoreError, first_line
 from rmqtool.format.consumequeue import CqUnit
 from rmqtool.format.rocksdbcq import (CHECKPOINT_TOPIC, OffsetEntry, RocksCqUnit, decode_offset, decode_unit,
                                       queue_prefix)
+from rmqtool.store.output import ScratchDir
 
 OFFSET_FAMILY = "offset"
 EXTRA_HINT = "reading {what} needs the rocksdb extra: pip install 'rmqtool[rocksdb]'"
@@ -129,25 +128,25 @@ def open_read_only(path: Path, what: str):
         from rocksdict import AccessType, Options, Rdict
     except ImportError:
         raise StoreError(EXTRA_HINT.format(what=what), path=str(path)) from None
-    shadow = tempfile.mkdtemp(prefix="rmqtool-rocksdb-")
+    shadow = ScratchDir("rmqtool-rocksdb-")
     try:
         for name in os.listdir(path):
             if name != "LOCK":
-                os.symlink(os.path.abspath(os.path.join(path, name)), os.path.join(shadow, name))
-        families = Rdict.list_cf(shadow, Options(raw_mode=True))
-        db = Rdict(shadow, options=Options(raw_mode=True),
+                os.symlink(os.path.abspath(os.path.join(path, name)), shadow.path / name)
+        families = Rdict.list_cf(str(shadow.path), Options(raw_mode=True))
+        db = Rdict(str(shadow.path), options=Options(raw_mode=True),
                    column_families={name: Options(raw_mode=True) for name in families if name != "default"},
                    access_type=AccessType.read_only())
     except Exception as exc:        # rocksdict raises plain Exception for RocksDB errors
-        shutil.rmtree(shadow, ignore_errors=True)
-        raise StoreError(f"cannot open {what}: {first_line(exc).replace(shadow, str(path))}",
+        shadow.remove()
+        raise StoreError(f"cannot open {what}: {first_line(exc).replace(str(shadow.path), str(path))}",
                          path=str(path)) from None
     return db, families, shadow
 
 
-def close_read_only(db, shadow: str) -> None:
+def close_read_only(db, shadow: ScratchDir) -> None:
     db.close()
-    shutil.rmtree(shadow, ignore_errors=True)
+    shadow.remove()
 
 
 def _decoded(decode, key: bytes, value: bytes, path: Path):
