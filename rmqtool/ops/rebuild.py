@@ -511,8 +511,20 @@ def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPl
 
 def _kept_names(store: Store, built: Path, names: list[str]) -> list[str]:
     """The rebuilt files' names, each renamed (in ``built``) to the existing file it equals byte for byte
-    (the broker names a file by the time it created it, which no rebuild knows), where the order stays."""
+    (the broker names a file by the time it created it, which no rebuild knows), where the order stays:
+    all of them at once where that keeps the names in order (a broker-written index: the time a file was
+    created may pass its successor's first store time, so one renamed alone could seem out of order), else
+    each one whose neighbours' names leave room for it."""
     old = sorted(ref.name for ref in store.index_files())
+    kept = [have if have != name and same_content(store.index_dir / have, built / name) else name
+            for name, have in zip(names, old)] + names[len(old):]
+    if kept != names and all(a < b for a, b in zip(kept, kept[1:])):
+        moved = [(name, have) for name, have in zip(names, kept) if name != have]
+        for name, _ in moved:                      # out of the way first: a new name may be another's old one
+            (built / name).rename(built / f".{name}.kept")
+        for name, have in moved:
+            (built / f".{name}.kept").rename(built / have)
+        return kept
     out = list(names)
     for i, (name, have) in enumerate(zip(names, old)):
         later = out[i + 1] if i + 1 < len(out) else None
