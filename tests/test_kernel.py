@@ -217,6 +217,25 @@ def test_kernel_works_where_numba_finds_no_cache_location():
     assert proc.stderr.startswith("rmqtool: note: no writable cache directory") and proc.stderr.count("\n") == 1
 
 
+def test_kernel_works_with_a_numba_whose_cache_it_cannot_key():
+    """A numba release whose cache keeps its index otherwise (no ``_source_stamp``): rmqtool cannot key entries
+    on its helpers' sources, so it compiles in memory (no stale machine code), says so in one line, and runs."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    probe = ("import numba.core.caching as caching\ninit = caching.IndexDataCacheFile.__init__\n"
+             "def other(self, *a, **k):\n    init(self, *a, **k)\n    del self._source_stamp\n"
+             "caching.IndexDataCacheFile.__init__ = other\n"
+             "import numpy as np\nfrom rmqtool.columnar.kernel import load_compiled, scan_window\nload_compiled()\n"
+             "print(scan_window(np.zeros(64, np.uint8), 0, 64).bad)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout == "-1\n", proc.stderr
+    assert proc.stderr.startswith("rmqtool: note: numba ") and "compiling it for this run only" in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
 def _signatures(tmp_path, module: str, work: str) -> dict[str, str]:
     """{function: number of compiled signatures} of ``rmqtool.columnar.<module>``'s compiled functions after
     ``work`` ran in a fresh process with an empty cache (compiled code from the first record: no small-input

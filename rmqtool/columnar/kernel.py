@@ -177,21 +177,36 @@ def _jit(fn, *, plain: bool = True):
         try:
             compiled = njit(cache=True, nogil=True, no_cfunc_wrapper=True)(fn)
         except RuntimeError:          # numba's "cannot cache function ...: no locator available"
-            if not _UNCACHED:
-                _UNCACHED.append(fn.__name__)
-                sys.stderr.write("rmqtool: note: no writable cache directory for the compiled scan kernel (set "
-                                 "NUMBA_CACHE_DIR to one): compiling it for this run only (a few seconds)\n")
-            return njit(nogil=True, no_cfunc_wrapper=True)(fn)
+            return _uncached(fn, "no writable cache directory for the compiled scan kernel (set NUMBA_CACHE_DIR "
+                                 "to one)")
         # numba keys a cache entry on the source of the function's own file, but the machine code holds the
         # helpers and constants it calls from other files (this module's loads and hashes in facts.py,
         # units.py, joins.py, lines.py; crc.py's tiers in the scan; rmqtool.constants): the entry is keyed on
         # all of them too, so that a change to a helper alone (an upgrade, a checkout) recompiles its callers
         # instead of running their old code
-        index = compiled._cache._cache_file                 # numba.core.caching.IndexDataCacheFile
+        cache = compiled._cache
+        index = getattr(cache, "_cache_file", None)         # numba.core.caching.IndexDataCacheFile
+        if not hasattr(index, "_source_stamp"):             # a numba whose cache rmqtool cannot key so
+            return _uncached(fn, f"numba {_numba_version()} keeps its cache in a way this rmqtool does not know")
         index._source_stamp = (index._source_stamp, _SOURCES)
-        compiled._cache.load_overload = _load_overload.__get__(compiled._cache)
+        if all(hasattr(cache, name) for name in ("_load_overload", "_guard_against_spurious_io_errors")):
+            cache.load_overload = _load_overload.__get__(cache)
         return compiled
     return _lazy((lambda *args: _boxed(fn(*args))) if plain else None, build, wrap=True)
+
+
+def _uncached(fn, why: str):
+    """``fn`` compiled for this process only (said once, on stderr)."""
+    from numba import njit
+    if not _UNCACHED:
+        _UNCACHED.append(fn.__name__)
+        sys.stderr.write(f"rmqtool: note: {why}: compiling it for this run only (a few seconds)\n")
+    return njit(nogil=True, no_cfunc_wrapper=True)(fn)
+
+
+def _numba_version() -> str:
+    import numba
+    return numba.__version__
 
 
 def _load_overload(cache, sig, target_context):
