@@ -7,6 +7,7 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES, UPSTREAM, readback, store_path
 from rmqtool.errors import FormatError, StoreError
@@ -15,7 +16,7 @@ from rmqtool.format.consumequeue import decode_ext_unit, ext_addr_to_offset
 from rmqtool.format.java import java_string_hash
 from rmqtool.store.config import parse_fastjson
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, encode_units, valid_prefix
-from rmqtool.store.filequeue import FileQueue, first_nonzero, first_nonzero_byte, map_file
+from rmqtool.store.filequeue import FileQueue, first_difference, first_nonzero, first_nonzero_byte, map_file
 from rmqtool.store.store import Store
 
 
@@ -225,6 +226,24 @@ def test_first_nonzero_byte_at_every_block_edge(size):
         data[at] = 1
         data[-1] |= 2
         assert first_nonzero_byte(bytes(data)) == at == size - len(bytes(data).lstrip(b"\0"))
+
+
+@given(st.binary(max_size=3000), st.integers(0, 2999), st.integers(1, 255), st.integers(0, 70_000),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_first_difference_is_where_the_files_first_differ(data, at, xor, zeros, longer):
+    """Two files' data (each read as followed by zeros): the first differing position, block by block, as a
+    byte-by-byte walk finds it, with differences anywhere and either one longer."""
+    a = bytes(data) + bytes(zeros)
+    b = bytearray(a)
+    if at < len(b):
+        b[at] ^= xor
+    if longer:
+        b += bytes([xor])
+    n = max(len(a), len(b))
+    want = next((i for i, (x, y) in enumerate(zip(a.ljust(n, b"\0"), bytes(b).ljust(n, b"\0"))) if x != y), None)
+    assert first_difference(a, bytes(b)) == first_difference(bytes(b), a) == want
+    assert first_difference(a.rstrip(b"\0"), a) is None
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mincore and posix_fadvise as Linux has them")

@@ -115,6 +115,39 @@ def test_damaged_batch_and_lmq_units_are_named(name, queue, store_copy):
     assert findings[0].expected != findings[0].actual
 
 
+def _read_bytes() -> int:
+    return int(dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())["rchar"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="Linux's per-process I/O counters")
+def test_lmq_queues_are_compared_without_reading_their_empty_preallocated_space(store_copy):
+    """dev-lmq-5x's queues rebuilt into files of the broker's default 6,000,000 bytes (sparse, a few units of
+    data each): verify compares each LMQ queue with the dispatch reading only their data, not the ~12 MB of
+    zeros a queue's two files hold (it read 54 MB); a damaged unit is still named with both units, the unit
+    zeroed (the file's data ends before it) as zeros."""
+    root = store_copy("dev-lmq-5x")
+    assert run("rebuild-cq", root, "--cq-file-size", "6000000", "--apply", "--backup", root.parent / "bk").exit_code == 0
+    before = _read_bytes()
+    result = run("verify", root, "-f", "jsonl")
+    assert (result.exit_code, result.stdout) == (0, "") and _read_bytes() - before < 15_000_000
+    f = root / "consumequeue" / "%LMQ%room-1" / "0" / "00000000000000000000"
+    with open(f, "r+b") as fh:
+        data = fh.read(4096)
+        last = max(i for i in range(0, len(data), 20) if any(data[i:i + 20]))
+        fh.seek(20 + 8)
+        fh.write(b"\x00\x00\x00\x01")                       # the second unit's size
+    findings = [x for x in verify_store(root) if x.kind == "cq_unit_mismatch"]
+    assert [(x.path, x.offset) for x in findings] == [(str(f), 20)]
+    assert findings[0].actual[16:24] == "00000001" and findings[0].expected[16:24] != "00000001"
+    with open(f, "r+b") as fh:                                # undone; the queue's last unit zeroed instead
+        fh.seek(20)
+        fh.write(data[20:40])
+        fh.seek(last)
+        fh.write(bytes(20))
+    findings = [x for x in verify_store(root) if x.kind == "cq_unit_mismatch"]
+    assert [(x.offset, x.expected, x.actual) for x in findings] == [(last, data[last:last + 20].hex(), "0" * 40)]
+
+
 def test_a_lying_physical_offset_field_is_a_warning(store_copy):
     root = store_copy("dev-sample")
     f = root / "commitlog" / "00000000000000000000"

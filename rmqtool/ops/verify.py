@@ -37,8 +37,8 @@ from rmqtool.store.atomic import pending_journal
 from rmqtool.store.broker_model import (DAMAGE_KINDS, V5, VERSIONS, FileSummary, abnormal_recovery_start, level_of,
                                         normal_recovery_start,
                                         refused_files, start_outcome)
-from rmqtool.store.filequeue import (FileQueue, QueueFile, first_nonzero, first_nonzero_at, first_nonzero_byte,
-                                     open_random, read_exact)
+from rmqtool.store.filequeue import (FileQueue, QueueFile, first_difference, first_nonzero, first_nonzero_at,
+                                     first_nonzero_byte, open_random, read_data, read_exact)
 from rmqtool.store.readable import commitlog_view, unread_spans
 from rmqtool.store.recognition import refused_entries
 from rmqtool.store.lock import lock_is_held
@@ -979,25 +979,38 @@ def _compare_queue(want: Path, have: Path, kind: str, end: int, cut: "_Cut | Non
         yield Finding(ERROR, "cq_missing_queue", str(have), None, "the commit log dispatches to this queue, "
                       "but it has no files")
         return
-    wanted = {p.name: p.read_bytes() for p in want.iterdir()} if want.is_dir() else {}
-    stored = {p.name: p.read_bytes() for p in have.iterdir() if p.is_file()}
+    # each file's bytes up to its data's end (the rest is zeros) and its size
+    wanted = {p.name: read_data(p) for p in want.iterdir()} if want.is_dir() else {}
+    stored = {p.name: read_data(p) for p in have.iterdir() if p.is_file()}
     if cut is not None and cut.spans:
-        wanted = cut.splice(wanted, stored, unit, file_size)
+        wanted = {n: (b, len(b)) for n, b in cut.splice(*(_padded(files) for files in (wanted, stored)), unit,
+                                                         file_size).items()}
     for name in sorted(wanted.keys() | stored.keys()):
-        a, b = wanted.get(name, b""), stored.get(name, b"")
-        if a == b or (not a.strip(b"\0") and not b.strip(b"\0")):
+        (a, a_size), (b, b_size) = wanted.get(name, (b"", 0)), stored.get(name, (b"", 0))
+        at = first_difference(a, b)
+        if at is None:
             continue
-        at = next(i for i in range(max(len(a), len(b))) if i >= len(a) or i >= len(b) or a[i] != b[i])
         at -= at % unit
-        if kind == L.BATCHCONSUMEQUEUE and not a[at:at + unit].strip(b"\0") and len(b) >= at + unit:
-            phy = struct.unpack_from(">q", b, at)[0]
+        want_unit, have_unit = _unit(a, a_size, at, unit), _unit(b, b_size, at, unit)
+        if kind == L.BATCHCONSUMEQUEUE and not want_unit.strip(b"\0") and len(have_unit) == unit:
+            phy = struct.unpack_from(">q", have_unit)[0]
             if phy >= end:
                 yield Finding(ERROR, "cq_unit_past_end", str(have / name), at,
                               f"batch unit points past the written end {end}", end, phy)
                 continue
         yield Finding(ERROR, "cq_unit_mismatch", str(have / name), at,
                       "unit differs from what the broker's dispatch writes for the commit log",
-                      a[at:at + unit].hex() or None, b[at:at + unit].hex() or None)
+                      want_unit.hex() or None, have_unit.hex() or None)
+
+
+def _padded(files: dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
+    """Each file's whole bytes (its data, then zeros to its size)."""
+    return {n: data.ljust(size, b"\0") for n, (data, size) in files.items()}
+
+
+def _unit(data: bytes, size: int, at: int, unit: int) -> bytes:
+    """The unit at ``at`` of a file of ``size`` bytes whose data is ``data`` (zeros after it)."""
+    return data[at:at + unit].ljust(max(0, min(unit, size - at)), b"\0")
 
 
 def _index_findings(index: list[IndexPlan], results: list[FileResult], cut: "_Cut") -> Iterator[Finding]:

@@ -138,6 +138,25 @@ def same_content(a: Path, b: Path) -> bool:
     return True
 
 
+def read_data(path: Path) -> tuple[bytes, int]:
+    """A file's bytes up to the end of its last data extent, and its size: the hole a pre-allocated file
+    has after its data (the broker's 6,000,000-byte consume-queue files, mostly empty) is not read."""
+    fd = open_random(path)
+    try:
+        size = os.fstat(fd).st_size
+        end = max((hi for _, hi in data_extents(fd, 0, size)), default=0)
+        parts, pos = [], 0
+        while pos < end:
+            part = os.pread(fd, min(end - pos, 1 << 24), pos)
+            if not part:              # the file shrank under the read
+                break
+            parts.append(part)
+            pos += len(part)
+        return b"".join(parts), size
+    finally:
+        os.close(fd)
+
+
 def first_nonzero(path: Path, start: int, end: int | None = None) -> int | None:
     """Position of the first non-zero byte in [start, end) of a file; holes are skipped."""
     fd = open_random(path)
@@ -174,6 +193,21 @@ def first_nonzero_byte(data: bytes) -> int | None:
     while data[lo] == 0:
         lo += 1
     return lo
+
+
+def first_difference(a: bytes, b: bytes) -> int | None:
+    """The first position where ``a`` and ``b`` differ, each read as followed by zeros (None: none): blocks
+    compared (memcmp), the first that differs narrowed down the same way."""
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    if a[:n] != b[:n]:
+        for step in (1 << 16, 1 << 10, 16, 1):
+            while a[lo:min(lo + step, hi)] == b[lo:min(lo + step, hi)]:
+                lo += step
+            hi = min(lo + step, hi)
+        return lo
+    hit = first_nonzero_byte(memoryview(a if len(a) > n else b)[n:])
+    return None if hit is None else n + hit
 
 
 def release_pages(mm, upto: int, released: int = 0) -> int:
