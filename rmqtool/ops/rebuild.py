@@ -135,7 +135,7 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
         undo()
         if scratch_dir is not None:
-            scratch_dir.remove()
+            scratch_dir.remove(strict=False)
         if isinstance(exc, _NoRecords):
             return result
         raise
@@ -161,7 +161,7 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
         raise
     finally:
         if scratch_dir is not None:
-            scratch_dir.remove()
+            scratch_dir.remove(strict=False)
     if dry_run or out is not None:
         return result
     if all(_same_tree(path, store.root / rels[key]) for key, path in built.items()):

@@ -146,7 +146,7 @@ class RepairPlan:
         """Remove the scratch directory (an OSError names the file that could not go)."""
         if self.scratch is not None:
             scratch, self.scratch = self.scratch, None
-            scratch.remove(strict=True)
+            scratch.remove()
 
 
 def _cq_max_phy(store: Store) -> int:

@@ -88,7 +88,7 @@ def _scratch() -> Path:
     global _workdir
     if _workdir is None:          # locked while this process lives: the next one removes it if it was killed
         _workdir = ScratchDir("rmqtool-spark-")
-        atexit.register(_workdir.remove)
+        atexit.register(_workdir.remove, strict=False)
     return _workdir.path
 
 

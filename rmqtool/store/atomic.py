@@ -573,7 +573,7 @@ def restore_backup(backup: Path, root: Path, undo: Path | None = None) -> Path |
         rel = entry["path"]
         confined(Path(root), rel)
         if entry["kind"] == "file":
-            txn.write(rel, (backup / rel).read_bytes())
+            txn.write(rel, backup / rel)             # copied where it holds data (sparse), not read whole
         elif entry["kind"] == "dir":
             built = Path(root) / (rel + BUILD)
             _remove(built)

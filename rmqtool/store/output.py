@@ -154,12 +154,12 @@ class ScratchDir:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            self.remove()
+            self.remove(strict=False)
             raise
 
-    def remove(self, strict: bool = False) -> None:
-        """Remove the directory and release its lock (once). ``strict``: an error is raised, naming the file
-        that could not go, instead of leaving what would not go for the next sweep."""
+    def remove(self, strict: bool = True) -> None:
+        """Remove the directory and release its lock (once). An error is raised, naming the file that could
+        not go; not ``strict``: what would not go is left for the next sweep."""
         if self._fd is None:
             return
         try:
@@ -175,15 +175,19 @@ class ScratchDir:
     def __enter__(self) -> Path:
         return self.path
 
-    def __exit__(self, *exc) -> None:
-        self.remove()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.remove(strict=exc_type is None)          # an error on the way out is not hidden by another
 
 
 @contextlib.contextmanager
 def scratch_dir(directory: str | None, prefix: str) -> Iterator[str]:
-    """``ScratchDir(prefix, directory)``'s path as a string, removed at the end."""
-    with ScratchDir(prefix, directory) as path:
-        yield str(path)
+    """``ScratchDir(prefix, directory)``'s path as a string, removed at the end (what would not go is left for
+    the next sweep)."""
+    scratch = ScratchDir(prefix, directory)
+    try:
+        yield str(scratch.path)
+    finally:
+        scratch.remove(strict=False)
 
 
 def _sweep_scratch(parent: str, prefix: str) -> None:

@@ -138,7 +138,7 @@ def open_read_only(path: Path, what: str):
                    column_families={name: Options(raw_mode=True) for name in families if name != "default"},
                    access_type=AccessType.read_only())
     except Exception as exc:        # rocksdict raises plain Exception for RocksDB errors
-        shadow.remove()
+        shadow.remove(strict=False)
         raise StoreError(f"cannot open {what}: {first_line(exc).replace(str(shadow.path), str(path))}",
                          path=str(path)) from None
     return db, families, shadow
@@ -146,7 +146,7 @@ def open_read_only(path: Path, what: str):
 
 def close_read_only(db, shadow: ScratchDir) -> None:
     db.close()
-    shadow.remove()
+    shadow.remove(strict=False)
 
 
 def _decoded(decode, key: bytes, value: bytes, path: Path):
