@@ -268,6 +268,23 @@ def test_repair_has_nothing_to_do_on_clean_and_broker_recovered_stores(name, whi
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("name,which", RECOVERED)
+def test_rebuilds_end_a_broker_recovered_store_where_every_reader_does(name, which, store_copy):
+    """The torn record a recovered store keeps past its end ends the data (broker_model.recovered_tail)
+    and the unit left pointing at it is one the broker drops on every load (stale_units_only): rebuild-cq
+    has nothing to change where verify and repair find nothing (it listed the record as skipped and the
+    queue as to rewrite, exit 1), --apply writes nothing; rebuild-index skips no record there."""
+    root = store_copy(name, which)
+    before = snapshot(root)
+    assert run("verify", root).exit_code == 0
+    dry = run("rebuild-cq", root, "-f", "jsonl")
+    assert dry.exit_code == 0 and dry.stdout == "" and "nothing to change" in dry.stderr, dry.output
+    index = run("rebuild-index", root, "-f", "jsonl")
+    assert not [line for line in index.stdout.splitlines() if json.loads(line)["action"] == "skip_record"]
+    done = run("rebuild-cq", root, "--apply", "--backup", root.parent / "bk")
+    assert done.exit_code == 0 and snapshot(root) == before and not (root.parent / "bk").exists(), done.output
+
+
 def _damage_mid_log(root: Path) -> int:
     """dev-sample's record at 36769 (file 0 of 3, inside 4.9.7's recovery window) gets a bad magic code."""
     f = root / "commitlog" / "00000000000000000000"

@@ -27,6 +27,7 @@ class DispatchPlan:
     as_broker: str | None = None
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # (offset, bytes skipped, kind)
     cut: int | None = None            # as_broker: where the broker's recovery truncates the commit log
+    end: int | None = None            # the end of the data dispatched (the last file's; not for DLedger)
     jobs: int | None = None           # worker processes for the walk (facts.scan_files; None: by size)
 
 
@@ -110,9 +111,10 @@ def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, key
         stop = recovery_stop(plan.as_broker, facts.damaged[0][0] if facts.damaged else None,
                              facts.oversized_blank) if plan.as_broker is not None and recovered else None
         if stop is not None:                         # CommitLog.recoverNormally: truncated here
-            plan.cut = stop
+            plan.cut = plan.end = stop
             yield facts.select(facts.columns["offset"] < stop)
             return
+        plan.end = facts.end
         if plan.as_broker is not None and facts.damaged:
             at, _, kind = facts.damaged[0]
             if not reput_reads_size(kind):           # ReputMessageService.doReput: the rest of the file skipped

@@ -225,6 +225,26 @@ def recovered_tail(path, buf, pos: int, end: int | None = None) -> bool:
     return nxt >= end or (end - nxt >= 8 and struct.unpack_from(">ii", buf, nxt) == (0, 0))
 
 
+def stale_units_only(stored: bytes, rebuilt: bytes, end: int) -> bool:
+    """Whether a consume-queue file differs from its rebuild only by units the broker drops on every load
+    (rules recover_cq, recover_stale_tail: ConsumeQueue.truncateDirtyLogicFiles drops a unit whose record
+    starts at or after the commit log's ``end``, the bytes stay): past the rebuilt units, the stored file
+    holds such units and zeros only."""
+    import numpy as np
+
+    if len(stored) != len(rebuilt) or len(stored) % C.CQ_STORE_UNIT_SIZE:
+        return False
+    differ = np.flatnonzero(np.frombuffer(stored, np.uint8) != np.frombuffer(rebuilt, np.uint8))
+    if not len(differ):
+        return True
+    at = int(differ[0]) - int(differ[0]) % C.CQ_STORE_UNIT_SIZE
+    if rebuilt[at:].strip(b"\0"):
+        return False
+    units = np.frombuffer(stored, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")], offset=at)
+    zero = (units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0)
+    return bool(np.all(zero | (units["phy"] >= end)))
+
+
 # -- recovery and dispatch, per version -------------------------------------------------------------
 def normal_recovery_start(file_starts: list[int], version: str, cq_max_phy: int) -> int:
     """Index of the first commit-log file the normal-start recovery reads (CommitLog.recoverNormally)."""
