@@ -285,6 +285,29 @@ def test_rebuilds_end_a_broker_recovered_store_where_every_reader_does(name, whi
     assert done.exit_code == 0 and snapshot(root) == before and not (root.parent / "bk").exists(), done.output
 
 
+@pytest.mark.parametrize("command", ["rebuild-cq", "rebuild-index"])
+def test_a_rebuilds_skipped_records_are_notes_once_applied(command, store_copy, tmp_path):
+    """A damaged record (seeded: one record's magic code) stays skipped by every rebuild: after --apply the
+    dry run lists it and exits 0, 'nothing to change' (it said '1 action(s); run with --apply', and a
+    second --apply changed nothing); a second --apply writes no byte."""
+    import random
+    root = store_copy("dev-sample-5x")
+    starts = [loc.offset for loc in Store.open(root).commitlog.iter_entries()]
+    at = random.Random(101).choice(starts[len(starts) // 3:2 * len(starts) // 3])
+    f = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= at), key=lambda p: int(p.name))
+    data = bytearray(f.read_bytes())
+    data[at - int(f.name) + 7] ^= 0x10
+    f.write_bytes(bytes(data))
+    assert run(command, root, "--apply", "--backup", tmp_path / "bk1").exit_code == 0
+    applied = snapshot(root)
+    dry = run(command, root, "-f", "jsonl")
+    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert dry.exit_code == 0 and dry.stderr.endswith("nothing to change\n"), dry.output
+    assert [r["action"] for r in rows] == ["skip_record", "total"] and f"offset {at} " in rows[0]["detail"]
+    assert run(command, root, "--apply", "--backup", tmp_path / "bk2").exit_code == 0
+    assert snapshot(root) == applied
+
+
 def _damage_mid_log(root: Path) -> int:
     """dev-sample's record at 36769 (file 0 of 3, inside 4.9.7's recovery window) gets a bad magic code."""
     f = root / "commitlog" / "00000000000000000000"
