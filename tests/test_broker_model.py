@@ -285,6 +285,25 @@ def test_rebuilds_end_a_broker_recovered_store_where_every_reader_does(name, whi
     assert done.exit_code == 0 and snapshot(root) == before and not (root.parent / "bk").exists(), done.output
 
 
+def test_rebuild_cq_leaves_stray_bytes_past_a_queues_end_as_the_broker_does(store_copy):
+    """Seeded: a bit of a tags code flipped in a unit past a queue's end (size 0: ConsumeQueue.recover
+    stops before it). verify warns (cq_stale_unit) and exits 0; rebuild-cq had the file to rewrite (exit 1),
+    now nothing to change, as the broker reads it (broker_model.stale_units_only)."""
+    import random
+    root = store_copy("dev-sample-5x")
+    rng = random.Random(202)
+    f = sorted((root / "consumequeue" / "TopicA" / "0").iterdir())[-1]
+    data = bytearray(f.read_bytes())
+    units = len(data) // 20
+    used = next(i for i in range(units) if not any(data[20 * i:20 * i + 20]))
+    at = 20 * rng.randrange(used, units) + 12 + rng.randrange(8)
+    data[at] ^= 1 << rng.randrange(8)
+    f.write_bytes(bytes(data))
+    assert run("verify", root).exit_code == 0
+    dry = run("rebuild-cq", root, "-f", "jsonl")
+    assert dry.exit_code == 0 and dry.stdout == "" and "nothing to change" in dry.stderr, dry.output
+
+
 @pytest.mark.parametrize("command", ["rebuild-cq", "rebuild-index"])
 def test_a_rebuilds_skipped_records_are_notes_once_applied(command, store_copy, tmp_path):
     """A damaged record (seeded: one record's magic code) stays skipped by every rebuild: after --apply the

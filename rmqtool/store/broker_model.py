@@ -226,23 +226,18 @@ def recovered_tail(path, buf, pos: int, end: int | None = None) -> bool:
 
 
 def stale_units_only(stored: bytes, rebuilt: bytes, end: int) -> bool:
-    """Whether a consume-queue file differs from its rebuild only by units the broker drops on every load
-    (rules recover_cq, recover_stale_tail: ConsumeQueue.truncateDirtyLogicFiles drops a unit whose record
-    starts at or after the commit log's ``end``, the bytes stay): past the rebuilt units, the stored file
-    holds such units and zeros only."""
+    """Whether a consume-queue file differs from its rebuild only past the queue's end as a broker's load
+    finds it (rules recover_cq, recover_stale_tail): ConsumeQueue.recover stops at the first unit with
+    offset < 0 or size <= 0 and truncateDirtyLogicFiles drops the units from the first whose record starts
+    at or after the commit log's ``end``; the bytes stay, and the broker ignores them."""
     import numpy as np
 
     if len(stored) != len(rebuilt) or len(stored) % C.CQ_STORE_UNIT_SIZE:
         return False
-    differ = np.flatnonzero(np.frombuffer(stored, np.uint8) != np.frombuffer(rebuilt, np.uint8))
-    if not len(differ):
-        return True
-    at = int(differ[0]) - int(differ[0]) % C.CQ_STORE_UNIT_SIZE
-    if rebuilt[at:].strip(b"\0"):
-        return False
-    units = np.frombuffer(stored, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")], offset=at)
-    zero = (units["phy"] == 0) & (units["size"] == 0) & (units["tags"] == 0)
-    return bool(np.all(zero | (units["phy"] >= end)))
+    units = np.frombuffer(stored, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+    kept = (units["phy"] >= 0) & (units["size"] > 0) & (units["phy"] < end)
+    stop = (int(np.argmin(kept)) if not kept.all() else len(units)) * C.CQ_STORE_UNIT_SIZE
+    return stored[:stop] == rebuilt[:stop] and not rebuilt[stop:].strip(b"\0")
 
 
 # -- recovery and dispatch, per version -------------------------------------------------------------
