@@ -58,6 +58,7 @@ LEFT_TO = {
     "cq_queue_offset_mismatch": "the record's stored queue offset is damage (rule reput_misplaced): its unit is "
                                 "where the broker's dispatch and rebuild-cq put it; repair does not rewrite records",
     "index_bad_slot": "rebuild-index rebuilds the index",
+    "index_entry_time": "rebuild-index rebuilds the index",
     "index_missing_entry": "rebuild-index rebuilds the index",
     "timer_bad_chain": "repair does not rewrite the timer store",
     "dledger_crc_mismatch": "repair does not rewrite a DLedger entry: copy it from another replica of the group "

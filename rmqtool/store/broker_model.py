@@ -496,6 +496,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     "index_missing_entry": (WARNING, ""),
     "index_bad_slot": (ERROR, "IndexFile.selectPhyOffset takes the slot for empty: query-key misses its keys "
                               "(rebuild-index rebuilds them)"),
+    "index_entry_time": (ERROR, "IndexFile.selectPhyOffset matches it against a query's time range: a query-key "
+                                "over the record's store time misses it (rebuild-index rebuilds it)"),
     "points_at_damage": (WARNING, "it points at a damaged record: see that record's finding and broker_start"),
     "broker_running": (WARNING, ""),
     "salvaged_record": (WARNING, ""),
