@@ -642,9 +642,12 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
         plan.writes[rel] = mm
         plan.actions.append(Action("truncate_dledger", rel, f"keep entries up to index {ledger.end_index} "
                                    f"(position {ledger.end_pos}), rewrite their index units, zero the rest"))
-    if ledger.ledger_checkpoint is not None:
-        text = D.encode_ledger_checkpoint(ledger.ledger_checkpoint).encode()
-        for path in (files.checkpoint_path, files.checkpoint_path.with_name(files.checkpoint_path.name + ".bak")):
+    text = None if ledger.ledger_checkpoint is None else D.encode_ledger_checkpoint(ledger.ledger_checkpoint).encode()
+    main = files.checkpoint_path
+    if text is not None and not (main.is_file() and main.read_bytes() == text):
+        # the pair, as DLedger's IOUtils.string2File writes it; a .bak beside a right checkpoint is left: DLedger
+        # reads the checkpoint and overwrites the .bak at its next persist (verify finds nothing there)
+        for path in (main, main.with_name(main.name + ".bak")):
             rel = store.rel(path)
             if not path.is_file() or path.read_bytes() != text:
                 plan.writes[rel] = text
