@@ -26,7 +26,7 @@ from rmqtool.format.commitlog import Blank, decode_entry, peek_header
 from rmqtool.format.java import java_string_hash
 from rmqtool.ops.findings import ERROR, WARNING, Finding
 from rmqtool.ops.workers import default_jobs, process_imap
-from rmqtool.store.broker_model import recovered_tail, step_over
+from rmqtool.store.broker_model import step_over
 from rmqtool.store.filequeue import QueueFile, first_nonzero, map_file, populate_pages, release_pages
 
 if TYPE_CHECKING:
@@ -372,8 +372,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
               progress: Progress | None = None, ledger: bool = False, salvage: bool = False) -> FileFacts:
     """Walk one commit-log file from position 0 (see the module docstring); ``ledger``: a DLedger data
     file, whose records sit inside entries. ``keys``: index key hashes; ``props``: DISPATCH_PROPERTIES.
-    ``salvage``: go on past a damaged record (``FileFacts.damaged``; ``rmqtool.store.broker_model.step_over``),
-    not past the torn record a broker-recovered store keeps past its end (``recovered_tail``: every reader's end)."""
+    ``salvage``: go on past a damaged record (``FileFacts.damaged``; ``rmqtool.store.broker_model.step_over``)."""
     got = _Collector(names, deep, keys, props, progress, f.length)
     if ledger:
         return got.finish(_scan_ledger_file(f, got))
@@ -419,7 +418,7 @@ def scan_file(f: QueueFile, names: QueueNames, *, deep: bool = False, keys: bool
             else:
                 pos = win.bad
         _stop_at(facts, buf, pos, remaining=len(data) - pos, deep=deep, path=path)
-        if salvage and facts.stop == "invalid" and not recovered_tail(f.path, mm, pos, len(data)):
+        if salvage and facts.stop == "invalid":
             nxt = step_over(mm, pos)
             facts.damaged.append((f.start + pos, nxt - pos, facts.findings[-1].kind))
             if nxt < len(data):
