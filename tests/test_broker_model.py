@@ -268,6 +268,65 @@ def test_repair_has_nothing_to_do_on_clean_and_broker_recovered_stores(name, whi
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("name,which", RECOVERED)
+def test_rebuilds_end_a_broker_recovered_store_where_every_reader_does(name, which, store_copy):
+    """The torn record a recovered store keeps past its end ends the data (broker_model.recovered_tail)
+    and the unit left pointing at it is one the broker drops on every load (stale_units_only): rebuild-cq
+    has nothing to change where verify and repair find nothing (it listed the record as skipped and the
+    queue as to rewrite, exit 1), --apply writes nothing; rebuild-index skips no record there."""
+    root = store_copy(name, which)
+    before = snapshot(root)
+    assert run("verify", root).exit_code == 0
+    dry = run("rebuild-cq", root, "-f", "jsonl")
+    assert dry.exit_code == 0 and dry.stdout == "" and "nothing to change" in dry.stderr, dry.output
+    index = run("rebuild-index", root, "-f", "jsonl")
+    assert not [line for line in index.stdout.splitlines() if json.loads(line)["action"] == "skip_record"]
+    done = run("rebuild-cq", root, "--apply", "--backup", root.parent / "bk")
+    assert done.exit_code == 0 and snapshot(root) == before and not (root.parent / "bk").exists(), done.output
+
+
+def test_rebuild_cq_leaves_stray_bytes_past_a_queues_end_as_the_broker_does(store_copy):
+    """Seeded: a bit of a tags code flipped in a unit past a queue's end (size 0: ConsumeQueue.recover
+    stops before it). verify warns (cq_stale_unit) and exits 0; rebuild-cq had the file to rewrite (exit 1),
+    now nothing to change, as the broker reads it (broker_model.stale_units_only)."""
+    import random
+    root = store_copy("dev-sample-5x")
+    rng = random.Random(202)
+    f = sorted((root / "consumequeue" / "TopicA" / "0").iterdir())[-1]
+    data = bytearray(f.read_bytes())
+    units = len(data) // 20
+    used = next(i for i in range(units) if not any(data[20 * i:20 * i + 20]))
+    at = 20 * rng.randrange(used, units) + 12 + rng.randrange(8)
+    data[at] ^= 1 << rng.randrange(8)
+    f.write_bytes(bytes(data))
+    assert run("verify", root).exit_code == 0
+    dry = run("rebuild-cq", root, "-f", "jsonl")
+    assert dry.exit_code == 0 and dry.stdout == "" and "nothing to change" in dry.stderr, dry.output
+
+
+@pytest.mark.parametrize("command", ["rebuild-cq", "rebuild-index"])
+def test_a_rebuilds_skipped_records_are_notes_once_applied(command, store_copy, tmp_path):
+    """A damaged record (seeded: one record's magic code) stays skipped by every rebuild: after --apply the
+    dry run lists it and exits 0, 'nothing to change' (it said '1 action(s); run with --apply', and a
+    second --apply changed nothing); a second --apply writes no byte."""
+    import random
+    root = store_copy("dev-sample-5x")
+    starts = [loc.offset for loc in Store.open(root).commitlog.iter_entries()]
+    at = random.Random(101).choice(starts[len(starts) // 3:2 * len(starts) // 3])
+    f = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= at), key=lambda p: int(p.name))
+    data = bytearray(f.read_bytes())
+    data[at - int(f.name) + 7] ^= 0x10
+    f.write_bytes(bytes(data))
+    assert run(command, root, "--apply", "--backup", tmp_path / "bk1").exit_code == 0
+    applied = snapshot(root)
+    dry = run(command, root, "-f", "jsonl")
+    rows = [json.loads(line) for line in dry.stdout.splitlines()]
+    assert dry.exit_code == 0 and dry.stderr.endswith("nothing to change\n"), dry.output
+    assert [r["action"] for r in rows] == ["skip_record", "total"] and f"offset {at} " in rows[0]["detail"]
+    assert run(command, root, "--apply", "--backup", tmp_path / "bk2").exit_code == 0
+    assert snapshot(root) == applied
+
+
 def _damage_mid_log(root: Path) -> int:
     """dev-sample's record at 36769 (file 0 of 3, inside 4.9.7's recovery window) gets a bad magic code."""
     f = root / "commitlog" / "00000000000000000000"

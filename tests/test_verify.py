@@ -289,3 +289,27 @@ def test_a_commit_log_alone_is_checked_without_a_start_verdict(sub):
     assert result.stdout == "" and result.stderr.splitlines() == [
         "no problems found", "the commit log reads whole (no start verdict without its store: verify the store "
         "directory)"]
+
+
+def test_an_index_entrys_time_is_checked_against_its_record(store_copy, tmp_path):
+    """Seeded: a bit of one entry's timeDiff flipped (IndexFile.selectPhyOffset matches it against a query's
+    time range). verify found nothing (exit 0) while rebuild-index had the file to rewrite: now an
+    index_entry_time error at the field, repair's dry run names rebuild-index, which fixes it."""
+    import random
+    from rmqtool.store.store import Store
+    rng = random.Random(303)
+    root = store_copy("dev-sample-5x")
+    ref = rng.choice(Store.open(root).index_files())
+    f = ref.path
+    data = bytearray(f.read_bytes())
+    at = ref.geometry.entry_pos(rng.randrange(2, ref.header.index_count)) + 12 + rng.randrange(2, 4)
+    data[at] ^= 1 << rng.randrange(8)
+    f.write_bytes(bytes(data))
+    result = run("verify", root, "-f", "jsonl")
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.exit_code == 1 and [(x["kind"], x["path"], x["offset"]) for x in found
+                                      if x["severity"] == "error"] == [("index_entry_time", str(f), at - at % 4)]
+    repair = run("repair", root)
+    assert repair.exit_code == 1 and "rebuild-index" in repair.stderr
+    assert run("rebuild-index", root, "--apply", "--backup", tmp_path / "bk").exit_code == 0
+    assert run("verify", root).exit_code == 0

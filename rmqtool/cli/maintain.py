@@ -442,7 +442,8 @@ def _both_index_sizes(slots: int | None, max_entries: int | None) -> None:
 
 
 def _skipped_rows(damaged: list, cut: int | None) -> list[dict]:
-    """Plan rows naming the records a rebuild leaves out: never a silent drop."""
+    """Plan rows naming the records a rebuild leaves out: never a silent drop. Notes, not actions: a rebuild
+    writes the same files again (their blank units, its index without them); repair salvages them."""
     rows = [{"action": "skip_record", "path": "commitlog", "detail": f"{kind} at offset {at} ({size} bytes stepped "
              "over): no unit, no index entry"} for at, size, kind in damaged]
     if cut is not None:
@@ -559,7 +560,8 @@ def rebuild_cq(store: str, topics: tuple[str, ...], allow_no_records: bool, out:
     if dry_run:
         _refused_dry_run(check, res.size)
         end_partial(skipped)
-        end_dry_run(rows, idle="nothing to change", notes=res.lmq_placed())
+        end_dry_run(rows, idle="nothing to change",
+                    notes=res.lmq_placed() + len(res.damaged) + (res.cut is not None))
     if res.backup:
         say_undo(f"rebuilt {res.queues} consume queue(s)", res.backup, st.root)
     elif out is None:
@@ -621,12 +623,13 @@ def rebuild_index(store: str, slots: int | None, max_entries: int | None, as_bro
             for name, entries, same in files if not same]
     rows += [{"action": "delete_index", "path": L.index_file(name), "detail": "not among the rebuilt files"}
              for name in sorted(before - {name for name, _, _ in files})]
-    rows += _skipped_rows(plan.damaged, plan.cut)
+    notes = _skipped_rows(plan.damaged, plan.cut)
+    rows += notes
     show_plan(_with_total(rows, size), fmt, tablefmt, "index files")
     if dry_run:
         _refused_dry_run(check, size)
         end_partial(skipped)
-        end_dry_run(rows, idle="nothing to change")
+        end_dry_run(rows, idle="nothing to change", notes=len(notes))
     if saved:
         say_undo(f"rebuilt the index ({len(files)} file(s))", saved, st.root)
     else:

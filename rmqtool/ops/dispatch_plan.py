@@ -16,8 +16,8 @@ from typing import Callable, Iterator
 
 from rmqtool.errors import StoreError, StoreWarning
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_files
-from rmqtool.store.broker_model import (V4, V5, VERSIONS, normal_recovery_start, recovery_stop, refusal,
-                                        refused_files, reput_reads_size)
+from rmqtool.store.broker_model import (V4, V5, VERSIONS, normal_recovery_start, recovered_tail, recovery_stop,
+                                        refusal, refused_files, reput_reads_size)
 from rmqtool.store.filequeue import QueueFile
 from rmqtool.store.store import Store
 
@@ -27,6 +27,7 @@ class DispatchPlan:
     as_broker: str | None = None
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # (offset, bytes skipped, kind)
     cut: int | None = None            # as_broker: where the broker's recovery truncates the commit log
+    end: int | None = None            # the end of the data dispatched (the last file's; not for DLedger)
     jobs: int | None = None           # worker processes for the walk (facts.scan_files; None: by size)
 
 
@@ -106,15 +107,28 @@ def dispatched_facts(store: Store, names: QueueNames, plan: DispatchPlan, *, key
              for i, f in enumerate(files)]
     for i, facts in enumerate(scan_files(items, names, plan.jobs, progress, in_worker)):
         recovered = i >= start
+        tail = _recovered_tail(facts)
+        if tail is not None:                         # the data's end, as every reader takes it
+            facts.damaged = facts.damaged[:-1]
         plan.damaged += facts.damaged
         stop = recovery_stop(plan.as_broker, facts.damaged[0][0] if facts.damaged else None,
                              facts.oversized_blank) if plan.as_broker is not None and recovered else None
         if stop is not None:                         # CommitLog.recoverNormally: truncated here
-            plan.cut = stop
+            plan.cut = plan.end = stop
             yield facts.select(facts.columns["offset"] < stop)
             return
+        plan.end = facts.end if tail is None else tail
         if plan.as_broker is not None and facts.damaged:
             at, _, kind = facts.damaged[0]
             if not reput_reads_size(kind):           # ReputMessageService.doReput: the rest of the file skipped
                 facts = facts.select(facts.columns["offset"] < at)
         yield facts
+
+
+def _recovered_tail(facts: FileFacts) -> int | None:
+    """The offset of the file's last damaged record when it is the torn record a broker-recovered store keeps
+    past its end (broker_model.recovered_tail), else None."""
+    if not facts.damaged:
+        return None
+    at, f = facts.damaged[-1][0], facts.file
+    return at if recovered_tail(f.path, f.read(), at - f.start) else None

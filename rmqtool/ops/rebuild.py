@@ -26,7 +26,7 @@ from rmqtool.ops.facts import FileFacts, Progress, QueueNames, int_values, prese
 from rmqtool.store import layout as L
 from rmqtool.store.atomic import BUILD, Transaction
 from rmqtool.store.bounds import PlanSize, file_data
-from rmqtool.store.broker_model import possible_queue_offset
+from rmqtool.store.broker_model import possible_queue_offset, stale_units_only
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
@@ -145,12 +145,12 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
                        for w in writers.values())
     try:
         if scratch is not None:
-            result.changes = _queue_changes(store, scratch, list(rels.values()))
-            result.size = _tree_changes(store, {rel: scratch / rel for rel in rels.values()})
+            result.changes = _queue_changes(store, scratch, list(rels.values()), plan.end)
+            result.size = _tree_changes(store, {rel: scratch / rel for rel in rels.values()}, plan.end)
         elif out is not None:
             result.size.add_tree(out)
         else:
-            result.size = _tree_changes(store, {rels[key]: path for key, path in built.items()})
+            result.size = _tree_changes(store, {rels[key]: path for key, path in built.items()}, plan.end)
         for t, qid, phy, stored, _, _ in result.misplaced:
             result.size.why[f"{t}/{qid}" if out is not None else L.queue_dir(t, qid)] = \
                 f"queue offset {stored} of the record at {phy}"
@@ -164,7 +164,7 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
             scratch_dir.remove(strict=False)
     if dry_run or out is not None:
         return result
-    if all(_same_tree(path, store.root / rels[key]) for key, path in built.items()):
+    if all(_same_tree(path, store.root, rels[key], plan.end) for key, path in built.items()):
         for path in built.values():       # a rebuild of healthy queues changes nothing
             shutil.rmtree(path)
         return result
@@ -200,7 +200,15 @@ def _clear(dirs: list[Path]) -> None:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
-def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str, str, str]]:
+def _same_file(mine: Path, theirs: Path, rel: str, end: int | None) -> bool:
+    """Whether the store's file ``theirs`` (``rel``: its path in the store) is the rebuilt ``mine``: byte
+    for byte, or a classic queue's file whose only other units are those the broker drops on every load
+    (broker_model.stale_units_only: a broker-recovered store's stale unit past the commit log's ``end``)."""
+    return same_content(mine, theirs) or (end is not None and rel.split("/")[0] == L.CONSUMEQUEUE
+                                          and stale_units_only(theirs.read_bytes(), mine.read_bytes(), end))
+
+
+def _queue_changes(store: Store, built: Path, rels: list[str], end: int | None) -> list[tuple[str, str, str]]:
     """(action, queue directory, detail) for each queue whose rebuilt files differ from the store's."""
     out = []
     for rel in rels:
@@ -211,12 +219,12 @@ def _queue_changes(store: Store, built: Path, rels: list[str]) -> list[tuple[str
             files_b = {p.name for p in b.iterdir() if p.is_file()} if b.is_dir() else set()
             if not files_a:
                 out.append(("delete_cq", f"{rel}/{q}", "the commit log has no record for this queue"))
-            elif files_a != files_b or not all(same_content(a / n, b / n) for n in files_a):
+            elif files_a != files_b or not all(_same_file(a / n, b / n, rel, end) for n in files_a):
                 out.append(("write_cq", f"{rel}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
     return out
 
 
-def _tree_changes(store: Store, built: dict[str, Path]) -> PlanSize:
+def _tree_changes(store: Store, built: dict[str, Path], end: int | None) -> PlanSize:
     """The size of swapping each built directory in for the store's directory it names: files new to the store
     created, those it changes, the rest of its files deleted."""
     size = PlanSize()
@@ -226,7 +234,7 @@ def _tree_changes(store: Store, built: dict[str, Path]) -> PlanSize:
         for p in (p for p in mine.rglob("*") if p.is_file()):
             name = p.relative_to(mine)
             if name in have:
-                size.changed += not same_content(p, theirs / name)
+                size.changed += not _same_file(p, theirs / name, rel, end)
                 have.discard(name)
             else:
                 size.create(f"{rel}/{name}", *file_data(p))
@@ -234,11 +242,12 @@ def _tree_changes(store: Store, built: dict[str, Path]) -> PlanSize:
     return size
 
 
-def _same_tree(mine: Path, theirs: Path) -> bool:
-    """Whether ``theirs`` is a directory holding the files under ``mine``, byte for byte."""
+def _same_tree(mine: Path, root: Path, rel: str, end: int | None) -> bool:
+    """Whether the store's directory ``rel`` (under ``root``) holds the files under ``mine`` (``_same_file``)."""
+    theirs = root / rel
     names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
     return theirs.is_dir() and names == {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} \
-        and all(same_content(mine / n, theirs / n) for n in names)
+        and all(_same_file(mine / n, theirs / n, rel, end) for n in names)
 
 
 def _queue_dirs(root: Path) -> set[Path]:

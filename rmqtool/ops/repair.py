@@ -58,6 +58,7 @@ LEFT_TO = {
     "cq_queue_offset_mismatch": "the record's stored queue offset is damage (rule reput_misplaced): its unit is "
                                 "where the broker's dispatch and rebuild-cq put it; repair does not rewrite records",
     "index_bad_slot": "rebuild-index rebuilds the index",
+    "index_entry_time": "rebuild-index rebuilds the index",
     "index_missing_entry": "rebuild-index rebuilds the index",
     "timer_bad_chain": "repair does not rewrite the timer store",
     "dledger_crc_mismatch": "repair does not rewrite a DLedger entry: copy it from another replica of the group "
@@ -641,9 +642,12 @@ def _ledger_files(plan: RepairPlan, store: Store, ledger) -> None:
         plan.writes[rel] = mm
         plan.actions.append(Action("truncate_dledger", rel, f"keep entries up to index {ledger.end_index} "
                                    f"(position {ledger.end_pos}), rewrite their index units, zero the rest"))
-    if ledger.ledger_checkpoint is not None:
-        text = D.encode_ledger_checkpoint(ledger.ledger_checkpoint).encode()
-        for path in (files.checkpoint_path, files.checkpoint_path.with_name(files.checkpoint_path.name + ".bak")):
+    text = None if ledger.ledger_checkpoint is None else D.encode_ledger_checkpoint(ledger.ledger_checkpoint).encode()
+    main = files.checkpoint_path
+    if text is not None and not (main.is_file() and main.read_bytes() == text):
+        # the pair, as DLedger's IOUtils.string2File writes it; a .bak beside a right checkpoint is left: DLedger
+        # reads the checkpoint and overwrites the .bak at its next persist (verify finds nothing there)
+        for path in (main, main.with_name(main.name + ".bak")):
             rel = store.rel(path)
             if not path.is_file() or path.read_bytes() != text:
                 plan.writes[rel] = text

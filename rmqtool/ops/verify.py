@@ -559,6 +559,15 @@ def _join_index(plan: IndexPlan, lo: int, hi: int, facts: FileFacts, min_offset:
     phy, key_hash = e["phy"].astype(np.int64), e["hash"].astype(np.int64)
     at, ok = join_entries(cols["offset"], facts.key_offsets, facts.key_hashes, phy, key_hash, matched)
     out = result.entry_findings.setdefault(path, [])
+    good = np.flatnonzero(ok)
+    if len(good) and h.begin_timestamp > 0:      # IndexFile.putKey: seconds after the file's first store time,
+        diff = (cols["store_timestamp"][at[good]].astype(np.int64) - h.begin_timestamp) // 1000
+        np.clip(diff, 0, 2**31 - 1, out=diff)     # a Java int
+        diff[idx[good] == 1] = 0                 # 0 for the first entry (put before the header has that time)
+        for i in good[e["time_diff"][good] != diff].tolist():
+            out.append(Finding(ERROR, "index_entry_time", path, g.entry_pos(int(idx[i])) + 12,
+                               f"entry {int(idx[i])}: time diff {int(e['time_diff'][i])} s, not that of the record "
+                               f"at {int(phy[i])}", int(diff[np.searchsorted(good, i)]), int(e["time_diff"][i])))
     for i in np.flatnonzero(~ok).tolist():
         n, p = int(idx[i]), int(phy[i])
         if at[i] < 0:

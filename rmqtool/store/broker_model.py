@@ -225,6 +225,21 @@ def recovered_tail(path, buf, pos: int, end: int | None = None) -> bool:
     return nxt >= end or (end - nxt >= 8 and struct.unpack_from(">ii", buf, nxt) == (0, 0))
 
 
+def stale_units_only(stored: bytes, rebuilt: bytes, end: int) -> bool:
+    """Whether a consume-queue file differs from its rebuild only past the queue's end as a broker's load
+    finds it (rules recover_cq, recover_stale_tail): ConsumeQueue.recover stops at the first unit with
+    offset < 0 or size <= 0 and truncateDirtyLogicFiles drops the units from the first whose record starts
+    at or after the commit log's ``end``; the bytes stay, and the broker ignores them."""
+    import numpy as np
+
+    if len(stored) != len(rebuilt) or len(stored) % C.CQ_STORE_UNIT_SIZE:
+        return False
+    units = np.frombuffer(stored, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+    kept = (units["phy"] >= 0) & (units["size"] > 0) & (units["phy"] < end)
+    stop = (int(np.argmin(kept)) if not kept.all() else len(units)) * C.CQ_STORE_UNIT_SIZE
+    return stored[:stop] == rebuilt[:stop] and not rebuilt[stop:].strip(b"\0")
+
+
 # -- recovery and dispatch, per version -------------------------------------------------------------
 def normal_recovery_start(file_starts: list[int], version: str, cq_max_phy: int) -> int:
     """Index of the first commit-log file the normal-start recovery reads (CommitLog.recoverNormally)."""
@@ -481,6 +496,8 @@ LEVELS: dict[str, tuple[str, str]] = {
     "index_missing_entry": (WARNING, ""),
     "index_bad_slot": (ERROR, "IndexFile.selectPhyOffset takes the slot for empty: query-key misses its keys "
                               "(rebuild-index rebuilds them)"),
+    "index_entry_time": (ERROR, "IndexFile.selectPhyOffset matches it against a query's time range: a query-key "
+                                "over the record's store time misses it (rebuild-index rebuilds it)"),
     "points_at_damage": (WARNING, "it points at a damaged record: see that record's finding and broker_start"),
     "broker_running": (WARNING, ""),
     "salvaged_record": (WARNING, ""),
