@@ -18,7 +18,6 @@ import re
 import shutil
 import stat
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -148,7 +147,6 @@ class ScratchDir:
 
     def __init__(self, prefix: str, directory: str | os.PathLike | None = None):
         parent = os.fspath(directory) if directory is not None else tempfile.gettempdir()
-        _sweep_scratch(parent, prefix)
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -156,6 +154,8 @@ class ScratchDir:
         except OSError:
             self.remove(strict=False)
             raise
+        # ages by the file system's clock (this directory's time), not this process's: they may disagree
+        _sweep_scratch(parent, prefix, os.fstat(self._fd).st_mtime)
 
     def remove(self, strict: bool = True) -> None:
         """Remove the directory and release its lock (once). An error is raised, naming the file that could
@@ -190,8 +190,7 @@ def scratch_dir(directory: str | None, prefix: str) -> Iterator[str]:
         scratch.remove(strict=False)
 
 
-def _sweep_scratch(parent: str, prefix: str) -> None:
-    now = time.time()
+def _sweep_scratch(parent: str, prefix: str, now: float) -> None:
     with contextlib.suppress(OSError), os.scandir(parent) as entries:
         for entry in entries:
             if not entry.name.startswith(prefix):
