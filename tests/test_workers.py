@@ -11,11 +11,14 @@ import os
 import platform
 import shutil
 import signal
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import ALL_SETS, CRASH_SETS, DLEDGER_CRASH_SETS, FEATURE_SETS, made_at, run, store_path
 from rmqtool.errors import FormatError, RmqError
@@ -503,3 +506,40 @@ def test_one_file_export_in_workers_writes_the_same_bytes(name, extra, request, 
         assert outputs[0][0] == 3 and "bad magic code" in outputs[0][2][-1] and outputs[0][3], outputs[0][:3]
     else:                                 # refused: nothing written
         assert outputs[0][0] == 3 and "bad magic code" in outputs[0][2][-1] and outputs[0][3] is None, outputs[0][:3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(head=st.binary(max_size=40), body=st.binary(max_size=300), out_head=st.binary(max_size=30),
+       piece=st.integers(1, 64), kernel=st.booleans())
+def test_a_joined_part_is_copied_from_its_end_back_and_cut_as_it_goes(head, body, out_head, piece, kernel):
+    """store.joined.copy_range appends a part's bytes from an offset on, exactly, whether the kernel copies
+    (copy_file_range) or not, in pieces from the end back; each piece is cut from the part as soon as it is
+    copied, so the part never holds more than the bytes still to copy."""
+    from rmqtool.store import joined
+
+    sizes = []                  # the part's size as each piece is copied
+    real_copy = joined._copy_piece
+
+    def copy(src, out, at, to, count, path):
+        sizes.append(os.fstat(src.fileno()).st_size)
+        return real_copy(src, out, at, to, count, path)
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joined, "PIECE", piece)
+        mp.setattr(joined, "_copy_piece", copy)
+        if not kernel:
+            mp.delattr(os, "copy_file_range")
+        part, target = Path(tmp, "part"), Path(tmp, "out")
+        part.write_bytes(head + body)
+        target.write_bytes(out_head)
+        with open(target, "r+b") as out:
+            out.seek(0, os.SEEK_END)
+            joined.copy_range(part, out, len(head), len(body))
+            assert out.tell() == len(out_head) + len(body)
+        assert target.read_bytes() == out_head + body
+        assert part.stat().st_size == len(head)                         # all of it cut
+    ends, end = [], len(body)
+    while end:
+        ends.append(len(head) + end)
+        end = (end - 1) // piece * piece
+    assert sizes == ends
