@@ -68,44 +68,36 @@ def _find(offsets, phy, hint):
     return lo - 1 if lo > 0 and offsets[lo - 1] == phy else -1
 
 
-def grouped_columns(rows, *columns) -> tuple[np.ndarray, ...]:
-    """Each column in the order of ``rows`` (``queue_rows``): a queue's records side by side, so that
-    ``join_units`` reads them in the order of the queue's units, not one cache line per column and unit."""
-    return tuple(c[rows] for c in columns)
-
-
 def join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
-               phy, unit_size, unit_tags, unit_qo, unit_code, covered, grouped=None) -> tuple[np.ndarray, np.ndarray]:
+               phy, unit_size, unit_tags, unit_qo, unit_code, covered) -> tuple[np.ndarray, np.ndarray]:
     """(record of each unit or -1, whether the unit disagrees with it): size, queue, queue offset and
     tagsCode compared; ``covered`` set for the records a unit of their own queue holds (one that
-    reaches past ``end``, the file's data, covers nothing). ``grouped``: ``grouped_columns(rows, offsets,
-    queue_offset, size, tags_code)``, taken once for every call over the same records."""
+    reaches past ``end``, the file's data, covers nothing). Each unit's record is read where it is (a copy
+    of the columns in queue order, read in the units' order, cost as much to make as it saved, and ~60 MB
+    more memory per GiB of commit log)."""
     at, bad = np.full(len(phy), -1, np.int64), np.ones(len(phy), np.bool_)
-    g_offsets, g_queue_offset, g_size, g_tags = grouped or grouped_columns(rows, offsets, queue_offset, size,
-                                                                           tags_code)
     _join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end, phy, unit_size, unit_tags, unit_qo,
-                unit_code, covered, at, bad, g_offsets, g_queue_offset, g_size, g_tags)
+                unit_code, covered, at, bad)
     return at, bad
 
 
 @_jit
 def _join_units(offsets, queue, queue_offset, size, tags_code, rows, first, end,
-                phy, unit_size, unit_tags, unit_qo, unit_code, covered, at, bad,
-                g_offsets, g_queue_offset, g_size, g_tags):
+                phy, unit_size, unit_tags, unit_qo, unit_code, covered, at, bad):
     m = len(phy)
     hint = np.int64(-1)         # not a literal: _find would compile once more for Literal[int](-1)
     for i in range(m):
         c = unit_code[i]
         if c >= 0 and first[c + 1] > first[c]:      # the queue's k-th record in the file, if its run is unbroken
-            p = first[c] + unit_qo[i] - g_queue_offset[first[c]]
-            if first[c] <= p < first[c + 1] and g_offsets[p] == phy[i]:
+            p = first[c] + unit_qo[i] - queue_offset[rows[first[c]]]
+            if first[c] <= p < first[c + 1] and offsets[rows[p]] == phy[i]:
                 r = rows[p]
                 hint = r
                 at[i] = r
                 if phy[i] + unit_size[i] <= end:
                     covered[r] = True
-                bad[i] = not (g_size[p] == unit_size[i] and g_queue_offset[p] == unit_qo[i]
-                              and g_tags[p] == unit_tags[i])
+                bad[i] = not (size[r] == unit_size[i] and queue_offset[r] == unit_qo[i]
+                              and tags_code[r] == unit_tags[i])
                 continue
         r = _find(offsets, phy[i], hint)
         if r < 0:

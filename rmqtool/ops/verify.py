@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.joins import grouped_columns, join_entries, join_units, queue_rows, unmatched_keys
+from rmqtool.columnar.joins import join_entries, join_units, queue_rows, unmatched_keys
 from rmqtool.columnar.units import new_state, walk_units
 from rmqtool.errors import FormatError, StoreError
 from rmqtool.ops.facts import FileFacts, Progress, QueueNames, scan_file
@@ -460,7 +460,6 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
     (at least JOIN_UNITS units each: bounded temporaries)."""
     cols = facts.columns
     by_queue = queue_rows(cols["queue"], len(names.names))
-    grouped = grouped_columns(by_queue[0], cols["offset"], cols["queue_offset"], cols["size"], cols["tags_code"])
     picked, count = [], 0
     for q in queues:
         code = names.codes.get((q.topic, q.queue_id), -1)
@@ -470,17 +469,16 @@ def _join_queues(queues: list[QueuePlan], lo: int, hi: int, facts: FileFacts, na
                 picked.append((q, seg, code, idx, u))
                 count += len(u)
         if count >= JOIN_UNITS:
-            _join_units(picked, facts, names, by_queue, grouped, covered, result)
+            _join_units(picked, facts, names, by_queue, covered, result)
             picked, count = [], 0
     if picked:
-        _join_units(picked, facts, names, by_queue, grouped, covered, result)
+        _join_units(picked, facts, names, by_queue, covered, result)
 
 
 def _join_units(picked: list, facts: FileFacts, names: QueueNames, by_queue: tuple[np.ndarray, np.ndarray],
-                grouped: tuple[np.ndarray, ...], covered: np.ndarray, result: FileResult) -> None:
+                covered: np.ndarray, result: FileResult) -> None:
     """Gathered units (every one of their queues' units in the window) joined to the file's records
-    (``rmqtool.columnar.joins.join_units``; ``by_queue``: its ``queue_rows``, ``grouped`` its
-    ``grouped_columns``)."""
+    (``rmqtool.columnar.joins.join_units``; ``by_queue``: its ``queue_rows``)."""
     u = np.concatenate([p[4] for p in picked])
     which = np.repeat(np.arange(len(picked)), [len(p[4]) for p in picked])
     code = np.array([p[2] for p in picked], np.int64)[which]
@@ -488,7 +486,7 @@ def _join_units(picked: list, facts: FileFacts, names: QueueNames, by_queue: tup
     phy, size, tags = u["phy"].astype(np.int64), u["size"].astype(np.int64), u["tags"].astype(np.int64)
     cols = facts.columns
     at, bad = join_units(cols["offset"], cols["queue"], cols["queue_offset"], cols["size"], cols["tags_code"],
-                         *by_queue, facts.end, phy, size, tags, qo, code, covered, grouped)
+                         *by_queue, facts.end, phy, size, tags, qo, code, covered)
     for i in np.flatnonzero(bad).tolist():
         q, seg = picked[which[i]][:2]
         where = (str(seg.path), (int(qo[i]) - int(seg.path.name) // C.CQ_STORE_UNIT_SIZE) * C.CQ_STORE_UNIT_SIZE)
