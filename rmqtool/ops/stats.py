@@ -145,14 +145,16 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
     from rmqtool.ops.filters import keep_records
 
     keys = GROUPINGS[by] if by else []
-    columns = None if where is not None and not where.is_empty else _columns(keys)
     parts = [_batch_partial(keep_records(b, where), f, keys)
-             for b in scan.record_batches(f, on_damage=on_damage, progress=progress, columns=columns)]
+             for b in scan.record_batches(f, on_damage=on_damage, progress=progress, columns=_columns(keys, where))]
     return merge(parts, by)
 
 
-def _columns(keys: list[str]) -> list[str]:
-    """The columns ``_batch_partial`` reads (a scan that copies no bodies and makes no properties map)."""
+def _columns(keys: list[str], where=None) -> list[str] | None:
+    """The columns ``_batch_partial`` reads (a scan that copies no bodies and makes no properties map); every
+    column (None) for a filter ``where``."""
+    if where is not None and not where.is_empty:
+        return None
     from rmqtool.columnar.facts import DISPATCH_PROPERTIES
 
     by = {"hour": ["store_timestamp"], "store": [], "group": ["topic"],
@@ -276,7 +278,8 @@ def stats_local(files: list[scan.StoreFile], by: str | None,
     if jobs > 1 and len(files) > 1:
         from rmqtool.ops.filters import keep_records
         keys = GROUPINGS[by] if by else []
-        scan.warm(files[0], lambda b: _batch_partial(keep_records(b.slice(0, 1), where), files[0], keys))
+        scan.warm(files[0], lambda b: _batch_partial(keep_records(b.slice(0, 1), where), files[0], keys),
+                  columns=_columns(keys, where))       # the workers' decode: its code loaded once, here
     parts = process_map(partial(_file_stats_apart, by=by, where=where), files, jobs, progress)
     for _, damage in parts:
         for warning in damage:

@@ -10,7 +10,8 @@ from rmqtool.store.atomic import named
 
 class JoinedFile:
     """The file at ``path``, made of parts added in order: the first part's file becomes it (renamed and cut
-    to its end), the others' bytes are appended (``copy_range``) and their files removed. An OSError that names no file names ``path``."""
+    to its end), the others' bytes are appended (``copy_range``) and their files removed. An OSError that
+    names no file names ``path``."""
 
     def __init__(self, path: Path):
         self.path, self.out = path, None
