@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_ratios import PYCACHE, ensure_store  # noqa: E402  (after the path)
+from bench_ratios import PYCACHE, ensure_store, fresh_memory_rate  # noqa: E402  (after the path)
 
 TARGET = 1.6
 COMMANDS = {               # name: command line after "rmqtool", with {store} and {out}
@@ -127,7 +127,8 @@ def main() -> None:
             run_command([a.format(store=store, out=out) for a in COMMANDS[name]] + ["--jobs", "2"])
             clear()
         print(f"store {store}: {len(files)} commit-log files; {len(os.sched_getaffinity(0))} cores; load average "
-              f"{os.getloadavg()[0]:.2f} before; median of {args.repeat} runs")
+              f"{os.getloadavg()[0]:.2f} before; median of {args.repeat} runs; fresh memory "
+              f"{fresh_memory_rate():.1f} GB/cpu-s")
         header = (f"{'command':<44} {'jobs 1 s':>8} {'jobs 2 s':>8} {'x':>5} | {'cpu 1':>5} {'own':>5} "
                   f"{'wrks':>5} | {'serial':>6} {'during':>6} {'max w':>5} {'crit':>5} {'x crit':>6}  target (x)")
         print(header)
@@ -154,7 +155,7 @@ def main() -> None:
             print(f"{label:<44} {one:8.2f} {two:8.2f} {ratio:5.2f} | {cpu1:5.2f} {own:5.2f} {workers:5.2f} | "
                   f"{serial:6.2f} {during:6.2f} {busiest:5.2f} {crit:5.2f} {cpu1 / crit:6.2f}  >= {TARGET}: "
                   f"{'met' if ratio >= TARGET else 'MISSED'}", flush=True)
-        print(f"load average {os.getloadavg()[0]:.2f} after")
+        print(f"load average {os.getloadavg()[0]:.2f} after; fresh memory {fresh_memory_rate():.1f} GB/cpu-s")
 
 
 if __name__ == "__main__":

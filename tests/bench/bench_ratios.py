@@ -65,6 +65,20 @@ def cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def fresh_memory_rate(mb: int = 512) -> float:
+    """GB per CPU second at which this process is given memory it has not touched (each page faulted in and
+    zeroed). On a virtual machine whose host takes back the guest's free memory it moves from run to run
+    (0.4-3.5 GB/s on the development machine); every command pays it for the memory it allocates and the
+    page cache it writes, so its figures move with it: printed before and after the runs."""
+    import mmap
+
+    import numpy as np
+    started = cpu_self()
+    with mmap.mmap(-1, mb << 20) as mm:
+        np.frombuffer(mm, np.uint8)[::4096] = 1
+    return (mb << 20) / 1e9 / (cpu_self() - started)
+
+
 def yardstick(files: list[tuple[Path, int]]) -> float:
     """CPU seconds of zlib.crc32 over the files' written bytes, each file mapped and taken in one call (as
     the scan reads them: a read into a buffer would add a copy of every byte)."""
@@ -157,7 +171,8 @@ def main() -> None:
                        env={**os.environ, "PYTHONPYCACHEPREFIX": str(PYCACHE)})
         run_command(["verify", str(store), "--check-crc", "--jobs", "1"])     # compiled code cached, untimed
         print(f"store {store}: {len(files)} commit-log files, {size / 1e6:,.0f} MB of records; "
-              f"load average {os.getloadavg()[0]:.2f} before; {os.cpu_count()} cores; median of {args.repeat} runs")
+              f"load average {os.getloadavg()[0]:.2f} before; {os.cpu_count()} cores; median of {args.repeat} runs; "
+              f"fresh memory {fresh_memory_rate():.1f} GB/cpu-s")
         header = f"{'measure':<48} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'zlib cpu s':>10} {'x zlib':>7}  target"
         print(header)
         print("-" * len(header))
@@ -192,7 +207,7 @@ def main() -> None:
             y = statistics.median(yard_all)
             print(f"\nzlib.crc32 yardstick: median {y:.3f} CPU-s, {size / 1e6 / y:,.0f} MB/cpu-s "
                   f"(range {min(yard_all):.3f}-{max(yard_all):.3f})")
-        print(f"load average {os.getloadavg()[0]:.2f} after")
+        print(f"load average {os.getloadavg()[0]:.2f} after; fresh memory {fresh_memory_rate():.1f} GB/cpu-s")
 
 
 if __name__ == "__main__":
