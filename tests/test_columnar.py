@@ -272,3 +272,35 @@ def test_a_batch_makes_no_reference_cycle(columns):
     finally:
         if enabled:
             gc.enable()
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), name=st.sampled_from(CLEAN_SETS), near=st.sampled_from([1, 3, 16]),
+       window=st.sampled_from([1500, 1 << 24]), crc=st.booleans())
+def test_a_key_search_decodes_whole_only_the_records_around_its_hits(data, name, near, window, crc):
+    """``iter_record_batches(select=RecordFilter.selective())`` (grep's and query-key --scan's key search):
+    after the filter, the same rows as every record decoded whole, for any keys (present or not, in many
+    records or one), with or without a topic and CRCs, over windows of any size; records far from a hit are
+    not decoded whole."""
+    from rmqtool.ops.filters import RecordFilter, filter_batch
+
+    path = FIXTURES / name / "store"
+    whole = list(iter_record_batches(path, check_crc=crc))
+    found = sorted({k for b in whole for ks in b.column("keys").to_pylist() if ks for k in ks}
+                   | {u for u in pa.concat_arrays([b.column("uniq_key") for b in whole]).to_pylist() if u})
+    keys = data.draw(st.lists(st.sampled_from(found + ["no-such-key"]), min_size=1, max_size=3))
+    first_topic = tuple(sorted({t for b in whole for t in b.column("topic").to_pylist() if t}))[:1]
+    topics = data.draw(st.sampled_from([(), ("no-such-topic",), first_topic]))
+    where = RecordFilter(keys=tuple(keys), topics=topics)
+
+    def kept(batches):
+        return [r for b in batches for r in filter_batch(b, where, None, False).to_pylist()]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(columnar, "NEAR", near)
+        mp.setattr(columnar, "WINDOW_BYTES", window)
+        selected = list(iter_record_batches(path, check_crc=crc, select=where.selective()))
+    assert kept(selected) == kept(whole)
+    decoded = sum(b.num_rows for b in selected if b.column("type")[0].as_py() == "message")
+    hits = len(kept(whole))
+    assert decoded <= hits + (hits - 1) * (near - 1) if hits else decoded == 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -59,7 +60,8 @@ def open_commitlog(source: str | os.PathLike | Store | CommitLog) -> CommitLog:
 def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_crc: bool = False,
                         batch_rows: int = DEFAULT_BATCH_ROWS, start: int | None = None,
                         on_damage: Callable[[FormatError], None] | None = None,
-                        columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+                        columns: Sequence[str] | None = None,
+                        select: tuple[Sequence[str], Callable] | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of a commit log (a store root, commitlog/ directory, single file, Store or
     CommitLog) from ``start`` (default: its first file) to the end of written data: each file to its own
     end of data (``CommitLog.reader_crosses_holes``), a DLedger log to its first zero header.
@@ -67,6 +69,12 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     ``check_crc`` adds the ``crc_ok`` column (a mismatch is a value, not an error). ``columns`` (of
     ``decode.COLUMNS``): the batches of a window's records hold only these (``decode_columns``: the scan
     copies no bodies), the one-record batches (BLANKs) every column.
+
+    ``select`` (``columns``, ``wanted``): for a filter that keeps few records (a key search). Each window is
+    scanned without copies for those columns, ``wanted(batch)`` marks the records to keep (a numpy bool
+    array), and only they, with the records between two of them close together, are decoded whole (a
+    second scan of their span): the other records of the window give no batch. A DLedger log is decoded
+    whole.
     """
     cl = open_commitlog(source)
     files = cl.queue.files
@@ -75,9 +83,10 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     if cl.entry_header_size:             # DLedger: records inside entries
         first, pos = (files[0], 0) if start is None else cl.entry_position(start)
         file_batches = ledger_file_batches
+        columns = None if select is not None else columns
     else:
         first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
-        file_batches = _file_batches
+        file_batches = partial(_file_batches, select=select)
     for f in files[files.index(first):]:
         try:
             end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1), columns)
@@ -92,7 +101,8 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
 
 
 def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
-                  columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+                  columns: Sequence[str] | None = None,
+                  select: tuple[Sequence[str], Callable] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches of one file from ``pos``; returns True at the end of written data."""
     if f.length == 0:
         return False
@@ -100,6 +110,9 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
     data64 = words(data)
     released = 0
     scratch: dict = {}                  # decode_batch copies what a batch keeps of a window's tables
+    if select is not None:
+        columns, wanted = select
+        whole = partial(_wanted_batches, wanted=wanted, data64=data64, scratch={})
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
         released = release_pages(mm, pos, released)
@@ -108,9 +121,12 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
             return False                      # file end without a BLANK: next file
         size, magic = peek_header(buf, pos)
         if magic in _MESSAGE_MAGICS:
-            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc, items=columns is None,
-                              data64=data64, scratch=scratch)
-            yield from _window_batches(data, win, f.start, check_crc, batch_rows, columns)
+            win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc and select is None,
+                              items=columns is None, data64=data64, scratch=scratch)
+            if select is None:
+                yield from _window_batches(data, win, f.start, check_crc, batch_rows, columns)
+            else:
+                yield from whole(data, win, f.start, check_crc, decode_columns(data, win, f.start, columns))
             if win.bad < 0:
                 pos = win.next
                 continue
@@ -171,6 +187,29 @@ def _window_batches(data: np.ndarray, win: Window, file_start: int, check_crc: b
         part = win.slice(lo, min(lo + batch_rows, win.n))
         yield decode_batch(data, part, file_start, check_crc) if columns is None else \
             decode_columns(data, part, file_start, columns)
+
+
+NEAR = 16                               # wanted records this close (in records) share one second scan
+
+
+def _wanted_batches(data: np.ndarray, win: Window, file_start: int, check_crc: bool, batch: pa.RecordBatch, *,
+                    wanted: Callable, data64, scratch: dict) -> Iterator[pa.RecordBatch]:
+    """The whole batches of the records ``wanted(batch)`` marks in ``win`` (``batch``: its columns), a scan
+    with copies of each run of them (records fewer than ``NEAR`` apart share a run), in file order.
+    ``scratch``: the second scans' own (``win`` holds the first's tables)."""
+    rows = np.flatnonzero(wanted(batch))
+    if not len(rows):
+        return
+    ends = np.append(np.flatnonzero(np.diff(rows) >= NEAR), len(rows) - 1)
+    firsts = np.insert(ends[:-1] + 1, 0, 0)
+    for a, b in zip(rows[firsts].tolist(), rows[ends].tolist()):
+        pos, last = int(win.starts[a]), int(win.starts[b])
+        while pos <= last:                  # the small-input path may scan a run in more than one go
+            run = scan_window(data, pos, last + 1, check_crc=check_crc, items=True, data64=data64, scratch=scratch)
+            if not run.n:
+                raise RuntimeError(f"a second scan at {file_start + pos} found no record")
+            yield decode_batch(data, run, file_start, check_crc)
+            pos = run.next
 
 
 def _at_file_end(data: np.ndarray, pos: int, room: int, f: QueueFile) -> bool:

@@ -16,6 +16,9 @@ from rmqtool.format.commitlog import Message
 from rmqtool.store.commitlog import CommitLog
 
 
+MASK_COLUMNS = ["type", "topic", "queue_id", "tags", "store_timestamp", "keys", "uniq_key"]   # what mask reads
+
+
 @dataclass(frozen=True)
 class RecordFilter:
     """Which MESSAGE records to keep (an empty tuple or None: any). ``body_regex`` is a Python regular
@@ -54,6 +57,14 @@ class RecordFilter:
                 and (not self.tags or msg.tags in self.tags)
                 and (not self.keys or any(k in self.keys for k in msg.keys) or msg.uniq_key in self.keys)
                 and (rx is None or rx.search(body_of(msg.body, msg.sys_flag, offset)) is not None))
+
+    def selective(self) -> tuple[list[str], Callable] | None:
+        """A scan's ``select`` (``iter_record_batches``) for this filter where it keeps few records (a key is
+        asked for, no body regex): the columns ``mask`` reads and the rows it keeps; else None (every
+        record decoded whole)."""
+        if not self.keys or self.body_regex is not None:
+            return None
+        return MASK_COLUMNS, lambda batch: self.mask(batch).to_numpy(zero_copy_only=False)
 
     def mask(self, batch):
         """A boolean Arrow array: the MESSAGE rows of ``batch`` that pass every filter but the regex."""
@@ -129,7 +140,8 @@ def filtered_batches(cl: CommitLog, where: RecordFilter, *, start: int | None = 
     files = cl.queue.files
     counted = BytesCounter(start if start is not None else (files[0].start if files else 0), progress)
     n = 0
-    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384, on_damage=on_damage):
+    for batch in iter_record_batches(cl, check_crc=check_crc, start=start, batch_rows=16384, on_damage=on_damage,
+                                     select=where.selective() if where is not None else None):
         counted(batch)
         if decompress:
             batch = decompress_bodies(batch)

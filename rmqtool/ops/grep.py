@@ -38,7 +38,8 @@ def file_hit_batches(f: scan.StoreFile, where: RecordFilter, *, decompress: bool
     from rmqtool.ops.facts import message_counts
 
     rx = where.compiled()
-    for batch in scan.record_batches(f, decompress=decompress, on_damage=on_damage, progress=progress):
+    for batch in scan.record_batches(f, decompress=decompress, on_damage=on_damage, progress=progress,
+                                     select=where.selective()):
         batch = filter_batch(batch, where, rx, decompress)
         if batch.num_rows:
             yield batch.append_column("messages", message_counts(batch)) \

@@ -393,12 +393,14 @@ def warm(f: StoreFile, step: Callable | None = None, **options) -> None:
 
 def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,
                    on_damage: Callable[[FormatError], None] | None = None,
-                   progress: Callable[[int], None] | None = None, columns: list[str] | None = None) -> Iterator:
+                   progress: Callable[[int], None] | None = None, columns: list[str] | None = None,
+                   select: tuple[list[str], Callable] | None = None) -> Iterator:
     """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
     ``f.shown``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
     ``progress(n)`` is told the bytes scanned after each batch (the whole file in all). A compaction-log
     file (kind ``compactionlog``) gives what a consumer of its queue reads: ``consumer_view``. ``columns``:
-    the columns a caller reads (``iter_record_batches``; BLANK rows come whole), where the file allows."""
+    the columns a caller reads (``iter_record_batches``; BLANK rows come whole), where the file allows;
+    ``select``: only the records a filter wants, decoded whole (``iter_record_batches``), where it allows."""
     import pyarrow.compute as pc
 
     from rmqtool.columnar import iter_record_batches
@@ -410,6 +412,8 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
         exc.path = f.shown
         return exc
 
+    if named is not None:
+        select = None
     if columns is not None and (named is not None or decompress):
         columns = None
     elif columns is not None:                   # what BytesCounter reads
@@ -417,7 +421,7 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
     with local_path(f) as path:
         try:
             for batch in iter_record_batches(cut_commitlog(path, f.size), check_crc=check_crc, columns=columns,
-                                             on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
+                                             select=select, on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
                 if named is not None:
                     batch = batch.filter(pc.is_in(batch.column("physical_offset"), value_set=named))
