@@ -73,8 +73,9 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     ``select`` (``columns``, ``wanted``): for a filter that keeps few records (a key search). Each window is
     scanned without copies for those columns, ``wanted(batch)`` marks the records to keep (a numpy bool
     array), and only they, with the records between two of them close together, are decoded whole (a
-    second scan of their span): the other records of the window give no batch. A DLedger log is decoded
-    whole.
+    second scan of their span): the other records give no batch (a caller counting the bytes scanned by
+    its batches sees the hits and each file's BLANK), and the caller filters again. A DLedger log is
+    decoded whole.
     """
     cl = open_commitlog(source)
     files = cl.queue.files
