@@ -113,7 +113,7 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
     scratch: dict = {}                  # decode_batch copies what a batch keeps of a window's tables
     if select is not None:
         columns, wanted = select
-        whole = partial(_wanted_batches, wanted=wanted, data64=data64, scratch={})
+        whole = partial(_wanted_batches, wanted=wanted, batch_rows=batch_rows, data64=data64, scratch={})
     while True:
         # Batches own copies of their data: drop the mapped pages already decoded (bounded RSS).
         released = release_pages(mm, pos, released)
@@ -194,9 +194,10 @@ NEAR = 16                               # wanted records this close (in records)
 
 
 def _wanted_batches(data: np.ndarray, win: Window, file_start: int, check_crc: bool, batch: pa.RecordBatch, *,
-                    wanted: Callable, data64, scratch: dict) -> Iterator[pa.RecordBatch]:
+                    wanted: Callable, batch_rows: int, data64, scratch: dict) -> Iterator[pa.RecordBatch]:
     """The whole batches of the records ``wanted(batch)`` marks in ``win`` (``batch``: its columns), a scan
-    with copies of each run of them (records fewer than ``NEAR`` apart share a run), in file order.
+    with copies of each run of them (records fewer than ``NEAR`` apart share a run), in file order, at most
+    ``batch_rows`` rows a batch.
     ``scratch``: the second scans' own (``win`` holds the first's tables)."""
     rows = np.flatnonzero(wanted(batch))
     if not len(rows):
@@ -209,7 +210,7 @@ def _wanted_batches(data: np.ndarray, win: Window, file_start: int, check_crc: b
             run = scan_window(data, pos, last + 1, check_crc=check_crc, items=True, data64=data64, scratch=scratch)
             if not run.n:
                 raise RuntimeError(f"a second scan at {file_start + pos} found no record")
-            yield decode_batch(data, run, file_start, check_crc)
+            yield from _window_batches(data, run, file_start, check_crc, batch_rows, None)
             pos = run.next
 
 
