@@ -16,7 +16,8 @@ from rmqtool.format.consumequeue import decode_ext_unit, ext_addr_to_offset
 from rmqtool.format.java import java_string_hash
 from rmqtool.store.config import parse_fastjson
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, encode_units, valid_prefix
-from rmqtool.store.filequeue import FileQueue, first_difference, first_nonzero, first_nonzero_byte, map_file
+from rmqtool.store import filequeue
+from rmqtool.store.filequeue import FileQueue, first_difference, first_nonzero, first_nonzero_byte, map_file, same_content
 from rmqtool.store.store import Store
 
 
@@ -244,6 +245,37 @@ def test_first_difference_is_where_the_files_first_differ(data, at, xor, zeros, 
     want = next((i for i, (x, y) in enumerate(zip(a.ljust(n, b"\0"), bytes(b).ljust(n, b"\0"))) if x != y), None)
     assert first_difference(a, bytes(b)) == first_difference(bytes(b), a) == want
     assert first_difference(a.rstrip(b"\0"), a) is None
+
+
+_SPARSE = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 9000)), max_size=4)   # (page, bytes) written
+
+
+@given(_SPARSE, _SPARSE, st.integers(0, 200_000), st.integers(0, 2), st.sampled_from([4096, 5000, 1 << 20]))
+@settings(max_examples=200, deadline=None)
+def test_same_content_compares_every_byte_either_file_holds(tmp_path_factory, writes_a, writes_b, size, change, chunk):
+    """Two sparse files (data at any pages, holes between, the same data or one byte changed, or another
+    size): same_content says what comparing their whole bytes says, whatever the compare's buffer size."""
+    tmp = tmp_path_factory.mktemp("same")
+    a, b = tmp / "a", tmp / "b"
+    for path, writes in ((a, writes_a), (b, writes_a + writes_b)):
+        with open(path, "wb") as fh:
+            fh.truncate(size)
+            for page, n in writes:
+                fh.seek(page * 4096)
+                fh.write(bytes(range(256)) * (n // 256) + bytes(n % 256))
+    if change == 1 and b.stat().st_size:
+        data = bytearray(b.read_bytes())
+        data[(7919 * len(writes_b)) % len(data)] ^= 0x5A
+        b.write_bytes(data)
+    elif change == 2:
+        with open(b, "ab") as fh:
+            fh.write(b"\0")
+    old, filequeue._COMPARE = filequeue._COMPARE, chunk
+    try:
+        assert same_content(a, b) == same_content(b, a) == (a.read_bytes() == b.read_bytes())
+        assert same_content(a, a)
+    finally:
+        filequeue._COMPARE = old
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="mincore and posix_fadvise as Linux has them")

@@ -124,18 +124,41 @@ def data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
 
 
 def same_content(a: Path, b: Path) -> bool:
-    """Whether two files hold the same bytes, reading only where either holds data (sparse files)."""
-    if os.path.getsize(a) != os.path.getsize(b):
-        return False
+    """Whether two files hold the same bytes, reading only where either holds data (sparse files): each
+    byte once, into two buffers kept for the whole compare."""
     size = os.path.getsize(a)
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        spans = sorted(list(data_extents(fa.fileno(), 0, size)) + list(data_extents(fb.fileno(), 0, size)))
-        for lo, hi in spans:
-            for pos in range(lo, hi, 1 << 20):
-                n = min(1 << 20, hi - pos)
-                if read_exact(fa, n, pos) != read_exact(fb, n, pos):
+    if os.path.getsize(b) != size:
+        return False
+    fa, fb = open_random(a), open_random(b)
+    try:
+        buf_a, buf_b = bytearray(_COMPARE), bytearray(_COMPARE)
+        for lo, hi in _union(sorted([*data_extents(fa, 0, size), *data_extents(fb, 0, size)])):
+            for pos in range(lo, hi, _COMPARE):
+                n = min(_COMPARE, hi - pos)
+                x, y = (buf_a, buf_b) if n == _COMPARE else (bytearray(n), bytearray(n))
+                if os.preadv(fa, [x], pos) != n or os.preadv(fb, [y], pos) != n or x != y:
                     return False
-    return True
+        return True
+    finally:
+        os.close(fa)
+        os.close(fb)
+
+
+_COMPARE = 1 << 20               # bytes compared at a time
+
+
+def _union(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Sorted [lo, hi) spans, overlapping or touching ones joined."""
+    it = iter(spans)
+    cur = next(it, None)
+    for lo, hi in it:
+        if lo <= cur[1]:
+            cur = (cur[0], max(cur[1], hi))
+        else:
+            yield cur
+            cur = (lo, hi)
+    if cur is not None:
+        yield cur
 
 
 def read_data(path: Path) -> tuple[bytes, int]:
