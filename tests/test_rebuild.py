@@ -8,6 +8,7 @@ import shutil
 import struct
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, index_queries, readback, run, store_path
 from helpers_maintain import snapshot
@@ -138,6 +139,49 @@ def test_index_keys_put_in_small_column_sets_give_the_same_files(store_copy, mon
     theirs = sorted((store_path("dev-sample") / "index").iterdir())
     assert len(ours) > 1
     assert [p.read_bytes() for p in ours] == [p.read_bytes() for p in theirs]      # names are creation times
+
+
+_RECORD = st.tuples(st.integers(0, 3), st.lists(st.sampled_from(["a", "b", "order#1", "x" * 30]), max_size=3),
+                    st.integers(1, 400), st.integers(0, 2500))     # (transaction type, keys, size, ms later)
+
+
+@given(st.lists(st.lists(_RECORD, max_size=25), max_size=4), st.integers(1, 7), st.integers(2, 12),
+       st.integers(0, 3), st.integers(1, 5))
+@settings(max_examples=300, deadline=None)
+def test_index_facts_are_put_as_records_are_one_by_one(files, slots, capacity, overlap, per_put):
+    """IndexBuilder.add_facts (a file's facts at once, ``KEYS_PER_PUT`` keys a put) builds the index files
+    IndexBuilder.add builds record by record: rollbacks and records before the last file's end left out, files
+    filled and opened where the broker opens them, with or without keys; a file's records may begin before
+    the previous one's last (a walk continued)."""
+    import numpy as np
+
+    from rmqtool.format.indexfile import Geometry
+    from rmqtool.format.java import index_key_hash
+    from rmqtool.ops.facts import FileFacts
+    from rmqtool.store.index_builder import IndexBuilder, RecordInfo
+
+    geometry = Geometry(slots, capacity)
+    one, columns = IndexBuilder(geometry), IndexBuilder(geometry)
+    columns.KEYS_PER_PUT = per_put
+    phy, ts = 0, 1_700_000_000_000
+    for records in files:
+        phy = max(0, phy - overlap * 100)            # the next file's records may start before the last's end
+        infos = []
+        for kind, keys, size, later in records:
+            ts += later
+            infos.append(RecordInfo(phy, size, "T", 0, 0, kind << 2, 0, ts, tuple(keys)))
+            phy += size
+        for r in infos:
+            one.add(r)
+        hashes = [index_key_hash(f"T#{k}") for r in infos for k in r.index_keys]
+        columns.add_facts(FileFacts(None, {"offset": np.array([r.offset for r in infos], np.int64),
+                                           "store_timestamp": np.array([r.store_timestamp for r in infos], np.int64),
+                                           "sys_flag": np.array([r.sys_flag for r in infos], np.int32)},
+                                    key_offsets=np.cumsum([0] + [len(r.index_keys) for r in infos]).astype(np.int64),
+                                    key_hashes=np.array(hashes + [7] * 3, np.int32)))    # (room to spare)
+    assert [name for name, _ in columns.files] == [name for name, _ in one.files]
+    assert [w.to_bytes() for _, w in columns.files] == [w.to_bytes() for _, w in one.files]
+    assert columns.full_end_timestamp == one.full_end_timestamp
 
 
 def test_rebuild_cq_refuses_a_topic_without_records(store_copy, tmp_path):

@@ -468,7 +468,8 @@ def scan_files(items: list[tuple[QueueFile, dict[str, Any]]], names: QueueNames,
     with closing(results):                  # the workers stopped when the caller stops early
         for local, facts in results:
             table = np.array([names.code(name) for name in local.names] or [0], np.int32)
-            facts.columns["queue"] = table[facts.columns["queue"]]
+            if "queue" in facts.columns:                  # (a worker's step may leave it out)
+                facts.columns["queue"] = table[facts.columns["queue"]]
             if facts.placed is not None:                  # (mapped read-only)
                 facts.placed = np.column_stack([table[facts.placed[:, 0]], facts.placed[:, 1:]])
             yield facts

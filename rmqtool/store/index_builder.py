@@ -128,16 +128,19 @@ class IndexBuilder:
         w = self._last(int(ts[0]))
         # the keys put: of indexed records not before the last file's end (offsets only grow along the
         # keys, so the files opened later end no earlier), with their records
-        key_rec = np.repeat(np.arange(n), np.diff(facts.key_offsets))
-        keys = np.flatnonzero((facts.indexed() & (offset >= w.header.end_phy_offset))[key_rec])
-        recs = key_rec[keys]
+        counts, put = np.diff(facts.key_offsets), facts.indexed() & (offset >= w.header.end_phy_offset)
+        hashes = facts.key_hashes[:int(facts.key_offsets[-1])]
+        if put.all():                                   # (a whole rebuild: no selection to make)
+            recs = np.repeat(np.arange(n), counts)
+        else:
+            hashes, recs = hashes[np.repeat(put, counts)], np.repeat(np.flatnonzero(put), counts[put])
         at = 0                   # the next of them to put
-        while len(keys):
+        while len(recs):
             take = slice(at, at + min(self.geometry.index_num - w.index_count, self.KEYS_PER_PUT))
-            w.put_hashes(facts.key_hashes[keys[take]], offset[recs[take]], ts[recs[take]])
+            w.put_hashes(hashes[take], offset[recs[take]], ts[recs[take]])
             self.changed.add(self.files[-1][0])
-            at = min(take.stop, len(keys))
-            if at == len(keys):
+            at = min(take.stop, len(recs))
+            if at == len(recs):
                 rec = int(recs[-1]) + 1
                 if w.is_full() and rec < n:
                     self._last(int(ts[rec]))        # the next record opens the next file, keys or not
