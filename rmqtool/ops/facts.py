@@ -461,8 +461,8 @@ def scan_files(items: list[tuple[QueueFile, dict[str, Any]]], names: QueueNames,
             yield scan_file(f, names, progress=progress, **options)
         return
     warm(items[0][0], **items[0][1])
-    # a worker's step leaves little to send back (rebuild's placed runs): one file more handed out keeps a
-    # worker that is done before the one whose result is due busy, not waiting for this process
+    # a worker's step leaves less to send back (rebuild-cq's placed runs, the index's columns): one file more
+    # handed out keeps a worker that is done before the one whose result is due busy, not waiting for this process
     results = process_imap(partial(_scan_apart, in_worker=in_worker), items, jobs, progress,
                            ahead=1 if in_worker is not None else 0)
     with closing(results):                  # the workers stopped when the caller stops early

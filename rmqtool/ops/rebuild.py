@@ -521,8 +521,8 @@ def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPl
 
 def _index_facts(facts: FileFacts, names: QueueNames) -> FileFacts:
     """A worker's facts with only what IndexBuilder.add_facts reads (offsets, store times, sys flags, key
-    hashes): ~60 % of the bytes sent back (a GiB of commit log: ~57 MB instead of ~113), each a page this
-    process would map."""
+    hashes): ~60 % of the bytes sent back (a GiB of commit log: 67 MiB instead of 113), each a page this
+    process maps."""
     facts.columns = {k: facts.columns[k] for k in INDEX_COLUMNS}
     return facts
 
