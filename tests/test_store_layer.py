@@ -17,7 +17,8 @@ from rmqtool.format.java import java_string_hash
 from rmqtool.store.config import parse_fastjson
 from rmqtool.format.consumequeue import CqUnit, decode_written_units, encode_units, valid_prefix
 from rmqtool.store import filequeue
-from rmqtool.store.filequeue import FileQueue, first_difference, first_nonzero, first_nonzero_byte, map_file, same_content
+from rmqtool.store.filequeue import (FileQueue, first_difference, first_nonzero, first_nonzero_byte, map_file,
+                                     same_content)
 from rmqtool.store.store import Store
 
 
