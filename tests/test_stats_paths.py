@@ -4,10 +4,14 @@ damage take the Arrow path. Both give the same rows."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from conftest import FIXTURES
+from rmqtool import constants as C
 from rmqtool.errors import FormatError
 from rmqtool.ops import scan, stats
+from tests.test_columnar import write_commitlog
 
 BUNDLED = sorted(p.parent.name for p in FIXTURES.glob("*/store"))
 BYS = [None, *stats.GROUPINGS]
@@ -51,3 +55,65 @@ def test_the_warm_up_before_the_workers_decodes_what_they_decode(by, where, monk
     stats.stats_local(files, by, where=flt, jobs=2)
     assert len(asked) >= 1 and all(c == stats._columns(stats.GROUPINGS[by] if by else [], flt) for c in asked)
     assert (asked[0] is None) == bool(where)
+
+
+_TOPICS = ["T", "TopicA", "ä", "%RETRY%g1", "%DLQ%g1", C.RMQ_SYS_TRANS_HALF_TOPIC, C.RMQ_SYS_TRANS_OP_HALF_TOPIC,
+           C.RMQ_SYS_SCHEDULE_TOPIC, C.SALVAGED_TOPIC]
+_PROPS = st.lists(st.sampled_from(["TAGS\x01a", "RETRY_TOPIC\x01TopicA", "RETRY_TOPIC\x01Other", "INNER_NUM\x013",
+                                   "INNER_BASE\x017", "INNER_NUM\x01x", "UNIQ_KEY\x01u", "DELAY\x012"]),
+                  max_size=3).map(lambda items: "\x02".join(items))
+
+
+@st.composite
+def _records(draw):
+    from rmqtool.format.commitlog import Message
+
+    raw = draw(st.sampled_from([None] * 9 + [b"bad\xff"]))             # a topic that is not UTF-8
+    return Message(topic=draw(st.sampled_from(_TOPICS)), topic_raw=raw, properties_raw=draw(_PROPS).encode(),
+                   queue_id=draw(st.integers(0, 3)), store_timestamp=draw(st.integers(0, 2**42)),
+                   sys_flag=draw(st.sampled_from(list(C.TransactionType))), body=b"x" * draw(st.integers(0, 300)))
+
+
+def _sent(topic: str, props: str = "", tx: int = 0):
+    from rmqtool.format.commitlog import Message
+
+    return Message(topic=topic, properties_raw=props.encode(), sys_flag=tx, store_timestamp=len(topic))
+
+
+_EACH_KIND = [_sent("T"), _sent(C.SALVAGED_TOPIC, tx=C.TransactionType.ROLLBACK), _sent("T", tx=C.TransactionType.PREPARED),
+              _sent("%RETRY%g1", "RETRY_TOPIC\x01TopicA"), _sent("%DLQ%g1"), _sent("T", "INNER_NUM\x013\x02INNER_BASE\x011"),
+              _sent(C.RMQ_SYS_TRANS_HALF_TOPIC), _sent(C.RMQ_SYS_SCHEDULE_TOPIC, "DELAY\x012")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(msgs=st.lists(_records(), min_size=1, max_size=40), file_size=st.sampled_from([1024, 4096, 1 << 16]),
+       window=st.sampled_from([200, 1500, 1 << 21]))
+@example(msgs=_EACH_KIND, file_size=4096, window=200).via("each kind of record in a window of its own")
+@example(msgs=_EACH_KIND, file_size=1 << 16, window=1 << 21).via("all in one window")
+def test_windows_summed_from_the_facts_give_the_arrow_paths_sums(tmp_path_factory, msgs, file_size, window):
+    """stats in total and by topic: the windows ``TopicSums`` takes (from the facts pass) and those it leaves
+    to the Arrow path (text that is not UTF-8, inner batches, repair's placeholder, retry and DLQ records with
+    RETRY_TOPIC) give the rows the Arrow path gives for every window, over files ending in a BLANK."""
+    from unittest import mock
+
+    import rmqtool.columnar.batches as batches
+
+    root = tmp_path_factory.mktemp("store")
+    write_commitlog(root / "commitlog", msgs, file_size)
+    files = scan.list_files([str(root)])
+    taken = []
+
+    class Counted(stats.TopicSums):
+        def __call__(self, *args) -> bool:
+            taken.append(super().__call__(*args))
+            return taken[-1]
+
+    for by in (None, "topic"):
+        with mock.patch.object(batches, "WINDOW_BYTES", window):
+            with mock.patch.object(stats, "TopicSums", Counted):
+                summed = stats.stats_rows(stats.merge([stats.file_stats(f, by) for f in files], by), by)
+            with mock.patch.object(stats, "_sums", lambda keys, where: None):
+                arrow = stats.stats_rows(stats.merge([stats.file_stats(f, by) for f in files], by), by)
+        assert summed == arrow, by
+    plain = [m.topic_raw is None and m.topic in _TOPICS[:3] and b"INNER_NUM" not in m.properties_raw for m in msgs]
+    assert not all(plain) or all(taken)                  # windows of such records are all taken

@@ -61,7 +61,8 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
                         batch_rows: int = DEFAULT_BATCH_ROWS, start: int | None = None,
                         on_damage: Callable[[FormatError], None] | None = None,
                         columns: Sequence[str] | None = None,
-                        select: tuple[Sequence[str], Callable] | None = None) -> Iterator[pa.RecordBatch]:
+                        select: tuple[Sequence[str], Callable] | None = None,
+                        windows: Callable[[np.ndarray, Window, int], bool] | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of a commit log (a store root, commitlog/ directory, single file, Store or
     CommitLog) from ``start`` (default: its first file) to the end of written data: each file to its own
     end of data (``CommitLog.reader_crosses_holes``), a DLedger log to its first zero header.
@@ -76,6 +77,10 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
     second scan of their span): the other records give no batch (a caller counting the bytes scanned by
     its batches sees the hits and each file's BLANK), and the caller filters again. A DLedger log is
     decoded whole.
+
+    ``windows(data, window, file_start)``: with ``columns``, each window of a plain commit log (records
+    scanned without copies, spans into ``data``) is offered to it first; True: it took the window's records
+    itself, and they give no batch (stats sums them from the facts pass).
     """
     cl = open_commitlog(source)
     files = cl.queue.files
@@ -87,7 +92,7 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
         columns = None if select is not None else columns
     else:
         first, pos = (files[0], 0) if start is None else cl.queue.locate(start)
-        file_batches = partial(_file_batches, select=select)
+        file_batches = partial(_file_batches, select=select, windows=windows if columns is not None else None)
     for f in files[files.index(first):]:
         try:
             end_of_data = yield from file_batches(f, pos, check_crc, max(batch_rows, 1), columns)
@@ -103,7 +108,8 @@ def iter_record_batches(source: str | os.PathLike | Store | CommitLog, *, check_
 
 def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
                   columns: Sequence[str] | None = None,
-                  select: tuple[Sequence[str], Callable] | None = None) -> Iterator[pa.RecordBatch]:
+                  select: tuple[Sequence[str], Callable] | None = None,
+                  windows: Callable[[np.ndarray, Window, int], bool] | None = None) -> Iterator[pa.RecordBatch]:
     """Batches of one file from ``pos``; returns True at the end of written data."""
     if f.length == 0:
         return False
@@ -125,7 +131,8 @@ def _file_batches(f: QueueFile, pos: int, check_crc: bool, batch_rows: int,
             win = scan_window(data, pos, pos + WINDOW_BYTES, check_crc=check_crc and select is None,
                               items=columns is None, data64=data64, scratch=scratch)
             if select is None:
-                yield from _window_batches(data, win, f.start, check_crc, batch_rows, columns)
+                if windows is None or not windows(data, win, f.start):
+                    yield from _window_batches(data, win, f.start, check_crc, batch_rows, columns)
             else:
                 yield from whole(data, win, f.start, check_crc, decode_columns(data, win, f.start, columns))
             if win.bad < 0:

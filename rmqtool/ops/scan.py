@@ -373,36 +373,45 @@ def local_path(f: StoreFile) -> Iterator[str]:
         yield os.path.join(tmp, f.name)
 
 
-def warm(f: StoreFile, step: Callable | None = None, **options) -> None:
+def warm(f: StoreFile, step: Callable | None = None, windows: Callable | None = None, **options) -> None:
     """Decode the first batch of the local file ``f`` (``record_batches``' options) and hand it to ``step``,
-    in this process, before worker processes are forked from it: the compiled decode (and what ``step``
-    compiles) is loaded once here, not again from the cache in every worker (~0.25 CPU-s apiece). Damage
-    and unreadable files are left to the real pass."""
+    or hand ``windows`` the first window it takes, in this process, before worker processes are forked from
+    it: the compiled decode (and what ``step`` or ``windows`` compiles) is loaded once here, not again from
+    the cache in every worker (~0.25 CPU-s apiece). Damage and unreadable files are left to the real pass."""
     if "://" in f.uri:
         return
-    batches = record_batches(f, **options)
+
+    def first(data, win, file_start: int) -> bool:
+        if windows(data, win, file_start):
+            raise _Warmed
+        return False
+
+    batches = record_batches(f, windows=first if windows is not None else None, **options)
     try:
         batch = next(batches, None)
         if batch is not None and step is not None:
             step(batch)
-    except (RmqError, OSError):
+    except (RmqError, OSError, _Warmed):
         pass
     finally:
         batches.close()
 
 
+class _Warmed(Exception):
+    """Out of the first window a warm-up's ``windows`` took: its code is loaded; the rest is the real pass's."""
+
+
 def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = False,
                    on_damage: Callable[[FormatError], None] | None = None,
                    progress: Callable[[int], None] | None = None, columns: list[str] | None = None,
-                   select: tuple[list[str], Callable] | None = None) -> Iterator:
+                   select: tuple[list[str], Callable] | None = None, windows: Callable | None = None) -> Iterator:
     """Arrow record batches of one commit-log file (``rmqtool.columnar.record_schema``); errors name
     ``f.shown``. With ``decompress``, compressed bodies (and their body_length) are decompressed.
     ``progress(n)`` is told the bytes scanned after each batch (the whole file in all). A compaction-log
     file (kind ``compactionlog``) gives what a consumer of its queue reads: ``consumer_view``. ``columns``:
     the columns a caller reads (``iter_record_batches``; BLANK rows come whole), where the file allows;
-    ``select``: only the records a filter wants, decoded whole (``iter_record_batches``), where it allows."""
-    import pyarrow.compute as pc
-
+    ``select``: only the records a filter wants, decoded whole (``iter_record_batches``), where it allows;
+    ``windows``: the scan's windows offered to it first (``iter_record_batches``), where ``columns`` holds."""
     from rmqtool.columnar import iter_record_batches
 
     counted = BytesCounter(f.start, progress)
@@ -418,12 +427,25 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
         columns = None
     elif columns is not None:                   # what BytesCounter reads
         columns = list(dict.fromkeys([*columns, "physical_offset", "total_size"]))
+    if windows is not None and columns is not None:
+        offered = windows
+
+        def windows(data, win, file_start: int) -> bool:
+            taken = offered(data, win, file_start)
+            if taken:
+                counted.reach(file_start + win.next)
+            return taken
+    else:
+        windows = None
     with local_path(f) as path:
         try:
             for batch in iter_record_batches(cut_commitlog(path, f.size), check_crc=check_crc, columns=columns,
-                                             select=select, on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
+                                             select=select, windows=windows,
+                                             on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
                 if named is not None:
+                    import pyarrow.compute as pc
+
                     batch = batch.filter(pc.is_in(batch.column("physical_offset"), value_set=named))
                 yield decompress_bodies(batch) if decompress else batch
         except FormatError as exc:
@@ -498,8 +520,12 @@ class BytesCounter:
     def __call__(self, batch) -> None:
         if self.progress is None or not batch.num_rows:
             return
-        end = batch.column("physical_offset")[-1].as_py() + batch.column("total_size")[-1].as_py() - self.start
-        if end > self.done:
+        self.reach(batch.column("physical_offset")[-1].as_py() + batch.column("total_size")[-1].as_py())
+
+    def reach(self, offset: int) -> None:
+        """The bytes scanned up to physical offset ``offset``."""
+        end = offset - self.start
+        if self.progress is not None and end > self.done:
             self.progress(end - self.done)
             self.done = end
 

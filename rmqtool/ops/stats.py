@@ -2,7 +2,8 @@
 
 Computed per commit-log file as a small Arrow table of partial sums (``file_stats``), merged with
 ``merge`` and finished into rows with ``stats_rows``: the single-process and the Spark engine run the
-same three steps, so their output is identical. BLANK records are not counted. ``messages`` counts as the
+same three steps, so their output is identical. In total and by topic without a filter, ``TopicSums``
+sums most windows of the scan from the compiled facts pass, without Arrow columns (the same sums). BLANK records are not counted. ``messages`` counts as the
 broker does: an inner batch (one record of a BatchCQ topic) is its INNER_NUM messages (see
 ``facts.message_counts``); ``bytes`` and the other counts are per record.
 
@@ -145,9 +146,112 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
     from rmqtool.ops.filters import keep_records
 
     keys = GROUPINGS[by] if by else []
+    sums = _sums(keys, where)
     parts = [_batch_partial(keep_records(b, where), f, keys)
-             for b in scan.record_batches(f, on_damage=on_damage, progress=progress, columns=_columns(keys, where))]
-    return merge(parts, by)
+             for b in scan.record_batches(f, on_damage=on_damage, progress=progress, columns=_columns(keys, where),
+                                          windows=sums)
+             if not _blank(b)]
+    return merge(parts + ([sums.table()] if sums is not None else []), by)
+
+
+def _blank(batch: pa.RecordBatch) -> bool:
+    """A file's BLANK (a one-row batch): nothing to count."""
+    return batch.num_rows == 1 and batch.column("type")[0].as_py() == "blank"
+
+
+def _sums(keys: list[str], where) -> "TopicSums | None":
+    """Where the facts pass sums windows: stats without a filter, in total or by topic."""
+    return TopicSums(keys) if keys in ([], ["topic"]) and (where is None or where.is_empty) else None
+
+
+_MAX, _MIN = (1 << 63) - 1, -1 << 63          # int64's
+
+
+class TopicSums:
+    """``_batch_partial``'s sums for whole windows of the scan (``scan.record_batches(windows=)``), in total
+    or by topic, from the compiled facts pass (each record's topic as a number) and numpy counts: no Arrow
+    column and no group-by. A window whose records it cannot sum as the Arrow path does is left to that path:
+    a topic or one of its records that is not UTF-8 (no facts), an inner batch (INNER_NUM: its messages),
+    repair's placeholder topic, or, by topic, a retry or DLQ record that names its RETRY_TOPIC."""
+
+    def __init__(self, keys: list[str]):
+        import numpy as np
+
+        self.keys = keys
+        self.rows: dict[str, int] = {}          # topic -> its row
+        self.tx = np.zeros((0, 4), np.int64)    # records per transaction type (NOT, PREPARED, COMMIT, ROLLBACK)
+        self.bytes = np.zeros(0, np.int64)
+        self.first = np.zeros(0, np.int64)      # store timestamps
+        self.last = np.zeros(0, np.int64)
+
+    def __call__(self, data, win, file_start: int) -> bool:
+        import numpy as np
+
+        from rmqtool.columnar.facts import window_facts, window_topic
+
+        if not win.n or win.prop(C.PROPERTY_INNER_NUM)[0].max() >= 0:
+            return False
+        facts = window_facts(data, win, False)
+        if facts is None:
+            return False
+        topics = [window_topic(data, win, facts, t) for t in range(len(facts.first))]
+        if C.SALVAGED_TOPIC in topics or self.keys and win.prop(C.PROPERTY_RETRY_TOPIC)[0].max() >= 0 and \
+                any(t.startswith((C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX)) for t in topics):
+            return False
+        n, index = len(topics), facts.topic_index
+        rows = np.array([self._row(t) for t in topics], np.int64)
+        tx = (win["sys_flag"] & C.TRANSACTION_MASK) >> 2
+        self.tx[rows] += np.bincount(index * 4 + tx, minlength=4 * n).reshape(n, 4)
+        self.bytes[rows] += np.bincount(index, weights=win["total"], minlength=n).astype(np.int64)  # < 2^53: exact
+        ts = win["store_timestamp"]
+        first, last = np.full(n, _MAX), np.full(n, _MIN)
+        np.minimum.at(first, index, ts)
+        np.maximum.at(last, index, ts)
+        self.first[rows] = np.minimum(self.first[rows], first)
+        self.last[rows] = np.maximum(self.last[rows], last)
+        return True
+
+    def _row(self, topic: str) -> int:
+        import numpy as np
+
+        row = self.rows.get(topic)
+        if row is None:
+            row = self.rows[topic] = len(self.rows)
+            self.tx = np.vstack([self.tx, np.zeros((1, 4), np.int64)])
+            self.bytes, self.first, self.last = (np.append(a, v) for a, v in
+                                                 ((self.bytes, 0), (self.first, _MAX), (self.last, _MIN)))
+        return row
+
+    def table(self) -> pa.Table:
+        """The partial sums of the windows taken (``_batch_partial``'s columns; no rows when none)."""
+        import numpy as np
+        import pyarrow as pa
+
+        from rmqtool.columnar.props import arrow, strings
+
+        topics = list(self.rows)
+        tx, records = self.tx, self.tx.sum(axis=1)
+
+        def named(*names: str):
+            return np.array([t in names for t in topics], bool)
+
+        retry, dlq = (np.array([t.startswith(p) for t in topics], bool)
+                      for p in (C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX))
+        zero = np.zeros_like(records)
+        sums = {"messages": records, "bytes": self.bytes, "retries": np.where(retry, records, zero),
+                "dlq": np.where(dlq, records, zero),
+                "transaction_half": np.where(named(C.RMQ_SYS_TRANS_HALF_TOPIC), records, tx[:, 1]),
+                "transaction_commit": tx[:, 2], "transaction_rollback": tx[:, 3],
+                "transaction_op": np.where(named(C.RMQ_SYS_TRANS_OP_HALF_TOPIC), records, zero),
+                "delayed": np.where(named(C.RMQ_SYS_SCHEDULE_TOPIC), records, zero),
+                "min_store_timestamp": self.first, "max_store_timestamp": self.last}
+        if not self.keys:
+            sums = {k: v[:0] if not len(topics) else
+                    np.array([v.min() if k == "min_store_timestamp" else v.max() if k == "max_store_timestamp"
+                              else v.sum()]) for k, v in sums.items()}
+        columns = {"topic": strings(topics)} if self.keys else {}
+        columns.update({k: arrow(v.astype(np.int64), pa.int64()) for k, v in sums.items()})
+        return pa.table(columns)
 
 
 def _columns(keys: list[str], where=None) -> list[str] | None:
@@ -169,21 +273,20 @@ def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
     partials = [p for p in partials if p.num_rows]
     if not partials:
         return pa.table({})
+    if len(partials) == 1:                   # grouped already (``file_stats``, ``_batch_partial``)
+        return partials[0]
     keys = GROUPINGS[by] if by else []
     return _group(pa.concat_tables(partials), keys, _AGGREGATES)
 
 
 def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
-    """Rows sorted by their key, with the shares; timestamps in epoch ms."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """Rows sorted by their key, with the shares; timestamps in epoch ms (the partial sums' int64)."""
     keys = GROUPINGS[by] if by else []
     if not table.num_rows:
         return []
-    for name in ("min_store_timestamp", "max_store_timestamp"):
-        table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(pa.int64()))
     if "hour" in keys:
+        import pyarrow.compute as pc
+
         hours = pc.strftime(table.column("hour"), format="%Y-%m-%d %H:00")
         table = table.set_column(table.schema.get_field_index("hour"), "hour", hours)
     return _finish(table.select(keys + [c for c in STATS_FIELDS if c in table.schema.names]).to_pylist(), keys)
@@ -279,6 +382,7 @@ def stats_local(files: list[scan.StoreFile], by: str | None,
         from rmqtool.ops.filters import keep_records
         keys = GROUPINGS[by] if by else []
         scan.warm(files[0], lambda b: _batch_partial(keep_records(b.slice(0, 1), where), files[0], keys),
+                  _sums(keys, where),
                   columns=_columns(keys, where))       # the workers' decode: its code loaded once, here
     parts = process_map(partial(_file_stats_apart, by=by, where=where), files, jobs, progress)
     for _, damage in parts:
