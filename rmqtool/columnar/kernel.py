@@ -40,6 +40,7 @@ import gc
 import hashlib
 import importlib.util
 import math
+import mmap
 import pkgutil
 import sys
 
@@ -864,13 +865,15 @@ def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 def _reused(scratch: dict | None, key: str, shape: tuple[int, ...]) -> np.ndarray:
     """An uninitialised int64 array of ``shape``: over ``scratch[key]``'s buffer where it is large enough
-    (else a new one kept there), or a new one without ``scratch``."""
+    (else a new one kept there), or a new one without ``scratch``. A kept buffer is an anonymous map: it
+    needs no pool (nor pyarrow's import in a scan that makes no Arrow array), and its pages are zeroed 4 KiB
+    at a time as they are touched (numpy asks for huge pages: 2 MiB zeroed where each column begins)."""
     if scratch is None:
         return _pooled(shape, np.int64)
     count = math.prod(shape)
     buf = scratch.get(key)
     if buf is None or len(buf) < count:
-        buf = scratch[key] = _pooled((count,), np.int64)
+        buf = scratch[key] = np.frombuffer(mmap.mmap(-1, count * 8), np.int64)
     return buf[:count].reshape(shape)
 
 
