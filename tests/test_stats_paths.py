@@ -70,7 +70,7 @@ def _records(draw):
 
     raw = draw(st.sampled_from([None] * 9 + [b"bad\xff"]))             # a topic that is not UTF-8
     return Message(topic=draw(st.sampled_from(_TOPICS)), topic_raw=raw, properties_raw=draw(_PROPS).encode(),
-                   queue_id=draw(st.integers(0, 3)), store_timestamp=draw(st.integers(0, 2**42)),
+                   queue_id=draw(st.sampled_from([0, 1, 3, -1, 2**31 - 1, -2**31])), store_timestamp=draw(st.integers(0, 2**42)),
                    sys_flag=draw(st.sampled_from(list(C.TransactionType))), body=b"x" * draw(st.integers(0, 300)))
 
 
@@ -91,7 +91,7 @@ _EACH_KIND = [_sent("T"), _sent(C.SALVAGED_TOPIC, tx=C.TransactionType.ROLLBACK)
 @example(msgs=_EACH_KIND, file_size=4096, window=200).via("each kind of record in a window of its own")
 @example(msgs=_EACH_KIND, file_size=1 << 16, window=1 << 21).via("all in one window")
 def test_windows_summed_from_the_facts_give_the_arrow_paths_sums(tmp_path_factory, msgs, file_size, window):
-    """stats in total and by topic: the windows ``TopicSums`` takes (from the facts pass) and those it leaves
+    """stats in total, by topic and by queue: the windows ``WindowSums`` takes (from the facts pass) and those it leaves
     to the Arrow path (text that is not UTF-8, inner batches, repair's placeholder, retry and DLQ records with
     RETRY_TOPIC) give the rows the Arrow path gives for every window, over files ending in a BLANK."""
     from unittest import mock
@@ -103,14 +103,14 @@ def test_windows_summed_from_the_facts_give_the_arrow_paths_sums(tmp_path_factor
     files = scan.list_files([str(root)])
     taken = []
 
-    class Counted(stats.TopicSums):
+    class Counted(stats.WindowSums):
         def __call__(self, *args) -> bool:
             taken.append(super().__call__(*args))
             return taken[-1]
 
-    for by in (None, "topic"):
+    for by in (None, "topic", "queue"):
         with mock.patch.object(batches, "WINDOW_BYTES", window):
-            with mock.patch.object(stats, "TopicSums", Counted):
+            with mock.patch.object(stats, "WindowSums", Counted):
                 summed = stats.stats_rows(stats.merge([stats.file_stats(f, by) for f in files], by), by)
             with mock.patch.object(stats, "_sums", lambda keys, where: None):
                 arrow = stats.stats_rows(stats.merge([stats.file_stats(f, by) for f in files], by), by)

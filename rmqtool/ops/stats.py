@@ -2,8 +2,9 @@
 
 Computed per commit-log file as a small Arrow table of partial sums (``file_stats``), merged with
 ``merge`` and finished into rows with ``stats_rows``: the single-process and the Spark engine run the
-same three steps, so their output is identical. In total and by topic without a filter, ``TopicSums``
-sums most windows of the scan from the compiled facts pass, without Arrow columns (the same sums). BLANK records are not counted. ``messages`` counts as the
+same three steps, so their output is identical. In total, by topic and by queue without a filter,
+``WindowSums`` sums most windows of the scan from the compiled facts pass, without Arrow columns (the same
+sums). BLANK records are not counted. ``messages`` counts as the
 broker does: an inner batch (one record of a BatchCQ topic) is its INNER_NUM messages (see
 ``facts.message_counts``); ``bytes`` and the other counts are per record.
 
@@ -159,18 +160,19 @@ def _blank(batch: pa.RecordBatch) -> bool:
     return batch.num_rows == 1 and batch.column("type")[0].as_py() == "blank"
 
 
-def _sums(keys: list[str], where) -> "TopicSums | None":
-    """Where the facts pass sums windows: stats without a filter, in total or by topic."""
-    return TopicSums(keys) if keys in ([], ["topic"]) and (where is None or where.is_empty) else None
+def _sums(keys: list[str], where) -> "WindowSums | None":
+    """Where the facts pass sums windows: stats without a filter, in total, by topic or by queue."""
+    return WindowSums(keys) if keys in ([], ["topic"], GROUPINGS["queue"]) and (where is None or where.is_empty) \
+        else None
 
 
 _MAX, _MIN = (1 << 63) - 1, -1 << 63          # int64's
 
 
-class TopicSums:
-    """``_batch_partial``'s sums for whole windows of the scan (``scan.record_batches(windows=)``), in total
-    or by topic, from the compiled facts pass (each record's topic as a number) and numpy counts: no Arrow
-    column and no group-by. A window whose records it cannot sum as the Arrow path does is left to that path:
+class WindowSums:
+    """``_batch_partial``'s sums for whole windows of the scan (``scan.record_batches(windows=)``), in total,
+    by topic or by queue, from the compiled facts pass (each record's topic, or its topic and queue id, as a
+    number) and numpy counts: no Arrow column and no group-by. A window whose records it cannot sum as the Arrow path does is left to that path:
     a topic or one of its records that is not UTF-8 (no facts), an inner batch (INNER_NUM: its messages),
     repair's placeholder topic, or, by topic, a retry or DLQ record that names its RETRY_TOPIC."""
 
@@ -178,7 +180,7 @@ class TopicSums:
         import numpy as np
 
         self.keys = keys
-        self.rows: dict[str, int] = {}          # topic -> its row
+        self.rows: dict[tuple[str, int], int] = {}     # (topic, queue id or 0) -> its row
         self.tx = np.zeros((0, 4), np.int64)    # records per transaction type (NOT, PREPARED, COMMIT, ROLLBACK)
         self.bytes = np.zeros(0, np.int64)
         self.first = np.zeros(0, np.int64)      # store timestamps
@@ -198,8 +200,13 @@ class TopicSums:
         if C.SALVAGED_TOPIC in topics or self.keys and win.prop(C.PROPERTY_RETRY_TOPIC)[0].max() >= 0 and \
                 any(t.startswith((C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX)) for t in topics):
             return False
-        n, index = len(topics), facts.topic_index
-        rows = np.array([self._row(t) for t in topics], np.int64)
+        if self.keys == GROUPINGS["queue"]:             # (topic number << 32 | queue id as uint32) per pair
+            index, groups = facts.pair_index, [(topics[p >> 32], (p & 0xFFFFFFFF) - ((p & 0x80000000) << 1))
+                                               for p in facts.pairs.tolist()]
+        else:
+            index, groups = facts.topic_index, [(t, 0) for t in topics]
+        n = len(groups)
+        rows = np.array([self._row(g) for g in groups], np.int64)
         tx = (win["sys_flag"] & C.TRANSACTION_MASK) >> 2
         self.tx[rows] += np.bincount(index * 4 + tx, minlength=4 * n).reshape(n, 4)
         self.bytes[rows] += np.bincount(index, weights=win["total"], minlength=n).astype(np.int64)  # < 2^53: exact
@@ -211,12 +218,12 @@ class TopicSums:
         self.last[rows] = np.maximum(self.last[rows], last)
         return True
 
-    def _row(self, topic: str) -> int:
+    def _row(self, group: tuple[str, int]) -> int:
         import numpy as np
 
-        row = self.rows.get(topic)
+        row = self.rows.get(group)
         if row is None:
-            row = self.rows[topic] = len(self.rows)
+            row = self.rows[group] = len(self.rows)
             self.tx = np.vstack([self.tx, np.zeros((1, 4), np.int64)])
             self.bytes, self.first, self.last = (np.append(a, v) for a, v in
                                                  ((self.bytes, 0), (self.first, _MAX), (self.last, _MIN)))
@@ -229,7 +236,7 @@ class TopicSums:
 
         from rmqtool.columnar.props import arrow, strings
 
-        topics = list(self.rows)
+        topics = [t for t, _ in self.rows]
         tx, records = self.tx, self.tx.sum(axis=1)
 
         def named(*names: str):
@@ -250,6 +257,8 @@ class TopicSums:
                     np.array([v.min() if k == "min_store_timestamp" else v.max() if k == "max_store_timestamp"
                               else v.sum()]) for k, v in sums.items()}
         columns = {"topic": strings(topics)} if self.keys else {}
+        if len(self.keys) == 2:
+            columns["queue_id"] = arrow(np.array([q for _, q in self.rows], np.int32), pa.int32())
         columns.update({k: arrow(v.astype(np.int64), pa.int64()) for k, v in sums.items()})
         return pa.table(columns)
 
