@@ -13,7 +13,7 @@ ahead of the walk (the chain of records is a chain of dependent loads that other
 every header), fields are read as one unaligned big-endian load each, copies are memcpy, nothing is
 allocated or grown in the loop (numba counts references on every such array), and the output buffers come
 from Arrow's memory pool (which reuses freed pages; numpy's large allocations return to the system and fault
-in again). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer; ``split_spans``
+in again), but for the field table and spans a caller keeps from window to window (``scratch``). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer; ``split_spans``
 splits them (KEYS); ``java_hashes`` hashes them (tagsCode).
 
 Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (the scan
