@@ -172,15 +172,17 @@ _MAX, _MIN = (1 << 63) - 1, -1 << 63          # int64's
 class WindowSums:
     """``_batch_partial``'s sums for whole windows of the scan (``scan.record_batches(windows=)``), in total,
     by topic or by queue, from the compiled facts pass (each record's topic, or its topic and queue id, as a
-    number) and numpy counts: no Arrow column and no group-by. A window whose records it cannot sum as the Arrow path does is left to that path:
-    a topic or one of its records that is not UTF-8 (no facts), an inner batch (INNER_NUM: its messages),
-    repair's placeholder topic, or, by topic, a retry or DLQ record that names its RETRY_TOPIC."""
+    number) and numpy counts: no Arrow column and no group-by. By topic, a retry or DLQ record that names its
+    RETRY_TOPIC is filed under it, as ``original_topic`` files it. A window whose records it cannot sum as the
+    Arrow path does is left to that path: a topic or a property it reads that is not UTF-8 (no facts), an
+    inner batch (INNER_NUM: its messages), repair's placeholder topic, a RETRY_TOPIC longer than 255 bytes."""
 
     def __init__(self, keys: list[str]):
         import numpy as np
 
         self.keys = keys
-        self.rows: dict[tuple[str, int], int] = {}     # (topic, queue id or 0) -> its row
+        # (topic the row is filed under, queue id or 0, the records' own topic) -> its row
+        self.rows: dict[tuple[str, int, str], int] = {}
         self.tx = np.zeros((0, 4), np.int64)    # records per transaction type (NOT, PREPARED, COMMIT, ROLLBACK)
         self.bytes = np.zeros(0, np.int64)
         self.first = np.zeros(0, np.int64)      # store timestamps
@@ -193,18 +195,22 @@ class WindowSums:
 
         if not win.n or win.prop(C.PROPERTY_INNER_NUM)[0].max() >= 0:
             return False
-        facts = window_facts(data, win, False)
+        by_topic = self.keys == ["topic"]
+        facts = window_facts(data, win, False, (C.PROPERTY_RETRY_TOPIC,) if by_topic else ())
         if facts is None:
             return False
         topics = [window_topic(data, win, facts, t) for t in range(len(facts.first))]
-        if C.SALVAGED_TOPIC in topics or self.keys and win.prop(C.PROPERTY_RETRY_TOPIC)[0].max() >= 0 and \
-                any(t.startswith((C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX)) for t in topics):
+        if C.SALVAGED_TOPIC in topics:
             return False
         if self.keys == GROUPINGS["queue"]:             # (topic number << 32 | queue id as uint32) per pair
-            index, groups = facts.pair_index, [(topics[p >> 32], (p & 0xFFFFFFFF) - ((p & 0x80000000) << 1))
-                                               for p in facts.pairs.tolist()]
+            index, groups = facts.pair_index, [(topics[p >> 32], (p & 0xFFFFFFFF) - ((p & 0x80000000) << 1),
+                                                topics[p >> 32]) for p in facts.pairs.tolist()]
         else:
-            index, groups = facts.topic_index, [(t, 0) for t in topics]
+            index, groups = facts.topic_index, [(t, 0, t) for t in topics]
+            if by_topic:
+                index = _filed_under_retry_topic(data, win, index, groups)
+                if index is None:
+                    return False
         n = len(groups)
         rows = np.array([self._row(g) for g in groups], np.int64)
         tx = (win["sys_flag"] & C.TRANSACTION_MASK) >> 2
@@ -218,7 +224,7 @@ class WindowSums:
         self.last[rows] = np.maximum(self.last[rows], last)
         return True
 
-    def _row(self, group: tuple[str, int]) -> int:
+    def _row(self, group: tuple[str, int, str]) -> int:
         import numpy as np
 
         row = self.rows.get(group)
@@ -230,19 +236,20 @@ class WindowSums:
         return row
 
     def table(self) -> pa.Table:
-        """The partial sums of the windows taken (``_batch_partial``'s columns; no rows when none)."""
+        """The partial sums of the windows taken (``_batch_partial``'s columns; no rows when none): the counts
+        that depend on a record's own topic per row, then the rows filed under one key summed."""
         import numpy as np
         import pyarrow as pa
 
         from rmqtool.columnar.props import arrow, strings
 
-        topics = [t for t, _ in self.rows]
+        own = [t for _, _, t in self.rows]
         tx, records = self.tx, self.tx.sum(axis=1)
 
         def named(*names: str):
-            return np.array([t in names for t in topics], bool)
+            return np.array([t in names for t in own], bool)
 
-        retry, dlq = (np.array([t.startswith(p) for t in topics], bool)
+        retry, dlq = (np.array([t.startswith(p) for t in own], bool)
                       for p in (C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX))
         zero = np.zeros_like(records)
         sums = {"messages": records, "bytes": self.bytes, "retries": np.where(retry, records, zero),
@@ -252,15 +259,55 @@ class WindowSums:
                 "transaction_op": np.where(named(C.RMQ_SYS_TRANS_OP_HALF_TOPIC), records, zero),
                 "delayed": np.where(named(C.RMQ_SYS_SCHEDULE_TOPIC), records, zero),
                 "min_store_timestamp": self.first, "max_store_timestamp": self.last}
-        if not self.keys:
-            sums = {k: v[:0] if not len(topics) else
-                    np.array([v.min() if k == "min_store_timestamp" else v.max() if k == "max_store_timestamp"
-                              else v.sum()]) for k, v in sums.items()}
-        columns = {"topic": strings(topics)} if self.keys else {}
+        # (topic filed under, queue id) -> output row; a row whose records all moved to others is none's
+        keys: dict[tuple[str, int], int] = {}
+        out = np.array([keys.setdefault((k, q) if self.keys else ("", 0), len(keys)) if n else -1
+                        for (k, q, _), n in zip(self.rows, records.tolist())], np.int64)
+        sums = {name: values[out >= 0] for name, values in sums.items()}
+        out = out[out >= 0]
+        columns = {"topic": strings([k for k, _ in keys])} if self.keys else {}
         if len(self.keys) == 2:
-            columns["queue_id"] = arrow(np.array([q for _, q in self.rows], np.int32), pa.int32())
-        columns.update({k: arrow(v.astype(np.int64), pa.int64()) for k, v in sums.items()})
+            columns["queue_id"] = arrow(np.array([q for _, q in keys], np.int32), pa.int32())
+        for name, values in sums.items():
+            folded = np.full(len(keys), _MAX if name == "min_store_timestamp" else
+                             _MIN if name == "max_store_timestamp" else 0, np.int64)
+            fold = np.minimum if name == "min_store_timestamp" else np.maximum if name == "max_store_timestamp" \
+                else np.add
+            fold.at(folded, out, values)
+            columns[name] = arrow(folded, pa.int64())
         return pa.table(columns)
+
+
+def _filed_under_retry_topic(data, win, index, groups: list[tuple[str, int, str]]):
+    """``index`` with the retry and DLQ records that name their RETRY_TOPIC (valid UTF-8: the facts were
+    taken) moved to groups of their own, (that topic, 0, their own topic), appended to ``groups``; None for
+    a RETRY_TOPIC longer than 255 bytes (no topic is: the Arrow path takes it)."""
+    import numpy as np
+
+    retried = [g for g, (topic, _, _) in enumerate(groups)
+               if topic.startswith((C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX))]
+    if not retried:
+        return index
+    start, end = win.prop(C.PROPERTY_RETRY_TOPIC)
+    moved = np.flatnonzero(np.isin(index, retried) & (start >= 0))
+    if not len(moved):
+        return index
+    at, length = start[moved], end[moved] - start[moved]
+    width = int(length.max())
+    if width > 255:
+        return None
+    cols = np.arange(width)
+    text = np.where(cols < length[:, None], data[np.minimum(at[:, None] + cols, len(data) - 1)], 0)
+    # each record's key: its RETRY_TOPIC's bytes, their length and its own topic's number, as one value
+    key = np.column_stack([text.astype(np.uint8), length.astype(np.uint8),
+                           index[moved].astype(">u4").view(np.uint8).reshape(-1, 4)])
+    _, first, inverse = np.unique(np.ascontiguousarray(key).view(np.dtype((np.void, key.shape[1]))).ravel(),
+                                  return_index=True, return_inverse=True)
+    for r in moved[first].tolist():
+        groups.append((bytes(data[start[r]:end[r]]).decode(), 0, groups[index[r]][2]))
+    index = index.copy()
+    index[moved] = len(groups) - len(first) + inverse.reshape(-1)
+    return index
 
 
 def _columns(keys: list[str], where=None) -> list[str] | None:
