@@ -13,7 +13,7 @@ ahead of the walk (the chain of records is a chain of dependent loads that other
 every header), fields are read as one unaligned big-endian load each, copies are memcpy, nothing is
 allocated or grown in the loop (numba counts references on every such array), and the output buffers come
 from Arrow's memory pool (which reuses freed pages; numpy's large allocations return to the system and fault
-in again), but for the field table and spans a caller keeps from window to window (``scratch``). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer; ``split_spans``
+in again). ``gather_spans`` copies spans of the mapped file into one Arrow-ready buffer; ``split_spans``
 splits them (KEYS); ``java_hashes`` hashes them (tagsCode).
 
 Compiled code is cached on disk (numba's ``cache=True``), built once per install on first use (the scan
@@ -40,7 +40,6 @@ import gc
 import hashlib
 import importlib.util
 import math
-import mmap
 import pkgutil
 import sys
 
@@ -865,15 +864,13 @@ def _pooled(shape: tuple[int, ...], dtype) -> np.ndarray:
 
 def _reused(scratch: dict | None, key: str, shape: tuple[int, ...]) -> np.ndarray:
     """An uninitialised int64 array of ``shape``: over ``scratch[key]``'s buffer where it is large enough
-    (else a new one kept there), or a new one without ``scratch``. A kept buffer is an anonymous map: it
-    needs no pool (nor pyarrow's import in a scan that makes no Arrow array), and its pages are zeroed 4 KiB
-    at a time as they are touched (numpy asks for huge pages: 2 MiB zeroed where each column begins)."""
+    (else a new one kept there), or a new one without ``scratch``."""
     if scratch is None:
         return _pooled(shape, np.int64)
     count = math.prod(shape)
     buf = scratch.get(key)
     if buf is None or len(buf) < count:
-        buf = scratch[key] = np.frombuffer(mmap.mmap(-1, count * 8), np.int64)
+        buf = scratch[key] = _pooled((count,), np.int64)
     return buf[:count].reshape(shape)
 
 
