@@ -155,6 +155,19 @@ def file_stats(f: scan.StoreFile, by: str | None, on_damage: Callable[[Exception
     return merge(parts + ([sums.table()] if sums is not None else []), by)
 
 
+def topic_counts(topic: str, by_type) -> dict[str, int]:
+    """The counts other than messages and bytes of records of ``topic`` (their own, not the one they are filed
+    under), ``by_type`` of them of each transaction type (NOT, PREPARED, COMMIT, ROLLBACK): the rules of
+    ``_batch_partial`` for the record-by-record and the windows' sums."""
+    records = sum(by_type)
+    return {"retries": records if topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX) else 0,
+            "dlq": records if topic.startswith(C.DLQ_GROUP_TOPIC_PREFIX) else 0,
+            "transaction_half": records if topic == C.RMQ_SYS_TRANS_HALF_TOPIC else by_type[1],
+            "transaction_commit": by_type[2], "transaction_rollback": by_type[3],
+            "transaction_op": records if topic == C.RMQ_SYS_TRANS_OP_HALF_TOPIC else 0,
+            "delayed": records if topic == C.RMQ_SYS_SCHEDULE_TOPIC else 0}
+
+
 def _blank(batch: pa.RecordBatch) -> bool:
     """A file's BLANK (a one-row batch): nothing to count."""
     return batch.num_rows == 1 and batch.column("type")[0].as_py() == "blank"
@@ -243,21 +256,10 @@ class WindowSums:
 
         from rmqtool.columnar.props import arrow, strings
 
-        own = [t for _, _, t in self.rows]
-        tx, records = self.tx, self.tx.sum(axis=1)
-
-        def named(*names: str):
-            return np.array([t in names for t in own], bool)
-
-        retry, dlq = (np.array([t.startswith(p) for t in own], bool)
-                      for p in (C.RETRY_GROUP_TOPIC_PREFIX, C.DLQ_GROUP_TOPIC_PREFIX))
-        zero = np.zeros_like(records)
-        sums = {"messages": records, "bytes": self.bytes, "retries": np.where(retry, records, zero),
-                "dlq": np.where(dlq, records, zero),
-                "transaction_half": np.where(named(C.RMQ_SYS_TRANS_HALF_TOPIC), records, tx[:, 1]),
-                "transaction_commit": tx[:, 2], "transaction_rollback": tx[:, 3],
-                "transaction_op": np.where(named(C.RMQ_SYS_TRANS_OP_HALF_TOPIC), records, zero),
-                "delayed": np.where(named(C.RMQ_SYS_SCHEDULE_TOPIC), records, zero),
+        records = self.tx.sum(axis=1)
+        by_topic = [topic_counts(t, by_type) for (_, _, t), by_type in zip(self.rows, self.tx.tolist())]
+        sums = {"messages": records, "bytes": self.bytes,
+                **{name: np.array([c[name] for c in by_topic], np.int64) for name in COUNTS[2:]},
                 "min_store_timestamp": self.first, "max_store_timestamp": self.last}
         # (topic filed under, queue id) -> output row; a row whose records all moved to others is none's
         keys: dict[tuple[str, int], int] = {}
@@ -378,6 +380,8 @@ def _few_stats(files: list[scan.StoreFile], by: str | None, progress: Callable[[
                 raise scan.Irregular
             messages = scan.record_messages(msg.properties_raw, props)
             tx = msg.sys_flag & C.TRANSACTION_MASK
+            by_type = [0, 0, 0, 0]
+            by_type[tx >> 2] = 1
             if topic == C.SALVAGED_TOPIC and tx == C.TransactionType.ROLLBACK:
                 continue                                   # repair's placeholder: not a message
             key = []
@@ -404,13 +408,8 @@ def _few_stats(files: list[scan.StoreFile], by: str | None, progress: Callable[[
                                               **dict.fromkeys(COUNTS, 0))
             t["messages"] += messages
             t["bytes"] += msg.total_size
-            t["retries"] += topic.startswith(C.RETRY_GROUP_TOPIC_PREFIX)
-            t["dlq"] += topic.startswith(C.DLQ_GROUP_TOPIC_PREFIX)
-            t["transaction_half"] += topic == C.RMQ_SYS_TRANS_HALF_TOPIC or tx == C.TransactionType.PREPARED
-            t["transaction_commit"] += tx == C.TransactionType.COMMIT
-            t["transaction_rollback"] += tx == C.TransactionType.ROLLBACK
-            t["transaction_op"] += topic == C.RMQ_SYS_TRANS_OP_HALF_TOPIC
-            t["delayed"] += topic == C.RMQ_SYS_SCHEDULE_TOPIC
+            for name, count in topic_counts(topic, by_type).items():
+                t[name] += count
             t["min_store_timestamp"] = min(t["min_store_timestamp"], ts)
             t["max_store_timestamp"] = max(t["max_store_timestamp"], ts)
         if progress:
