@@ -160,6 +160,12 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[st
                        counts if keys else counts[:0], hashes[:k])
 
 
+def split_pairs(pairs: np.ndarray) -> tuple[list[int], list[int]]:
+    """(topic numbers, queue ids as the int32 a record holds) of (topic number << 32 | queue id as uint32)
+    pairs (``WindowFacts.pairs``)."""
+    return (pairs >> 32).tolist(), (pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist()
+
+
 def window_topic(data: np.ndarray, win: Window, facts: WindowFacts, t: int) -> str:
     """The window's topic number ``t`` (valid UTF-8: the window's facts were taken)."""
     r = facts.first[t]

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 
 from rmqtool import constants as C
-from rmqtool.columnar.facts import (DISPATCH_PROPERTIES, QueueTable, WindowFacts, delay_tags_code, window_facts,
-                                    window_topic)
+from rmqtool.columnar.facts import (DISPATCH_PROPERTIES, QueueTable, WindowFacts, delay_tags_code, split_pairs,
+                                    window_facts, window_topic)
 from rmqtool.columnar.kernel import MIN_RECORD, Window, load_compiled, plain_path, scan_window, words
 from rmqtool.errors import BadMagic, ChecksumMismatch, FormatError, InconsistentLength, RmqError, Truncated
 from rmqtool.format.commitlog import Blank, decode_entry, peek_header
@@ -83,8 +83,7 @@ class QueueNames:
         if len(new):
             new = new[np.argsort(facts.pairs[new])]
             pairs = facts.pairs[new]
-            ids = (pairs & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist()
-            for i, t, q in zip(new.tolist(), (pairs >> 32).tolist(), ids):
+            for i, t, q in zip(new.tolist(), *split_pairs(pairs)):
                 codes[i] = self.code((window_topic(data, win, facts, t), q))
             self.table.insert(data, win, facts, pairs, codes[new])
         return codes
@@ -100,8 +99,7 @@ class QueueNames:
         new = np.flatnonzero(~known)
         if len(new):
             new = new[np.argsort(pairs[new])]
-            ids = (pairs[new] & 0xFFFFFFFF).astype(np.uint32).view(np.int32).tolist()
-            for i, t, q in zip(new.tolist(), (pairs[new] >> 32).tolist(), ids):
+            for i, t, q in zip(new.tolist(), *split_pairs(pairs[new])):
                 codes[i] = self.code((topics[t], q))
             order = np.argsort(np.concatenate([self._keys, keys[new]]), kind="stable")
             self._keys = np.concatenate([self._keys, keys[new]])[order]

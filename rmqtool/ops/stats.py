@@ -204,7 +204,7 @@ class WindowSums:
     def __call__(self, data, win, file_start: int) -> bool:
         import numpy as np
 
-        from rmqtool.columnar.facts import window_facts, window_topic
+        from rmqtool.columnar.facts import split_pairs, window_facts, window_topic
 
         if not win.n or win.prop(C.PROPERTY_INNER_NUM)[0].max() >= 0:
             return False
@@ -215,9 +215,8 @@ class WindowSums:
         topics = [window_topic(data, win, facts, t) for t in range(len(facts.first))]
         if C.SALVAGED_TOPIC in topics:
             return False
-        if self.keys == GROUPINGS["queue"]:             # (topic number << 32 | queue id as uint32) per pair
-            index, groups = facts.pair_index, [(topics[p >> 32], (p & 0xFFFFFFFF) - ((p & 0x80000000) << 1),
-                                                topics[p >> 32]) for p in facts.pairs.tolist()]
+        if self.keys == GROUPINGS["queue"]:
+            index, groups = facts.pair_index, [(topics[t], q, topics[t]) for t, q in zip(*split_pairs(facts.pairs))]
         else:
             index, groups = facts.topic_index, [(t, 0, t) for t in topics]
             if by_topic:
