@@ -126,3 +126,52 @@ def test_windows_summed_from_the_facts_give_the_arrow_paths_sums(tmp_path_factor
     plain = [m.topic_raw is None and m.topic != C.SALVAGED_TOPIC and b"INNER_NUM" not in m.properties_raw
              for m in msgs]
     assert not all(plain) or all(taken)                  # windows of such records are all taken
+
+
+_KEY_VALUES = {"topic": st.sampled_from(["T", "TopicA", "ä", "%RETRY%g1"]), "queue_id": st.integers(-2, 3),
+               "hour": st.sampled_from([0, 3_600_000, 7_200_000, -3_600_000]),
+               "store_host": st.sampled_from(["10.0.0.1:10911", "[::1]:10911"]),
+               "tags": st.sampled_from([None, "", "TagA"]), "store": st.sampled_from(["/a/store", "/b/store"]),
+               "group": st.sampled_from([None, "g1", "g2"])}
+
+
+@st.composite
+def _partials(draw):
+    """A grouping and partial sums as files give them: tables with a row per key (keys repeat across tables;
+    a table may come in two chunks), counts up to 2^40, store-time ranges."""
+    import pyarrow as pa
+
+    by = draw(st.sampled_from(BYS))
+    keys = stats.GROUPINGS[by] if by else []
+    types = {"queue_id": pa.int32(), "hour": pa.timestamp("ms")}
+    tables = []
+    for _ in range(draw(st.integers(1, 4))):
+        rows = draw(st.lists(st.tuples(st.tuples(*(_KEY_VALUES[k] for k in keys)), st.integers(1, 1 << 40), st.lists(
+            st.integers(0, 1 << 40), min_size=8, max_size=8), st.integers(-(1 << 45), 1 << 45),
+            st.integers(0, 1 << 30)), max_size=6, unique_by=lambda r: r[0]))
+        cut = draw(st.integers(0, len(rows)))
+        chunks = []
+        for part in (rows[:cut], rows[cut:]):
+            cols = {k: pa.array([r[0][i] for r in part], types.get(k, pa.string())) for i, k in enumerate(keys)}
+            counts = [[r[1], *r[2]] for r in part]
+            cols.update({c: pa.array([n[j] for n in counts], pa.int64()) for j, c in enumerate(stats.COUNTS)})
+            cols["min_store_timestamp"] = pa.array([r[3] for r in part], pa.int64())
+            cols["max_store_timestamp"] = pa.array([r[3] + r[4] for r in part], pa.int64())
+            chunks.append(pa.table(cols))
+        tables.append(pa.concat_tables(chunks))
+    return by, tables
+
+
+@settings(max_examples=200, deadline=None)
+@given(_partials())
+def test_merged_partial_sums_are_arrows_group_by(partials):
+    """``merge`` (a dict and numpy) gives the rows Arrow's group-by of all the partial sums gives, for every
+    grouping: sums added, ranges widened, null keys grouped together."""
+    import pyarrow as pa
+
+    by, tables = partials
+    keys = stats.GROUPINGS[by] if by else []
+    nonempty = [t for t in tables if t.num_rows]
+    want = stats.stats_rows(stats._group(pa.concat_tables(nonempty), keys, stats._AGGREGATES), by) if nonempty \
+        else []
+    assert stats.stats_rows(stats.merge(tables, by), by) == want

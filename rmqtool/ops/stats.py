@@ -325,6 +325,11 @@ def _columns(keys: list[str], where=None) -> list[str] | None:
 
 
 def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
+    """One row per key of the partial sums of several files or windows (each grouped already): the sums
+    added, the store-time ranges widened. The rows are few (a file's keys), so a dict finds each row's key
+    and numpy folds the columns, without Arrow's group-by (importing pyarrow.compute and Acero costs more
+    than the fold: ~0.07 CPU-s, after the workers end)."""
+    import numpy as np
     import pyarrow as pa
 
     partials = [p for p in partials if p.num_rows]
@@ -333,7 +338,17 @@ def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
     if len(partials) == 1:                   # grouped already (``file_stats``, ``_batch_partial``)
         return partials[0]
     keys = GROUPINGS[by] if by else []
-    return _group(pa.concat_tables(partials), keys, _AGGREGATES)
+    table = pa.concat_tables(partials)
+    groups: dict[tuple, int] = {}
+    values = zip(*(table.column(k).to_pylist() for k in keys)) if keys else [()] * table.num_rows
+    index = np.fromiter((groups.setdefault(v, len(groups)) for v in values), np.int64, table.num_rows)
+    columns = {k: pa.array([g[i] for g in groups], table.schema.field(k).type) for i, k in enumerate(keys)}
+    for name, how in _AGGREGATES:
+        fold, start = {"sum": (np.add, 0), "min": (np.minimum, _MAX), "max": (np.maximum, _MIN)}[how]
+        folded = np.full(len(groups), start, np.int64)
+        fold.at(folded, index, np.concatenate([c.to_numpy() for c in table.column(name).chunks]))
+        columns[name] = folded
+    return pa.table(columns)
 
 
 def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
