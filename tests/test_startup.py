@@ -114,6 +114,25 @@ def test_small_store_stats_imports_no_bulk_modules(name, by):
     assert result["heavy"] == []
 
 
+@pytest.mark.parametrize("by", [[], ["--by", "topic"], ["--by", "queue"]])
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_bulk_stats_of_several_files_imports_no_group_by(by, jobs):
+    """stats over the bulk path of a store of three commit-log files, its windows summed from the facts pass:
+    the files' partial sums are merged by numpy (``stats.merge``), in one process or after the workers, so
+    neither pyarrow.compute nor Acero is imported."""
+    probe = _PROBE.replace('("numpy", "pyarrow", "numba")', '()').replace(
+        'or m.startswith("rmqtool.columnar")', 'or m in ("pyarrow.compute", "pyarrow._acero", "pyarrow.acero")').replace(
+        "import json, runpy, sys\n", "import json, runpy, sys\nfrom rmqtool.ops import scan\n"
+        "scan.FEW_BYTES = -1                 # the bulk path\n")
+    store = store_path("dev-sample")
+    assert len(list((store / "commitlog").iterdir())) > 1
+    proc = subprocess.run([sys.executable, "-c", probe, "stats", str(store), *by, "--jobs", jobs, "-f", "jsonl"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert result["code"] in (0, None) and '"messages"' in proc.stdout, proc.stderr
+    assert result["heavy"] == []
+
+
 @pytest.mark.parametrize("name", ["dev-sample", "dev-config-5x"])
 @pytest.mark.parametrize("args", [["{out}/r.jsonl"], ["{out}/r.csv", "--check-crc"], ["{out}/r.jsonl", "--topic", "TopicA"]])
 def test_small_store_text_export_imports_no_bulk_modules(name, args, tmp_path):
