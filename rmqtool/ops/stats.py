@@ -340,9 +340,14 @@ def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
     keys = GROUPINGS[by] if by else []
     table = pa.concat_tables(partials)
     groups: dict[tuple, int] = {}
-    values = zip(*(table.column(k).to_pylist() for k in keys)) if keys else [()] * table.num_rows
+    # a timestamp key (the hour) as its int64: a datetime cannot hold every value a record's time may have
+    times = {k for k in keys if pa.types.is_timestamp(table.schema.field(k).type)}
+    values = zip(*([v for c in table.column(k).chunks for v in (c.view(pa.int64()) if k in times else c).to_pylist()]
+                   for k in keys)) if keys else [()] * table.num_rows
     index = np.fromiter((groups.setdefault(v, len(groups)) for v in values), np.int64, table.num_rows)
-    columns = {k: pa.array([g[i] for g in groups], table.schema.field(k).type) for i, k in enumerate(keys)}
+    columns = {k: pa.array([g[i] for g in groups], pa.int64() if k in times else table.schema.field(k).type)
+               for i, k in enumerate(keys)}
+    columns.update({k: columns[k].view(table.schema.field(k).type) for k in times})
     for name, how in _AGGREGATES:
         fold, start = {"sum": (np.add, 0), "min": (np.minimum, _MAX), "max": (np.maximum, _MIN)}[how]
         folded = np.full(len(groups), start, np.int64)
