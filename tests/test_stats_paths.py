@@ -59,10 +59,10 @@ def test_the_warm_up_before_the_workers_decodes_what_they_decode(by, where, monk
 
 _TOPICS = ["T", "TopicA", "ä", "%RETRY%g1", "%DLQ%g1", C.RMQ_SYS_TRANS_HALF_TOPIC, C.RMQ_SYS_TRANS_OP_HALF_TOPIC,
            C.RMQ_SYS_SCHEDULE_TOPIC, C.SALVAGED_TOPIC]
-_PROPS = st.lists(st.sampled_from(["TAGS\x01a", "RETRY_TOPIC\x01TopicA", "RETRY_TOPIC\x01Other", "RETRY_TOPIC\x01",
-                                   "RETRY_TOPIC\x01TopicA\x00", "INNER_NUM\x013",
+_PROPS = st.lists(st.sampled_from(["TAGS\x01a", "TAGS\x01b\udcff", "RETRY_TOPIC\x01TopicA", "RETRY_TOPIC\x01Other",
+                                   "RETRY_TOPIC\x01", "RETRY_TOPIC\x01TopicA\x00", "INNER_NUM\x013",
                                    "INNER_BASE\x017", "INNER_NUM\x01x", "UNIQ_KEY\x01u", "DELAY\x012"]),
-                  max_size=3).map(lambda items: "\x02".join(items))
+                  max_size=3).map(lambda items: "\x02".join(items))     # \udcff: the byte 0xFF (not UTF-8)
 
 
 @st.composite
@@ -70,7 +70,8 @@ def _records(draw):
     from rmqtool.format.commitlog import Message
 
     raw = draw(st.sampled_from([None] * 9 + [b"bad\xff"]))             # a topic that is not UTF-8
-    return Message(topic=draw(st.sampled_from(_TOPICS)), topic_raw=raw, properties_raw=draw(_PROPS).encode(),
+    return Message(topic=draw(st.sampled_from(_TOPICS)), topic_raw=raw,
+                   properties_raw=draw(_PROPS).encode("utf-8", "surrogateescape"),
                    queue_id=draw(st.sampled_from([0, 1, 3, -1, 2**31 - 1, -2**31])),
                    store_timestamp=draw(st.integers(0, 2**42)),
                    sys_flag=draw(st.sampled_from(list(C.TransactionType))), body=b"x" * draw(st.integers(0, 300)))

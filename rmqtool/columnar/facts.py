@@ -50,8 +50,8 @@ def _index_hash(h):
 
 
 @_jit
-def _window_facts(d, topic_pos, topic_len, queue_id, props, tag, uniq, keys, text, want_keys, table, pair_table,
-                  topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes):
+def _window_facts(d, topic_pos, topic_len, queue_id, props, tag, uniq, keys, text, want_keys, want_tags, want_pairs,
+                  table, pair_table, topic_index, first, topic_hash, pairs, pair_index, tags, counts, hashes):
     """(ok, topics, pairs, key hashes): the facts into the caller's arrays (``table`` and ``pair_table``:
     empty hash tables, a power of two of slots, at least twice the records); ``props``: the window's
     property spans, the TAGS, UNIQ_KEY and KEYS values' starts in columns ``tag``, ``uniq`` and ``keys``
@@ -85,27 +85,29 @@ def _window_facts(d, topic_pos, topic_len, queue_id, props, tag, uniq, keys, tex
                 break
             slot = (slot + 1) & (cap - 1)
         topic_index[i] = t
-        key = (t << 32) | (queue_id[i] & _M)
-        mixed = t * 0x9E3779B1 ^ (queue_id[i] & _M) * 0x85EBCA6B     # both halves of the key reach the slot
-        slot = (mixed ^ (mixed >> 17)) & (cap - 1)
-        while True:
-            c = pair_table[slot]
-            if c < 0:
-                pair_table[slot] = npairs
-                pairs[npairs] = key
-                c = npairs
-                npairs += 1
-                break
-            if pairs[c] == key:
-                break
-            slot = (slot + 1) & (cap - 1)
-        pair_index[i] = c
-        tags[i] = 0
-        if props[i, tag] >= 0:
-            g = text_hash(d, props[i, tag], props[i, tag + 1], _ZERO)
-            if g < 0:
-                return False, topics, npairs, k
-            tags[i] = g - (1 << 32) if g >= (1 << 31) else g
+        if want_pairs:
+            key = (t << 32) | (queue_id[i] & _M)
+            mixed = t * 0x9E3779B1 ^ (queue_id[i] & _M) * 0x85EBCA6B     # both halves of the key reach the slot
+            slot = (mixed ^ (mixed >> 17)) & (cap - 1)
+            while True:
+                c = pair_table[slot]
+                if c < 0:
+                    pair_table[slot] = npairs
+                    pairs[npairs] = key
+                    c = npairs
+                    npairs += 1
+                    break
+                if pairs[c] == key:
+                    break
+                slot = (slot + 1) & (cap - 1)
+            pair_index[i] = c
+        if want_tags:
+            tags[i] = 0
+            if props[i, tag] >= 0:
+                g = text_hash(d, props[i, tag], props[i, tag + 1], _ZERO)
+                if g < 0:
+                    return False, topics, npairs, k
+                tags[i] = g - (1 << 32) if g >= (1 << 31) else g
         if want_keys:
             head = (h * 31 + _HASH_SIGN) & _M
             k0 = k
@@ -136,9 +138,12 @@ def _window_facts(d, topic_pos, topic_len, queue_id, props, tag, uniq, keys, tex
     return True, topics, npairs, k
 
 
-def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[str, ...] = ()) -> WindowFacts | None:
+def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[str, ...] = (), *, tags: bool = True,
+                 pairs: bool = True) -> WindowFacts | None:
     """The facts of the window's records (scanned without ``items``: spans point into ``data``); None when
-    a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``text_props``, is not valid UTF-8."""
+    a topic, TAGS, UNIQ_KEY or KEYS value, or one of the properties ``text_props``, is not valid UTF-8.
+    Without ``tags`` the TAGS hashCodes are neither taken nor their text checked (``tags_code`` empty);
+    without ``pairs``, no (topic, queue id) pairs (``pairs`` and ``pair_index`` empty)."""
     n = win.n
     # arrays made here, not in compiled code (each numpy constructor there is one more compiled function)
     slots = np.full((2, max(16, 1 << (2 * n - 1).bit_length())), -1, np.int64)     # topic and pair hash tables
@@ -148,15 +153,16 @@ def window_facts(data: np.ndarray, win: Window, keys: bool, text_props: tuple[st
         (uniq_s, _), (keys_s, keys_e) = win.prop(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), win.prop(C.PROPERTY_KEYS)
         room = int(np.count_nonzero(uniq_s >= 0) + ((keys_e - keys_s + 1) // 2).sum())    # absent: (-1 + 1) // 2
     hashes = np.empty(room, np.int32)
-    topic_index, first, topic_hash, pairs, pair_index, tags, counts = rows
+    topic_index, first, topic_hash, pair_keys, pair_index, tags_code, counts = rows
     ok, topics, npairs, k = _window_facts(
         data, win["topic_pos"], win["topic_len"], win["queue_id"], win.props, prop_column(C.PROPERTY_TAGS),
         prop_column(C.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), prop_column(C.PROPERTY_KEYS),
-        np.array([prop_column(name) for name in text_props], np.int64), keys, slots[0], slots[1], topic_index, first,
-        topic_hash, pairs, pair_index, tags, counts, hashes)
+        np.array([prop_column(name) for name in text_props], np.int64), keys, tags, pairs, slots[0], slots[1],
+        topic_index, first, topic_hash, pair_keys, pair_index, tags_code, counts, hashes)
     if not ok:
         return None
-    return WindowFacts(topic_index, first[:topics], topic_hash[:topics], pairs[:npairs], pair_index, tags,
+    return WindowFacts(topic_index, first[:topics], topic_hash[:topics], pair_keys[:npairs],
+                       pair_index if pairs else pair_index[:0], tags_code if tags else tags_code[:0],
                        counts if keys else counts[:0], hashes[:k])
 
 

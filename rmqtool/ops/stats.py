@@ -209,7 +209,8 @@ class WindowSums:
         if not win.n or win.prop(C.PROPERTY_INNER_NUM)[0].max() >= 0:
             return False
         by_topic = self.keys == ["topic"]
-        facts = window_facts(data, win, False, (C.PROPERTY_RETRY_TOPIC,) if by_topic else ())
+        facts = window_facts(data, win, False, (C.PROPERTY_RETRY_TOPIC,) if by_topic else (), tags=False,
+                             pairs=self.keys == GROUPINGS["queue"])
         if facts is None:
             return False
         topics = [window_topic(data, win, facts, t) for t in range(len(facts.first))]
