@@ -270,13 +270,7 @@ class WindowSums:
         columns = {"topic": strings([k for k, _ in keys])} if self.keys else {}
         if len(self.keys) == 2:
             columns["queue_id"] = arrow(np.array([q for _, q in keys], np.int32), pa.int32())
-        for name, values in sums.items():
-            folded = np.full(len(keys), _MAX if name == "min_store_timestamp" else
-                             _MIN if name == "max_store_timestamp" else 0, np.int64)
-            fold = np.minimum if name == "min_store_timestamp" else np.maximum if name == "max_store_timestamp" \
-                else np.add
-            fold.at(folded, out, values)
-            columns[name] = arrow(folded, pa.int64())
+        columns.update({name: arrow(values, pa.int64()) for name, values in _folded(out, len(keys), sums).items()})
         return pa.table(columns)
 
 
@@ -349,12 +343,22 @@ def merge(partials: Iterable[pa.Table], by: str | None) -> pa.Table:
     columns = {k: pa.array([g[i] for g in groups], pa.int64() if k in times else table.schema.field(k).type)
                for i, k in enumerate(keys)}
     columns.update({k: columns[k].view(table.schema.field(k).type) for k in times})
+    columns.update(_folded(index, len(groups), {name: np.concatenate([c.to_numpy() for c in table.column(name).chunks])
+                                                for name, _ in _AGGREGATES}))
+    return pa.table(columns)
+
+
+def _folded(index, groups: int, values: dict) -> dict:
+    """Each aggregate's int64 values folded into ``groups`` rows (``index``: each value's row): the counts
+    added, the store-time ranges widened (``_AGGREGATES``, as Arrow's group-by takes them)."""
+    import numpy as np
+
+    out = {}
     for name, how in _AGGREGATES:
         fold, start = {"sum": (np.add, 0), "min": (np.minimum, _MAX), "max": (np.maximum, _MIN)}[how]
-        folded = np.full(len(groups), start, np.int64)
-        fold.at(folded, index, np.concatenate([c.to_numpy() for c in table.column(name).chunks]))
-        columns[name] = folded
-    return pa.table(columns)
+        out[name] = np.full(groups, start, np.int64)
+        fold.at(out[name], index, values[name])
+    return out
 
 
 def stats_rows(table: pa.Table, by: str | None) -> list[dict]:
