@@ -427,20 +427,19 @@ def record_batches(f: StoreFile, *, check_crc: bool = False, decompress: bool = 
         columns = None
     elif columns is not None:                   # what BytesCounter reads
         columns = list(dict.fromkeys([*columns, "physical_offset", "total_size"]))
-    if windows is not None and columns is not None:
-        offered = windows
 
-        def windows(data, win, file_start: int) -> bool:
-            taken = offered(data, win, file_start)
-            if taken:
-                counted.reach(file_start + win.next)
-            return taken
-    else:
-        windows = None
+    def counted_windows(data, win, file_start: int) -> bool:
+        """``windows``, its windows taken counted as scanned."""
+        taken = windows(data, win, file_start)
+        if taken:
+            counted.reach(file_start + win.next)
+        return taken
+
+    offered = counted_windows if windows is not None and columns is not None else None
     with local_path(f) as path:
         try:
             for batch in iter_record_batches(cut_commitlog(path, f.size), check_crc=check_crc, columns=columns,
-                                             select=select, windows=windows,
+                                             select=select, windows=offered,
                                              on_damage=on_damage and (lambda e: on_damage(relabel(e)))):
                 counted(batch)
                 if named is not None:
