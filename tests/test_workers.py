@@ -440,9 +440,10 @@ def test_stats_and_grep_spread_a_large_store_by_default(generated, monkeypatch):
     assert pids[1] == min(cores, 6, available_memory() >> 30) and (cores < 2 or pids[1] > 1)
 
 
-def test_one_file_text_export_gives_each_default_worker_two_files(generated, monkeypatch, tmp_path):
-    """Without --jobs, export to one Parquet file takes a worker per commit-log file (cores allowing), to one
-    JSON-lines or CSV file one per two files: the copy of a text part after its worker ends is serial."""
+def test_one_file_export_takes_a_default_worker_per_file_but_filtered_text(generated, monkeypatch, tmp_path):
+    """Without --jobs, export to one Parquet file, or to JSON lines or CSV of every record (written in place),
+    takes a worker per commit-log file (cores allowing); a filtered text export one per two files: the copy
+    of its last part after its worker ends is serial."""
     from rmqtool.ops import scan, workers
 
     asked = []
@@ -450,9 +451,11 @@ def test_one_file_text_export_gives_each_default_worker_two_files(generated, mon
     monkeypatch.setattr(scan, "FEW_BYTES", 0)             # the columnar path, not the small store's
     monkeypatch.setattr(workers, "default_jobs", lambda size, files: asked.append(files) or real(size, files))
     monkeypatch.setattr(workers, "PARALLEL_MIN_BYTES", 1 << 16)
-    for name in ("out.parquet", "out.jsonl", "out.csv"):
-        assert run("export", generated, "--to", tmp_path / name).exit_code == 0
-    assert asked == [6, 3, 3]
+    for name, extra in [("out.parquet", []), ("out.jsonl", []), ("out.csv", []),
+                        ("topic.parquet", ["--topic", "Topic-01"]), ("topic.jsonl", ["--topic", "Topic-01"]),
+                        ("topic.csv", ["--topic", "Topic-01"])]:
+        assert run("export", generated, "--to", tmp_path / name, *extra).exit_code == 0
+    assert asked == [6, 6, 6, 6, 3, 3]
 
 
 @pytest.mark.parametrize("name", ["generated", "damaged"])
@@ -480,12 +483,17 @@ def test_dataset_export_in_workers_writes_the_same_parts(name, request, tmp_path
 @pytest.mark.parametrize("name, extra", [("generated", ["-f", "parquet"]),
                                          ("generated", ["-f", "csv", "--check-crc", "--topic", "Topic-01"]),
                                          ("generated", ["-f", "parquet", "--topic", "no-such-topic"]),
+                                         ("generated", ["-f", "jsonl"]),
+                                         ("generated", ["-f", "csv", "--check-crc", "--body-encoding", "text"]),
                                          ("damaged", ["-f", "jsonl", "--read-anyway"]),
+                                         ("damaged", ["-f", "csv", "--read-anyway", "--body-encoding", "hex"]),
+                                         ("damaged", ["-f", "csv"]),
                                          ("damaged", ["-f", "parquet"])])
 def test_one_file_export_in_workers_writes_the_same_bytes(name, extra, request, tmp_path):
-    """export to one file with --jobs: each commit-log file written apart by a worker and joined in order gives
-    the bytes of one process (Parquet: its row groups copied, the footer rebuilt), the same counts, warnings and
-    exit status; a worker's error is the one-process error, and no output or part file is left."""
+    """export to one file with --jobs: each commit-log file written by a worker, apart and joined in order
+    (Parquet: its row groups copied, the footer rebuilt; a filtered text export) or in place (the lines of
+    every record), gives the bytes of one process, the same counts, warnings and exit status; a worker's error
+    is the one-process error, and no output or part file is left."""
     import pyarrow.parquet as pq
 
     src = request.getfixturevalue(name)
@@ -506,6 +514,81 @@ def test_one_file_export_in_workers_writes_the_same_bytes(name, extra, request, 
         assert outputs[0][0] == 3 and "bad magic code" in outputs[0][2][-1] and outputs[0][3], outputs[0][:3]
     else:                                 # refused: nothing written
         assert outputs[0][0] == 3 and "bad magic code" in outputs[0][2][-1] and outputs[0][3] is None, outputs[0][:3]
+
+
+def _append_until_killed(path: str, progress) -> None:
+    """Appends to ``path`` for 20 seconds (an orphan does not outlive a failed test for long)."""
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        with open(path, "a") as fh:
+            fh.write("x")
+        time.sleep(0.005)
+
+
+def test_process_map_workers_die_with_this_process(tmp_path):
+    """A SIGKILLed process's ``process_map`` workers die with it: none goes on writing (an export writes its
+    output from them)."""
+    paths = [str(tmp_path / name) for name in "ab"]        # a: the worker's item, b: this process's
+    pid = os.fork()
+    if pid == 0:                                # the child: never returns into pytest
+        try:
+            process_map(_append_until_killed, paths, 2)
+        finally:
+            os._exit(1)
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    time.sleep(0.1)
+    sizes = [os.path.getsize(p) for p in paths]
+    time.sleep(0.3)
+    assert [os.path.getsize(p) for p in paths] == sizes and min(sizes) > 0
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_text_of_every_record_is_written_in_place(fmt, generated, monkeypatch, tmp_path):
+    """JSON lines or CSV of every record with --jobs: each part's lines written at their place in the output,
+    nothing copied after the workers; a store whose first file gives no record (its first record damaged,
+    read anyway) has the CSV header written by the next part: the bytes of --jobs 1."""
+    import struct
+
+    from rmqtool.store import joined
+
+    def no_copy(*args):
+        raise AssertionError("a part was copied")
+    monkeypatch.setattr(joined, "copy_range", no_copy)
+    src = tmp_path / "store"
+    shutil.copytree(generated, src)
+    first = sorted((src / "commitlog").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    struct.pack_into(">i", data, 4, 0x12345678)              # the first record's magic code
+    first.write_bytes(bytes(data))
+    outputs = []
+    for jobs in "13":
+        out = tmp_path / f"{jobs}.{fmt}"
+        r = run("export", src, "--to", out, "-f", fmt, "--read-anyway", "--jobs", jobs)
+        outputs.append((r.exit_code, r.stderr.replace(str(out), "OUT").split(" in ")[0], out.read_bytes()))
+    assert outputs[0] == outputs[1]
+    assert outputs[0][0] == 3 and outputs[0][2].count(b"\n") > 100
+    if fmt == "csv":
+        assert outputs[0][2].startswith(b'"type","physical_offset",') and outputs[0][2].count(b'"type"') == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1.csv" if fmt == "csv" else "1.jsonl",
+                                                          "3.csv" if fmt == "csv" else "3.jsonl", "store"]
+
+
+def test_a_part_whose_lines_change_length_stops_the_export(generated, monkeypatch, tmp_path):
+    """A part whose lines come out of another length than counted (its commit-log file changed in between)
+    stops an export written in place: one line naming the file, no output left."""
+    from rmqtool.ops import export
+
+    real = export._measure
+    monkeypatch.setattr(export, "_measure", lambda *args, **kw: real(*args, **kw) + 1)
+    out = tmp_path / "out.jsonl"
+    r = run("export", generated, "--to", out, "--jobs", "3")
+    assert r.exit_code != 0 and "changed while it was exported" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @settings(max_examples=60, deadline=None)

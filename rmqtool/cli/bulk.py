@@ -64,8 +64,8 @@ class Size(click.ParamType):
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
               help="Worker processes, one commit-log file each at a time [default: from 256 MiB of commit "
-                   "log one per core, 1 GB of available memory each; else 1]. One output file is joined from "
-                   "the workers' parts in order: the same output whatever N.")
+                   "log one per core, 1 GB of available memory each; else 1]. One output file holds the workers' "
+                   "parts in commit-log order: the same output whatever N.")
 def export(stores, to, fmt, kind, trace_topic, partition_by, topics, queue_ids, tags, keys, body_regex, since, until,
            include_blank, engine, master, check_crc, body, read_anyway, commitlog_records, force, jobs):
     """Export the commit-log messages of STORES (roots, commitlog dirs or files, globs, URIs) to one

@@ -345,6 +345,10 @@ class Lines:
         _lengths(self.n, parts, lit, len(end), offsets)
         return parts, lits, lit, np.frombuffer(end, np.uint8), offsets
 
+    def length(self, end: bytes) -> int:
+        """The bytes ``text`` would make, counted without rendering them."""
+        return int(self._prepare(end)[-1][-1])
+
     def text(self, end: bytes) -> tuple[np.ndarray, np.ndarray]:
         """(int64 offsets of the lines, their bytes), each line ending in ``end``."""
         parts, lits, lit, end_arr, offsets = self._prepare(end)

@@ -294,3 +294,9 @@ def text_chunks(batch: pa.RecordBatch, body_encoding: str, style: str, rows: int
 
     lines, end = _lines(batch, body_encoding, style)
     return lines.chunks(end, rows or CHUNK_ROWS)
+
+
+def text_length(batch: pa.RecordBatch, body_encoding: str, style: str) -> int:
+    """The bytes of ``text_chunks``' lines, counted without rendering them."""
+    lines, end = _lines(batch, body_encoding, style)
+    return lines.length(end)

@@ -2,11 +2,11 @@
 
 ``export_local`` is the local engine: the columnar decoder streams each commit-log file's record batches
 into pyarrow's Parquet writer, or into JSON lines or CSV rendered a batch at a time (``columnar.text``), in
-this process or, a part per file, in worker processes whose parts are joined in order. A small
-commit log (``scan.FEW_BYTES``) is read record by record instead, with the same bytes written: the start-up
-of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy and pyarrow) would cost more than
-the records. The output appears atomically (a temporary file renamed at the end, written under the
-output's lock: ``store.output.staged``); an existing file is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
+this process or, a part per file, in worker processes (the lines of every record written in place, other
+parts joined in order). A small commit log (``scan.FEW_BYTES``) is read record by record instead, with the
+same bytes written: the start-up of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy
+and pyarrow) would cost more than the records. The output appears atomically (a temporary file renamed at
+the end, written under the output's lock: ``store.output.staged``); an existing file is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
 and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
 ``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
 fields and values of ``cat-commitlog``'s rows.
@@ -170,9 +170,10 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
     """Decode every store's commit log in order into one output file.
 
     Each commit-log file (and compaction log) is a part: with several ``jobs`` (default:
-    ``workers.default_jobs``) the parts are decoded and written apart in worker processes and joined here
-    in order (``_write_parts``), else written here one after another; either way a Parquet row group ends
-    at each part's end, so the output does not depend on ``jobs``.
+    ``workers.default_jobs``) the parts are decoded and written in worker processes, JSON lines and CSV of
+    every record straight to their place in the output (``_write_text_in_place``), other exports apart and
+    joined here in order (``_write_parts``), else written here one after another; either way a Parquet row
+    group ends at each part's end, so the output does not depend on ``jobs``.
 
     Only MESSAGE records that pass ``where`` (a ``RecordFilter``) are written; BLANK padding records
     too with ``include_blank`` and no filter. ``progress(n)`` is told the commit-log bytes scanned.
@@ -238,18 +239,23 @@ def export_local(store_paths: Sequence[str | os.PathLike], to: str | os.PathLike
             parts += [_Part(store_name, where, f) for f in logs]
         from rmqtool.ops.workers import default_jobs
 
-        # the join copies each text part after its worker ends, the last one alone (~1.2 CPU-s per GB of JSON lines
-        # here): by default a text export takes workers where each has two files at least, so the copy of the last
-        # part overlaps the others' work (2 GiB in two 1 GiB files: --jobs 2 8.0 -> 9.1 s; 1 GiB in four: 4.9 -> 4.1)
-        per_worker = 1 if options.fmt == "parquet" else 2
+        # the text of every record is written in place (_write_text_in_place); a filtered text export's parts are
+        # copied after their workers end, the last one alone (~1.2 CPU-s per GB of JSON lines here): by default it
+        # takes workers where each has two files at least, so the copy of the last part overlaps the others' work
+        in_place = options.fmt != "parquet" and (where is None or where.is_empty)
+        per_worker = 1 if options.fmt == "parquet" or in_place else 2
         jobs = default_jobs(total, len(parts) // per_worker) if jobs is None else jobs
         # Python's cyclic garbage collector is paused for the bulk loop, which makes no reference cycles of its
         # own: each collection walks every object of the process (numba's ~100 K), ~0.07 CPU-s per GiB in all
         collecting = gc.isenabled()
         gc.disable()
         try:
-            done = _write_parts(parts, options, tmp, jobs, progress, first) if jobs > 1 and len(parts) > 1 else \
-                _write_here(parts, options, tmp, progress)
+            if jobs <= 1 or len(parts) <= 1:
+                done = _write_here(parts, options, tmp, progress)
+            elif in_place:
+                done = _write_text_in_place(parts, options, tmp, jobs, progress, first)
+            else:
+                done = _write_parts(parts, options, tmp, jobs, progress, first)
             for records, messages, input_bytes, damaged in done:
                 result.records += records
                 result.messages += messages
@@ -415,6 +421,70 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
                 results.close()         # the workers stopped before their directory goes
             shutil.rmtree(directory, ignore_errors=True)
     return done
+
+
+def _write_text_in_place(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int, progress,
+                         first: StoreFile | None) -> list:
+    """JSON lines or CSV of every record from ``jobs`` processes, each part's lines written straight to their
+    place in ``tmp``: first the length of every part but the last is counted (``_measure``: the same batches
+    and lines, counted, not rendered), then each part is written from the offset the lengths before it give
+    (``_write_at``), the CSV header by the first part with a record. Nothing is copied, and the disk needs
+    room for the output alone. ``first``: as ``_write_parts``'."""
+    from functools import partial
+
+    from rmqtool.ops.scan import warm
+    from rmqtool.ops.workers import process_map, rebuild_error
+
+    if first is not None:
+        warm(first, partial(warm_text, fmt=options.fmt, check_crc=options.check_crc,
+                            body_encoding=options.body_encoding), check_crc=options.check_crc)
+    lengths = process_map(partial(_measure, options=options), parts[:-1], jobs) + [None]
+    header = len(_csv_header(options.schema)) if options.fmt == "csv" else 0
+    places, at = [], 0
+    for length in lengths:
+        places.append((at, header))     # where the part begins, and the header it begins with (if a record)
+        if length:
+            at, header = at + header + length, 0
+    open(tmp, "wb").close()
+    done = process_map(partial(_write_at, options=options, path=str(tmp)), list(zip(parts, places, lengths)),
+                       jobs, progress)
+    for counts in done:
+        counts[3] = [rebuild_error(info) for info in counts[3]]
+    return done
+
+
+def _measure(part: _Part, progress, *, options: _PartOptions) -> int:
+    """The bytes of ``part``'s lines (no CSV header)."""
+    from rmqtool.columnar.text import text_length
+
+    style = _style(options.fmt)
+    return sum(text_length(batch, options.body_encoding, style)
+               for batch in _part_batches(part, options, [0, 0, 0, []], None))
+
+
+def _write_at(item: tuple, progress, *, options: _PartOptions, path: str) -> list:
+    """A part (``_Part``, (offset, header bytes), its measured length or None) written into the file at
+    ``path`` from that offset, the header first if it has a record; its counts, the damage as
+    ``workers.error_info``. Lines of another length than measured (the commit-log file changed in
+    between) stop the export."""
+    from rmqtool.ops.workers import error_info
+    from rmqtool.store.joined import open_at
+
+    part, (offset, header), length = item
+    counts: list = [0, 0, 0, []]
+    with open_at(path, offset) as out:
+        write_out = writer(options.fmt, out, options.schema, options.body_encoding, name=path, header=header > 0)
+        for batch in _part_batches(part, options, counts, progress):
+            write_out(batch)
+        written = out.tell() - offset
+        write_out(None)
+    counted = header + length if length else 0
+    if length is not None and written != counted:
+        source = part.source[1].path if isinstance(part.source, tuple) else part.source.uri
+        raise StoreError(f"changed while it was exported: its lines came to {written} bytes, {counted} when "
+                         "counted; export again", path=str(source))
+    counts[3] = [error_info(exc) for exc in counts[3]]
+    return counts
 
 
 def warm_text(batch, *, fmt: str, check_crc: bool, body_encoding: str) -> None:
@@ -627,17 +697,18 @@ def close_parquet(pw) -> None:
 PART_END = object()         # write(PART_END): a Parquet row group ends here
 
 
-def writer(fmt: str, out, schema, body_encoding: str, name: str | None = None) -> Callable:
+def writer(fmt: str, out, schema, body_encoding: str, name: str | None = None, header: bool = True) -> Callable:
     """A write(batch) function over a path or an open binary stream ``out``; write(None) closes it,
-    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``. An OSError
-    it raises names the path (a stream's: ``name``), where the error names no file."""
+    write(PART_END) ends a Parquet row group. Parquet takes batches in ``file_schema(schema)``; CSV begins
+    with its header line unless not ``header``. An OSError it raises names the path (a stream's: ``name``),
+    where the error names no file."""
     from rmqtool.store.atomic import named
 
     where = out if isinstance(out, (str, os.PathLike)) else name
     if where is None:
-        return _writer(fmt, out, schema, body_encoding)
+        return _writer(fmt, out, schema, body_encoding, header)
     with named(where):
-        write = _writer(fmt, out, schema, body_encoding)
+        write = _writer(fmt, out, schema, body_encoding, header)
 
     def write_named(batch, abort: bool = False) -> None:
         with named(where):
@@ -645,7 +716,7 @@ def writer(fmt: str, out, schema, body_encoding: str, name: str | None = None) -
     return write_named
 
 
-def _writer(fmt: str, out, schema, body_encoding: str) -> Callable:
+def _writer(fmt: str, out, schema, body_encoding: str, header: bool = True) -> Callable:
     if fmt == "parquet":
         import base64
 
@@ -674,7 +745,7 @@ def _writer(fmt: str, out, schema, body_encoding: str) -> Callable:
     from rmqtool.columnar.text import export_csv_header, text_chunks
     if isinstance(out, (str, os.PathLike)):
         out = open(out, "wb")
-    started = False
+    started = not header
 
     def write_text(batch, abort: bool = False) -> None:
         nonlocal started
@@ -686,6 +757,11 @@ def _writer(fmt: str, out, schema, body_encoding: str) -> Callable:
         if fmt == "csv" and not started:
             out.write(export_csv_header(batch).encode())
         started = True
-        for chunk in text_chunks(batch, body_encoding, "json" if fmt == "jsonl" else "export_csv"):
+        for chunk in text_chunks(batch, body_encoding, _style(fmt)):
             out.write(chunk)
     return write_text
+
+
+def _style(fmt: str) -> str:
+    """``columnar.text``'s line style of a text export format."""
+    return "json" if fmt == "jsonl" else "export_csv"

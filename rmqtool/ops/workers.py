@@ -97,7 +97,7 @@ def _start(task: Callable, counter, parcels: str | None = None, parent: int | No
 
 def _die_with(parent: int) -> None:
     """Linux: this worker is killed when ``parent`` dies (prctl PR_SET_PDEATHSIG), so no worker of a killed
-    rebuild goes on writing into the directory it was building."""
+    rebuild or export goes on writing into what it was building."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -245,8 +245,8 @@ def _ignore(n: int) -> None:
 
 def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], None] | None = None) -> list:
     """``[fn(item, progress) for item in items]`` over ``jobs`` processes when there are several: this one
-    and ``jobs - 1`` workers (one process fewer holding its own copy of the libraries and data). Each
-    worker has up to two items queued, so it never waits for this process to hand it the next."""
+    and ``jobs - 1`` workers (one process fewer holding its own copy of the libraries and data), which die
+    with it. Each worker has up to two items queued, so it never waits for this process to hand it the next."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(item, progress) for item in items]
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -256,7 +256,7 @@ def process_map(fn: Callable, items: list, jobs: int, progress: Callable[[int], 
     counter = ctx.Value("q", 0)
     seen = 0
     workers = min(jobs, len(items)) - 1
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start, initargs=(fn, counter))
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start, initargs=(fn, counter, None, os.getpid()))
     out: list = [None] * len(items)
     running: dict = {}
     nxt = 0

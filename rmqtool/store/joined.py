@@ -1,4 +1,5 @@
-"""A file joined from part files written apart (export to one file from worker processes)."""
+"""A file joined from part files written apart, or written in place by several processes, each its own range
+(export to one file from worker processes)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,19 @@ class JoinedFile:
         if self.out is not None:
             with named(self.path):
                 self.out.close()
+
+
+def open_at(path: str | os.PathLike, offset: int):
+    """The existing file at ``path`` open for writing from ``offset`` on, nothing before or after it cut (a
+    process writing its range of a file written in place); an OSError names ``path``."""
+    with named(path):
+        out = open(path, "r+b")
+        try:
+            out.seek(offset)
+        except BaseException:
+            out.close()
+            raise
+    return out
 
 
 PIECE = 1 << 26
