@@ -376,13 +376,12 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
     part with a record becomes it, the others' bytes are appended (``store.joined.JoinedFile``). JSON lines
     and CSV: the bytes of ``_write_here`` (a part's CSV header line dropped but the first's); Parquet: its row
     groups, one footer listing them all (``parquet_parts.Stitcher``). ``first``: a commit-log file whose first
-    batch is decoded here before the workers start (``scan.warm``)."""
+    batch is decoded here before the workers start (``_warm``)."""
     import shutil
     import tempfile
     from functools import partial
 
     from rmqtool.ops.parquet_parts import MAGIC, Stitcher, footer_of
-    from rmqtool.ops.scan import warm
     from rmqtool.ops.workers import process_imap, rebuild_error
     from rmqtool.store.joined import JoinedFile
 
@@ -394,10 +393,7 @@ def _write_parts(parts: list[_Part], options: _PartOptions, tmp: Path, jobs: int
             empty = os.path.join(directory, "empty")
             writer("parquet", empty, options.schema, options.body_encoding)(None)
             stitched = Stitcher(footer_of(empty)[1])
-        if first is not None:
-            warm(first, None if parquet else partial(warm_text, fmt=options.fmt, check_crc=options.check_crc,
-                                                      body_encoding=options.body_encoding),
-                 check_crc=options.check_crc)
+        _warm(first, options)
         skip = len(MAGIC) if parquet else len(_csv_header(options.schema)) if options.fmt == "csv" else 0
         results = process_imap(partial(_write_apart, options=options, directory=directory), list(enumerate(parts)),
                                jobs, progress, ahead=1)
@@ -432,12 +428,9 @@ def _write_text_in_place(parts: list[_Part], options: _PartOptions, tmp: Path, j
     room for the output alone. ``first``: as ``_write_parts``'."""
     from functools import partial
 
-    from rmqtool.ops.scan import warm
     from rmqtool.ops.workers import process_map, rebuild_error
 
-    if first is not None:
-        warm(first, partial(warm_text, fmt=options.fmt, check_crc=options.check_crc,
-                            body_encoding=options.body_encoding), check_crc=options.check_crc)
+    _warm(first, options)
     lengths = process_map(partial(_measure, options=options), parts[:-1], jobs) + [None]
     header = len(_csv_header(options.schema)) if options.fmt == "csv" else 0
     places, at = [], 0
@@ -485,6 +478,19 @@ def _write_at(item: tuple, progress, *, options: _PartOptions, path: str) -> lis
                          "counted; export again", path=str(source))
     counts[3] = [error_info(exc) for exc in counts[3]]
     return counts
+
+
+def _warm(first: StoreFile | None, options: _PartOptions) -> None:
+    """The first batch of ``first`` decoded (and a text export's line writer loaded) here, before the workers
+    are forked from this process (``scan.warm``)."""
+    from functools import partial
+
+    from rmqtool.ops.scan import warm
+
+    if first is not None:
+        warm(first, None if options.fmt == "parquet" else partial(
+            warm_text, fmt=options.fmt, check_crc=options.check_crc, body_encoding=options.body_encoding),
+            check_crc=options.check_crc)
 
 
 def warm_text(batch, *, fmt: str, check_crc: bool, body_encoding: str) -> None:
