@@ -442,9 +442,10 @@ def test_fields_pick_keys_of_single_objects():
         "confirm_phy_offset: 0\n"
 
 
-@pytest.mark.parametrize("kind", ["stats", "export-file", "export-dataset", "grep"])
-def test_progress_advances_by_bytes_within_a_file(big_store, kind, tmp_path):
-    """Each bulk engine reports the bytes scanned batch by batch, summing to the input size."""
+@pytest.mark.parametrize("kind", ["stats", "export-file", "export-text-in-place", "export-dataset", "grep"])
+def test_progress_advances_by_bytes_within_a_file(big_store, kind, tmp_path, monkeypatch):
+    """Each bulk engine reports the bytes scanned batch by batch, summing to the input size (an export
+    written in place: its count and its writing together)."""
     from rmqtool.ops import dataset, export, grep, scan, stats
     from rmqtool.ops.filters import RecordFilter
 
@@ -454,6 +455,13 @@ def test_progress_advances_by_bytes_within_a_file(big_store, kind, tmp_path):
         stats.stats_local(files, "topic", progress=calls.append)
     elif kind == "export-file":
         export.export_local([str(big_store)], tmp_path / "a.parquet", "parquet", progress=calls.append)
+    elif kind == "export-text-in-place":                   # the count told as the first fifth
+        from rmqtool.ops import workers
+
+        told, real = [], workers.process_map
+        monkeypatch.setattr(workers, "process_map", lambda *args: told.append(sum(calls)) or real(*args))
+        export.export_local([str(big_store)], tmp_path / "a.jsonl", "jsonl", progress=calls.append, jobs=2)
+        assert told == [0, sum(f.size for f in files) // 5]
     elif kind == "export-dataset":
         dataset.export_dataset([str(big_store)], tmp_path / "d", progress=calls.append)
     else:
