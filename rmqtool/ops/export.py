@@ -6,10 +6,11 @@ this process or, a part per file, in worker processes (the lines of every record
 parts joined in order). A small commit log (``scan.FEW_BYTES``) is read record by record instead, with the
 same bytes written: the start-up of the kernel and pyarrow.compute (and for JSON lines and CSV, of numpy
 and pyarrow) would cost more than the records. The output appears atomically (a temporary file renamed at
-the end, written under the output's lock: ``store.output.staged``); an existing file is replaced only when asked. Parquet has one schema whatever the shape (one file or a dataset directory)
-and the engine: ``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as
-``timestamp[ms, tz=UTC]``, then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the
-fields and values of ``cat-commitlog``'s rows.
+the end, written under the output's lock: ``store.output.staged``); an existing file is replaced only when
+asked. Parquet has one schema whatever the shape (one file or a dataset directory) and the engine:
+``export_schema`` (the native types of ``rmqtool.columnar.schema``, timestamps as ``timestamp[ms, tz=UTC]``,
+then ``store`` and ``commitlog_file``). JSON lines and CSV carry exactly the fields and values of
+``cat-commitlog``'s rows.
 """
 
 from __future__ import annotations
@@ -431,7 +432,8 @@ def _write_text_in_place(parts: list[_Part], options: _PartOptions, tmp: Path, j
     from rmqtool.ops.workers import process_map, rebuild_error
 
     _warm(first, options)
-    counting, writing = _two_steps(progress, *(sum(p.source[1].length for p in some) for some in (parts[:-1], parts)))
+    sizes = [p.source[1].length for p in parts]        # (commit-log files only: no filter, no compaction logs)
+    counting, writing = _two_steps(progress, sum(sizes[:-1]), sum(sizes))
     lengths = process_map(partial(_measure, options=options), parts[:-1], jobs, counting) + [None]
     header = len(_csv_header(options.schema)) if options.fmt == "csv" else 0
     places, at = [], 0
