@@ -1,7 +1,7 @@
 """What worker processes gain: each whole-store command with ``--jobs 2`` against ``--jobs 1`` (not a pytest test).
 
     python tests/bench/bench_jobs.py [--store DIR] [--gib 1] [--file-mb 256] [--repeat 3] [--out DIR]
-                                     [--only verify ...]
+                                     [--only verify ...] [--warm-memory GB]
 
 Each command runs as a user runs it (``python -m rmqtool``, its modules compiled to bytecode once, as an installed
 tool's are, the compiled scan cached, output to /dev/null or to --out), ``--jobs 1`` and ``--jobs 2`` runs
@@ -22,6 +22,10 @@ queue files (``rebuild-cq``), moved aside and removed at the end: ext4 without a
 over inodes freed in the last minute or more when it makes files and directories (``recently_deleted``), so
 2,000 queue directories removed before a run cost the next one 1-2 s of system time that no rebuild after a
 quiet minute pays.
+
+``--warm-memory GB``: GB of memory touched and given back right before each timed run (bench_ratios.py's
+``warm_memory``, and what it cannot do): on a virtual machine whose host takes back the guest's free memory,
+the pages each run is given are then backed, as on a bare-metal host.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_ratios import PYCACHE, ensure_store, fresh_memory_rate  # noqa: E402  (after the path)
+from bench_ratios import PYCACHE, ensure_store, fresh_memory_rate, warm_memory  # noqa: E402  (after the path)
 
 TARGET = 1.6
 KEEP = {"rebuild-cq"}       # outputs moved aside until the end (see above)
@@ -112,6 +116,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measure; the median counts")
     ap.add_argument("--out", type=Path, help="directory for the outputs")
     ap.add_argument("--only", nargs="*", choices=list(COMMANDS), help="commands to run (default: all)")
+    ap.add_argument("--warm-memory", type=float, default=0, metavar="GB",
+                    help="GB of memory touched and given back before each timed run (default: none)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rmqtool-bench-") as tmp:
         store = args.store or Path(tmp) / "store"
@@ -141,7 +147,7 @@ def main() -> None:
             clear(name)
         print(f"store {store}: {len(files)} commit-log files; {len(os.sched_getaffinity(0))} cores; load average "
               f"{os.getloadavg()[0]:.2f} before; median of {args.repeat} runs; fresh memory "
-              f"{fresh_memory_rate():.1f} GB/cpu-s")
+              f"{fresh_memory_rate():.1f} GB/cpu-s; memory warmed before each run: {args.warm_memory:g} GB")
         header = (f"{'command':<44} {'jobs 1 s':>8} {'jobs 2 s':>8} {'x':>5} | {'cpu 1':>5} {'own':>5} "
                   f"{'wrks':>5} | {'serial':>6} {'during':>6} {'max w':>5} {'crit':>5} {'x crit':>6}  target (x)")
         print(header)
@@ -151,6 +157,7 @@ def main() -> None:
             runs: dict[str, list] = {"1": [], "2": []}
             for _ in range(max(args.repeat, 1)):
                 for jobs in runs:
+                    warm_memory(args.warm_memory)
                     runs[jobs].append(run_command(argv + ["--jobs", jobs]))
                     clear(name)
 

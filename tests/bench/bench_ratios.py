@@ -1,6 +1,7 @@
 """Whole-store throughput as same-run ratios to zlib.crc32 over the same files (not a pytest test).
 
     python tests/bench/bench_ratios.py [--store DIR] [--gib 1] [--repeat 3] [--out DIR] [--only verify ...]
+                                       [--warm-memory GB]
 
 The yardstick is ``zlib.crc32`` over the store's commit-log data (each file's written bytes, mapped, in one
 call), on one core, in this run. Each command is run as a user runs it (``python -m rmqtool``,
@@ -15,6 +16,14 @@ start-up: GB per CPU second.
 Without --store (or when DIR holds no store yet) a store of ``--gib`` GiB of commit log in 1 GiB files is
 generated there first (rmqtool's generator: 2,000 queues, the default index geometry; ~2.5 min per GiB).
 Outputs go to --out (default: a temporary directory), each removed after its run (untimed).
+
+``--warm-memory GB``: right before each timed run, this process touches GB of memory and gives it back
+(``warm_memory``), so that the run is given pages the machine has backed a moment ago: on a virtual machine
+whose host takes back the guest's free memory within seconds, a run otherwise pays the host for every page it
+allocates and every page of page cache it writes (a bare-metal host pays neither), which moves a command's
+figure by up to 3x from run to run. It cannot warm the page cache a large export fills, and the pages it
+touches may push the store's own page cache out: an experiment on such a machine, not a correction
+(PERFORMANCE.md, "Memory the host took back", says where it moved the figures and where not).
 """
 
 from __future__ import annotations
@@ -77,6 +86,18 @@ def fresh_memory_rate(mb: int = 512) -> float:
     with mmap.mmap(-1, mb << 20) as mm:
         np.frombuffer(mm, np.uint8)[::4096] = 1
     return (mb << 20) / 1e9 / (cpu_self() - started)
+
+
+def warm_memory(gb: float) -> None:
+    """Touch ``gb`` GB of anonymous memory, a byte a page, and unmap it: the next process is given those
+    pages, backed by the host, instead of pages the host took back (see the module docstring)."""
+    if gb <= 0:
+        return
+    import mmap
+
+    import numpy as np
+    with mmap.mmap(-1, int(gb * 1e9)) as mm:
+        np.frombuffer(mm, np.uint8)[::4096] = 1
 
 
 def yardstick(files: list[tuple[Path, int]]) -> float:
@@ -153,6 +174,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measure; the median counts")
     ap.add_argument("--out", type=Path, help="directory for the exports' outputs")
     ap.add_argument("--only", nargs="*", help="measures to run (default: all)")
+    ap.add_argument("--warm-memory", type=float, default=0, metavar="GB",
+                    help="GB of memory touched and given back before each timed run (default: none)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -172,7 +195,8 @@ def main() -> None:
         run_command(["verify", str(store), "--check-crc", "--jobs", "1"])     # compiled code cached, untimed
         print(f"store {store}: {len(files)} commit-log files, {size / 1e6:,.0f} MB of records; "
               f"load average {os.getloadavg()[0]:.2f} before; {os.cpu_count()} cores; median of {args.repeat} runs; "
-              f"fresh memory {fresh_memory_rate():.1f} GB/cpu-s")
+              f"fresh memory {fresh_memory_rate():.1f} GB/cpu-s; memory warmed before each run: "
+              f"{args.warm_memory:g} GB")
         header = f"{'measure':<48} {'wall s':>7} {'cpu s':>7} {'MB/cpu-s':>9} {'zlib cpu s':>10} {'x zlib':>7}  target"
         print(header)
         print("-" * len(header))
@@ -184,6 +208,7 @@ def main() -> None:
             for _ in range(max(args.repeat, 1)):
                 yard = in_child("yardstick", store)["cpu"]
                 yard_all.append(yard)
+                warm_memory(args.warm_memory)
                 wall, cpu = run_command([a.format(store=store, out=out) for a in argv])
                 for p in out.glob("out.*"):
                     p.unlink()
@@ -197,7 +222,10 @@ def main() -> None:
             print(f"{label:<48} {wall:7.2f} {cpu:7.2f} {size / 1e6 / cpu:9.0f} {yard:10.3f} {ratio:7.2f}  "
                   f">= {target}: {verdict}", flush=True)
         if not args.only or "decode_crc" in args.only:
-            runs = [in_child("decode_crc", store)["cpu"] for _ in range(max(args.repeat, 1))]
+            runs = []
+            for _ in range(max(args.repeat, 1)):
+                warm_memory(args.warm_memory)
+                runs.append(in_child("decode_crc", store)["cpu"])
             cpu = statistics.median(runs)
             gbs = size / 1e9 / cpu
             verdict = "met" if gbs >= DECODE_TARGET else "MISSED"
