@@ -74,30 +74,30 @@ def cpu_self() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def touch_memory(size: int) -> None:
+    """Map ``size`` bytes of anonymous memory, touch a byte a page, and unmap it."""
+    import mmap
+
+    import numpy as np
+    with mmap.mmap(-1, size) as mm:
+        np.frombuffer(mm, np.uint8)[::4096] = 1
+
+
 def fresh_memory_rate(mb: int = 512) -> float:
     """GB per CPU second at which this process is given memory it has not touched (each page faulted in and
     zeroed). On a virtual machine whose host takes back the guest's free memory it moves from run to run
     (0.4-3.5 GB/s on the development machine); every command pays it for the memory it allocates and the
     page cache it writes, so its figures move with it: printed before and after the runs."""
-    import mmap
-
-    import numpy as np
     started = cpu_self()
-    with mmap.mmap(-1, mb << 20) as mm:
-        np.frombuffer(mm, np.uint8)[::4096] = 1
+    touch_memory(mb << 20)
     return (mb << 20) / 1e9 / (cpu_self() - started)
 
 
 def warm_memory(gb: float) -> None:
-    """Touch ``gb`` GB of anonymous memory, a byte a page, and unmap it: the next process is given those
-    pages, backed by the host, instead of pages the host took back (see the module docstring)."""
-    if gb <= 0:
-        return
-    import mmap
-
-    import numpy as np
-    with mmap.mmap(-1, int(gb * 1e9)) as mm:
-        np.frombuffer(mm, np.uint8)[::4096] = 1
+    """Touch ``gb`` GB of memory and give it back: the next process is given those pages, backed by the
+    host, instead of pages the host took back (see the module docstring)."""
+    if gb > 0:
+        touch_memory(int(gb * 1e9))
 
 
 def yardstick(files: list[tuple[Path, int]]) -> float:
