@@ -75,7 +75,6 @@ def _init(root):
 def test_one_backup_per_put_and_per_import(tmp_path):
     root = tmp_path / "store"
     _init(root)
-    before = tree(root)
     result = run("put", root, "--topic", "T", "--key", "a", "--key", "b c", "--tag", "x", "--body", "one", "--apply")
     assert result.exit_code == 0
     assert len(list(tmp_path.glob("store.rmqtool-backup-*"))) == 1

@@ -205,7 +205,6 @@ def test_offsets_lag_from_the_database(store_copy):
 
 def test_verify_finds_a_missing_and_a_changed_unit(store_copy):
     from rocksdict import Options, Rdict
-    from rmqtool.format.rocksdbcq import RocksCqUnit
     from rmqtool.ops.verify import verify_store
 
     root = store_copy(SET)

@@ -6,7 +6,6 @@ static_topic_mapping."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import DLEDGER_SETS, FIXTURES, manifest, readback, run, store_path
+from conftest import DLEDGER_SETS, manifest, readback, run, store_path
 from helpers_readback import assert_record_matches
 from rmqtool.errors import UnsafeWrite
 from rmqtool.format.commitlog import Message

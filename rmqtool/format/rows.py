@@ -20,7 +20,7 @@ from typing import Any
 
 from rmqtool import constants as C
 from rmqtool.format.commitlog import Blank, Entry, Message
-from rmqtool.format.java import body_crc, parse_java_int
+from rmqtool.format.java import parse_java_int
 
 RECORD_FIELDS = [
     "type", "physical_offset", "total_size", "magic_code", "body_crc", "queue_id", "flag", "queue_offset",
