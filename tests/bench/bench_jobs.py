@@ -8,7 +8,7 @@ tool's are, the compiled scan cached, output to /dev/null or to --out), ``--jobs
 alternating; a command runs in a process that reads its own and its workers' CPU seconds when it ends. Printed per
 command, medians of ``--repeat`` runs: the wall seconds of each, their ratio (the target: ``--jobs 2`` at least
 1.6x ``--jobs 1`` on 2 cores; wall time means something only on a machine with nothing else running, so the load
-average is printed before and after), and CPU seconds, robust when other jobs share the cores: ``--jobs 1``'s,
+average is printed before and after; the lowest and highest run's ratio follow the verdict), and CPU seconds, robust when other jobs share the cores: ``--jobs 1``'s,
 and ``--jobs 2``'s in the command's own process and in its workers. That process's CPU is split where it is alone:
 before its first worker is forked ("serial": start-up, planning) plus after its last worker is reaped (the merge's
 tail), and while workers run ("during": its own share of the files, joins, writes); "max w" is the busiest
@@ -149,7 +149,7 @@ def main() -> None:
               f"{os.getloadavg()[0]:.2f} before; median of {args.repeat} runs; fresh memory "
               f"{fresh_memory_rate():.1f} GB/cpu-s; memory warmed before each run: {args.warm_memory:g} GB")
         header = (f"{'command':<44} {'jobs 1 s':>8} {'jobs 2 s':>8} {'x':>5} | {'cpu 1':>5} {'own':>5} "
-                  f"{'wrks':>5} | {'serial':>6} {'during':>6} {'max w':>5} {'crit':>5} {'x crit':>6}  target (x)")
+                  f"{'wrks':>5} | {'serial':>6} {'during':>6} {'max w':>5} {'crit':>5} {'x crit':>6}  target (x; the runs' x)")
         print(header)
         print("-" * len(header))
         for name in args.only or COMMANDS:
@@ -165,7 +165,8 @@ def main() -> None:
                 return statistics.median(column(r) for r in runs[jobs])
 
             one, two = median("1", lambda r: r[0]), median("2", lambda r: r[0])
-            ratio = statistics.median(a[0] / b[0] for a, b in zip(runs["1"], runs["2"]))
+            ratios = [a[0] / b[0] for a, b in zip(runs["1"], runs["2"])]
+            ratio = statistics.median(ratios)
             cpu1, own, workers = median("1", lambda r: r[1]), median("2", lambda r: r[1]), median("2", lambda r: r[2])
             serial = median("2", lambda r: r[3] + r[1] - r[4])
             during = median("2", lambda r: r[4] - r[3])
@@ -174,7 +175,7 @@ def main() -> None:
             label = "rmqtool " + " ".join(COMMANDS[name]).replace("{store}", "STORE").replace("{out}/", "")
             print(f"{label:<44} {one:8.2f} {two:8.2f} {ratio:5.2f} | {cpu1:5.2f} {own:5.2f} {workers:5.2f} | "
                   f"{serial:6.2f} {during:6.2f} {busiest:5.2f} {crit:5.2f} {cpu1 / crit:6.2f}  >= {TARGET}: "
-                  f"{'met' if ratio >= TARGET else 'MISSED'}", flush=True)
+                  f"{'met' if ratio >= TARGET else 'MISSED'} (runs {min(ratios):.2f}-{max(ratios):.2f})", flush=True)
         print(f"load average {os.getloadavg()[0]:.2f} after; fresh memory {fresh_memory_rate():.1f} GB/cpu-s")
         shutil.rmtree(kept, ignore_errors=True)
 
