@@ -8,11 +8,12 @@ tool's are, the compiled scan cached, output to /dev/null or to --out), ``--jobs
 alternating; a command runs in a process that reads its own and its workers' CPU seconds when it ends. Printed per
 command, medians of ``--repeat`` runs: the wall seconds of each, their ratio (the target: ``--jobs 2`` at least
 1.6x ``--jobs 1`` on 2 cores; wall time means something only on a machine with nothing else running, so the load
-average is printed before and after; the lowest and highest run's ratio follow the verdict), and CPU seconds, robust when other jobs share the cores: ``--jobs 1``'s,
-and ``--jobs 2``'s in the command's own process and in its workers. That process's CPU is split where it is alone:
-before its first worker is forked ("serial": start-up, planning) plus after its last worker is reaped (the merge's
-tail), and while workers run ("during": its own share of the files, joins, writes); "max w" is the busiest
-worker's (summed over verify's two steps, each with its own workers). "crit" = serial + max(during, max w), the CPU on the critical path with a core per process, and
+average is printed before and after; the lowest and highest run's ratio follow the verdict), and CPU seconds,
+robust when other jobs share the cores: ``--jobs 1``'s, and ``--jobs 2``'s in the command's own process and in its
+workers. That process's CPU is split where it is alone: before its first worker is forked ("serial": start-up,
+planning) plus after its last worker is reaped (the merge's tail), and while workers run ("during": its own share
+of the files, joins, writes); "max w" is the busiest worker's (summed over verify's two steps, each with its own
+workers). "crit" = serial + max(during, max w), the CPU on the critical path with a core per process, and
 "x crit" = ``--jobs 1``'s CPU / crit: the speed-up a quiet machine can give.
 
 Without --store (or when DIR holds no store yet) a store of ``--gib`` GiB of commit log in ``--file-mb`` MiB files
