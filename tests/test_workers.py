@@ -626,3 +626,48 @@ def test_a_joined_part_is_copied_from_its_end_back_and_cut_as_it_goes(head, body
         ends.append(len(head) + end)
         end = (end - 1) // piece * piece
     assert sizes == ends
+
+
+@settings(max_examples=60, deadline=None)
+@given(before=st.binary(max_size=5000), chunks=st.lists(st.binary(max_size=70_000), max_size=8),
+       bounded=st.booleans(), native=st.booleans())
+def test_a_file_written_with_its_blocks_allocated_ahead(before, chunks, bounded, native):
+    """store.joined.Allocating writes every byte where it goes whether the file system allocates blocks
+    ahead or not; a writer bounded by ``end`` (a part written in place) asks for no block past it, and one
+    that writes the file's end leaves none allocated past the end when it closes."""
+    from rmqtool.store import joined
+
+    asked, real = [], joined._fallocate_ahead
+
+    def allocate(fd, offset, length):
+        asked.append((offset, length))
+        return native and real(fd, offset, length)
+
+    data = b"".join(chunks)
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joined, "PIECE", 1 << 20)
+        mp.setattr(joined, "_fallocate_ahead", allocate)
+        path = Path(tmp, "out")
+        path.write_bytes(before + bytes(len(data)) + b"after" if bounded else before)
+        with open(path, "r+b") as raw:
+            raw.seek(len(before))
+            out = joined.Allocating(raw, len(before) + len(data) if bounded else None)
+            for i, chunk in enumerate(chunks):
+                assert out.write(memoryview(chunk) if i % 2 else chunk) == len(chunk)
+            assert out.tell() == len(before) + len(data)
+            out.close()
+        assert path.read_bytes() == before + data + (b"after" if bounded else b"")
+        if bounded:
+            assert all(offset + length <= len(before) + len(data) for offset, length in asked), asked
+        elif native and asked and _can_allocate(Path(tmp, "probe")):     # where this file system can
+            assert path.stat().st_blocks * 512 < (1 << 19), "blocks allocated past the end were left"
+
+
+def _can_allocate(path: Path) -> bool:
+    from rmqtool.store import joined
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        return joined._fallocate_ahead(fd, 0, 4096)
+    finally:
+        os.close(fd)

@@ -481,11 +481,12 @@ def _write_at(item: tuple, progress, *, options: _PartOptions, path: str) -> lis
     ``workers.error_info``. Lines of another length than measured (the commit-log file changed in
     between) stop the export."""
     from rmqtool.ops.workers import error_info
-    from rmqtool.store.joined import open_at
+    from rmqtool.store.joined import Allocating, open_at
 
     part, (offset, header), length = item
     counts: list = [0, 0, 0, []]
-    with open_at(path, offset) as out:
+    with open_at(path, offset) as raw:
+        out = Allocating(raw, None if length is None else offset + (header + length if length else 0))
         write_out = writer(options.fmt, out, options.schema, options.body_encoding, name=path, header=header > 0)
         for batch in _part_batches(part, options, counts, progress):
             write_out(batch)
@@ -768,7 +769,8 @@ def _writer(fmt: str, out, schema, body_encoding: str, header: bool = True) -> C
 
     from rmqtool.columnar.text import export_csv_header, text_chunks
     if isinstance(out, (str, os.PathLike)):
-        out = open(out, "wb")
+        from rmqtool.store.joined import Allocating
+        out = Allocating(open(out, "wb"))
     started = not header
 
     def write_text(batch, abort: bool = False) -> None:
