@@ -1,5 +1,5 @@
 """A file joined from part files written apart, or written in place by several processes, each its own range
-(export to one file from worker processes)."""
+(export to one file from worker processes); a file written with its blocks allocated ahead of the writes."""
 
 from __future__ import annotations
 
