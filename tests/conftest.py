@@ -34,6 +34,14 @@ settings.register_profile("ci", max_examples=300, deadline=None, suppress_health
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+def pytest_collection_modifyitems(items):
+    """A Spark test starts a JVM (seconds, before its first job): slow too, so that ``-m 'not slow'`` is the
+    quick loop."""
+    for item in items:
+        if item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.slow)
+
+
 @lru_cache(maxsize=None)
 def made_at(store: Path | str) -> int:
     """A minute after the newest record of ``store`` was stored: a broker started then sees the store as the

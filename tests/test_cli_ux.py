@@ -55,6 +55,7 @@ def _cpu_seconds(args: list[str]) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command,fmt", [("cat-commitlog", "plain"), ("cat-commitlog", "table"),
                                          ("cat-commitlog", "record"), ("grep", "plain")])
 def test_first_row_prints_before_the_scan_ends(big_store, small_store, command, fmt):

@@ -285,6 +285,7 @@ def test_lines_compile_each_function_once(tmp_path):
     assert set(counts.values()) == {"1"}, counts
 
 
+@pytest.mark.slow
 def test_facts_and_joins_compile_each_function_once(tmp_path):
     """verify of an ASCII store (the facts pass, not its Arrow fallback; the parent's warm-up over one
     record first) compiles each function of the facts pass, the joins and the queue walk once, and the scan without its

@@ -13,6 +13,8 @@ import pytest
 from rmqtool.format.indexfile import Geometry
 from rmqtool.ops.generate import generate_store
 
+pytestmark = pytest.mark.slow
+
 LIMIT = 400 * 1024 * 1024
 QUEUES = 2000
 
