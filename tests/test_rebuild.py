@@ -8,7 +8,7 @@ import shutil
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, index_queries, readback, run, store_path
 from helpers_maintain import snapshot
@@ -277,3 +277,72 @@ def test_an_index_file_written_as_it_fills_equals_one_written_through_a_map(tmp_
                     for lo, hi in data_extents(fh.fileno(), 0, geometry.file_size)]
     assert pages(streamed_path) == pages(mapped_path)
     assert len(pages(mapped_path)) > 2                             # holes between the slot pages set
+
+
+INDEX_DAMAGE = st.lists(st.tuples(st.sampled_from(["delete", "rename", "flip", "tail", "copy"]),
+                                  st.integers(0, 1 << 30)), max_size=3)
+
+
+@pytest.mark.parametrize("name", CLEAN_SETS + ["dev-dledger"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damage=INDEX_DAMAGE)
+def test_an_index_plan_compares_as_it_goes_and_tells_what_a_built_index_tells(name, damage, tmp_path_factory):
+    """rebuild-index's plan writes no file (each new one is compared with the existing ones as it would be
+    written): the files, names kept, entries, verdicts and plan size it tells are those of building every file
+    and comparing it whole (the --apply path's), whatever was done to the index files beforehand."""
+    from rmqtool.ops.dispatch_plan import DispatchPlan
+    from rmqtool.ops.rebuild import _build_index, rebuild_index
+    from rmqtool.store.bounds import PlanSize
+
+    work = tmp_path_factory.mktemp("plan")
+    root = work / "store"
+    shutil.copytree(store_path(name), root)
+    geometry = Store.open(root).index_geometry(None, None)
+    for op, n in damage:
+        files = sorted((root / "index").iterdir())
+        if not files:
+            break
+        f = files[n % len(files)]
+        data = bytearray(f.read_bytes())
+        if op == "delete":
+            f.unlink()
+        elif op == "rename":                    # a later name, where the order allows one
+            later = f.with_name(str(int(f.name) + 1 + n % 3).zfill(len(f.name)))
+            if not later.exists():
+                f.rename(later)
+        elif op == "flip":
+            data[n % len(data)] ^= 1 << n % 8
+            f.write_bytes(bytes(data))
+        elif op == "tail":                      # past the last entry where the file is not full
+            data[-1 - n % 64] |= 1
+            f.write_bytes(bytes(data))
+        else:                                   # the same bytes under an earlier name too
+            earlier = f.with_name(str(int(f.name) - 1 - n % 3).zfill(len(f.name)))
+            if not earlier.exists():
+                shutil.copyfile(f, earlier)
+    store, before = Store.open(root), snapshot(root)
+    planned, told = PlanSize(), []
+    told = rebuild_index(store, slots=geometry.hash_slot_num, max_entries=geometry.index_num, dry_run=True,
+                         size=planned)[0]
+    assert snapshot(root) == before
+    built, size = work / "built", PlanSize()
+    built.mkdir()
+    expected = _build_index(store, geometry, built, DispatchPlan(), None, size)[0]
+    assert told == expected
+    assert planned == size
+
+
+def _disjoint(points: list[int]) -> list[tuple[int, int]]:
+    points = sorted(set(points))
+    return [(a, b) for a, b in zip(points[::2], points[1::2])]
+
+
+@given(extents=st.lists(st.integers(0, 300), max_size=12), spans=st.lists(st.integers(0, 300), max_size=12))
+def test_the_bytes_a_compared_index_file_checks_for_zeros_are_those_it_does_not_write(extents, spans):
+    """ComparedIndexFile reads back, to check for zeros, each byte of an existing file's data extents that
+    none of its writes covers, and no other."""
+    from rmqtool.store.index_builder import _outside
+
+    extents, spans = _disjoint(extents), _disjoint(spans)
+    got = [x for lo, hi in _outside(extents, spans) for x in range(lo, hi)]
+    assert got == [x for lo, hi in extents for x in range(lo, hi) if not any(a <= x < b for a, b in spans)]

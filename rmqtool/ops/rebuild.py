@@ -459,24 +459,22 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
                   progress: Progress | None = None, size: PlanSize | None = None,
                   check: Callable[[PlanSize], None] | None = None) -> tuple[list[tuple[str, int, bool]], Path | None]:
     """All index files rebuilt from the commit log, as (file name, entries, same as the existing file);
-    swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/`` (in a
-    temporary directory on a dry run). ``plan``: which records (rmqtool.ops.dispatch_plan; its damaged
-    records are listed there). ``size`` gets the plan's size, which ``check`` sees before the swap."""
+    swapped in for ``index/`` unless dry_run. Files are built as sparse files beside ``index/``; a dry run
+    writes none: each is compared with the existing files as it would be written. ``plan``: which records
+    (rmqtool.ops.dispatch_plan; its damaged records are listed there). ``size`` gets the plan's size, which
+    ``check`` sees before the swap."""
     geometry = store.index_geometry(slots, max_entries)
     plan = plan or DispatchPlan()
     size = size if size is not None else PlanSize()
     if dry_run:                           # nothing in the store changes, not even a directory's time
-        with ScratchDir("rmqtool-index-") as tmp:
-            files = _build_index(store, geometry, tmp, plan, progress)[0]
-            _index_size(size, tmp, files, store)
-            return files, None
+        files = _build_index(store, geometry, None, plan, progress, size)[0]
+        return files, None
     built = store.path(L.INDEX + BUILD)
     if built.exists():
         shutil.rmtree(built)
     built.mkdir(parents=True)
     try:
-        files, builder = _build_index(store, geometry, built, plan, progress)
-        _index_size(size, built, files, store)
+        files, builder = _build_index(store, geometry, built, plan, progress, size)
         if check is not None:
             check(size)
     except BaseException:                 # leave nothing half-built behind
@@ -494,29 +492,46 @@ def rebuild_index(store: Store, *, slots: int | None = None, max_entries: int | 
     return files, txn.commit()
 
 
-def _index_size(size: PlanSize, built: Path, files: list[tuple[str, int, bool]], store: Store) -> None:
-    """The files a rebuild of the index creates (not among the store's), changes (differing) and deletes."""
-    have = {ref.name for ref in store.index_files()}
-    for name, _, same in files:
-        if name in have:
-            size.changed += not same
-        else:
-            size.create(L.index_file(name), *file_data(built / name))
-    size.deleted += len(have - {name for name, _, _ in files})
-
-
-def _build_index(store: Store, geometry: Geometry, built: Path, plan: DispatchPlan,
-                 progress: Progress | None) -> tuple[list[tuple[str, int, bool]], IndexBuilder]:
-    """Index files for the whole commit log, built in ``built``; each compared with the existing file."""
-    builder = IndexBuilder(geometry, directory=built)
+def _build_index(store: Store, geometry: Geometry, built: Path | None, plan: DispatchPlan,
+                 progress: Progress | None, size: PlanSize) -> tuple[list[tuple[str, int, bool]], IndexBuilder]:
+    """Index files for the whole commit log, built in ``built`` (None: compared with the existing files as
+    they would be written, nothing written), each named as ``_kept_names`` says and compared with the existing
+    file of its name; ``size`` gets the files created (not among the store's), changed and deleted."""
+    old_dir = store.index_dir
+    old = sorted(ref.name for ref in store.index_files())
+    against = (lambda i, name: [old_dir / n for n in (*old[i:i + 1], name)]) if built is None else None
+    builder = IndexBuilder(geometry, directory=built, against=against)
     trim = _index_facts if keeps_walk(store, plan) else None
     for facts in dispatched_facts(store, QueueNames(), plan, keys=True, progress=progress, in_worker=trim):
         builder.add_facts(facts)
     builder.close()
-    old = store.index_dir
-    names = _kept_names(store, built, [name for name, _ in builder.files])
-    return [(name, w.index_count - 1, (old / name).is_file() and same_content(old / name, built / name))
-            for name, (_, w) in zip(names, builder.files)], builder
+    names, writers = [name for name, _ in builder.files], [w for _, w in builder.files]
+    compared: dict[tuple[int, str], bool] = {}
+
+    def equal(i: int, name: str) -> bool:
+        """Whether the new file at place i holds the bytes of the existing file ``name``."""
+        if built is None:
+            return old_dir / name in writers[i].same_as
+        if (i, name) not in compared:
+            compared[i, name] = (old_dir / name).is_file() and same_content(old_dir / name, built / names[i])
+        return compared[i, name]
+
+    kept = _kept_names(names, old, equal)
+    files = [(name, w.index_count - 1, equal(i, name)) for i, (name, w) in enumerate(zip(kept, writers))]
+    if built is not None:
+        moved = [(name, have) for name, have in zip(names, kept) if name != have]
+        for name, _ in moved:                      # out of the way first: a new name may be another's old one
+            (built / name).rename(built / f".{name}.kept")
+        for name, have in moved:
+            (built / f".{name}.kept").rename(built / have)
+    for (name, _, same), w in zip(files, writers):
+        if name in old:
+            size.changed += not same
+        else:
+            size.create(L.index_file(name), *(file_data(built / name) if built is not None
+                                               else (w.data, geometry.file_size)))
+    size.deleted += len(set(old) - set(kept))
+    return files, builder
 
 
 def _index_facts(facts: FileFacts, names: QueueNames) -> FileFacts:
@@ -530,28 +545,21 @@ def _index_facts(facts: FileFacts, names: QueueNames) -> FileFacts:
 INDEX_COLUMNS = ("offset", "store_timestamp", "sys_flag")
 
 
-def _kept_names(store: Store, built: Path, names: list[str]) -> list[str]:
-    """The rebuilt files' names, each renamed (in ``built``) to the existing file it equals byte for byte
-    (the broker names a file by the time it created it, which no rebuild knows), where the order stays:
-    all of them at once where that keeps the names in order (a broker-written index: the time a file was
-    created may pass its successor's first store time, so one renamed alone could seem out of order), else
-    each one whose neighbours' names leave room for it."""
-    old = sorted(ref.name for ref in store.index_files())
-    kept = [have if have != name and same_content(store.index_dir / have, built / name) else name
-            for name, have in zip(names, old)] + names[len(old):]
+def _kept_names(names: list[str], old: list[str], equal: Callable[[int, str], bool]) -> list[str]:
+    """The rebuilt files' names, each replaced by that of the existing file at its place in the order when
+    the two hold the same bytes (``equal(place, existing name)``: the broker names a file by the time it
+    created it, which no rebuild knows), where the order stays: all of them at once where that keeps the
+    names in order (a broker-written index: the time a file was created may pass its successor's first
+    store time, so one renamed alone could seem out of order), else each one whose neighbours' names leave
+    room for it."""
+    kept = [have if have != name and equal(i, have) else name
+            for i, (name, have) in enumerate(zip(names, old))] + names[len(old):]
     if kept != names and all(a < b for a, b in zip(kept, kept[1:])):
-        moved = [(name, have) for name, have in zip(names, kept) if name != have]
-        for name, _ in moved:                      # out of the way first: a new name may be another's old one
-            (built / name).rename(built / f".{name}.kept")
-        for name, have in moved:
-            (built / f".{name}.kept").rename(built / have)
         return kept
     out = list(names)
     for i, (name, have) in enumerate(zip(names, old)):
         later = out[i + 1] if i + 1 < len(out) else None
         if have != name and (i == 0 or out[i - 1] < have) and (later is None or have < later) \
-                and not (built / have).exists() and same_content(store.index_dir / have, built / name):
-            (built / name).rename(built / have)
+                and have not in out and equal(i, have):
             out[i] = have
     return out
-

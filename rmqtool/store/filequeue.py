@@ -132,7 +132,7 @@ def same_content(a: Path, b: Path) -> bool:
     fa, fb = open_random(a), open_random(b)
     try:
         buf_a, buf_b = bytearray(_COMPARE), bytearray(_COMPARE)
-        for lo, hi in _union(sorted([*data_extents(fa, 0, size), *data_extents(fb, 0, size)])):
+        for lo, hi in joined_spans(sorted([*data_extents(fa, 0, size), *data_extents(fb, 0, size)])):
             for pos in range(lo, hi, _COMPARE):
                 n = min(_COMPARE, hi - pos)
                 x, y = (buf_a, buf_b) if n == _COMPARE else (bytearray(n), bytearray(n))
@@ -147,7 +147,7 @@ def same_content(a: Path, b: Path) -> bool:
 _COMPARE = 1 << 20               # bytes compared at a time
 
 
-def _union(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+def joined_spans(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
     """Sorted [lo, hi) spans, overlapping or touching ones joined."""
     it = iter(spans)
     cur = next(it, None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
@@ -14,7 +15,7 @@ from rmqtool import constants as C
 from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry, decode_header
 from rmqtool.format.java import index_key_hash
 from rmqtool.store.atomic import copy_sparse, named
-from rmqtool.store.filequeue import map_private
+from rmqtool.store.filequeue import data_extents, joined_spans, map_private
 
 
 class RecordInfo(NamedTuple):
@@ -63,11 +64,12 @@ class IndexBuilder:
 
     def __init__(self, geometry: Geometry, files: list[tuple[str, IndexWriter]] | None = None,
                  directory: Path | None = None, create: Callable[[str, int], None] | None = None,
-                 hand_over: Callable[[], None] | None = None):
+                 hand_over: Callable[[], None] | None = None, against: Callable[[int, str], list[Path]] | None = None):
         check_geometry(geometry)
         self.geometry = geometry
         self.files = files or []
         self.directory = directory
+        self.against = against           # a dry run: (place, name) -> the existing files each new one is compared with
         self.create = create             # creates a new file (name, size) in ``directory`` (a transaction's)
         self.hand_over = hand_over       # takes a ContinuedIndexFile's changes before it is closed
         self.changed: set[str] = set()
@@ -79,7 +81,9 @@ class IndexBuilder:
         prev = self.files[-1][1] if self.files else None
         name = index_file_name(timestamp, self.files[-1][0] if self.files else None)
         end_phy, end_ts = (prev.header.end_phy_offset, prev.header.end_timestamp) if prev else (0, 0)
-        if self.directory is None:
+        if self.against is not None:
+            w = ComparedIndexFile(self.geometry, self.against(len(self.files), name), end_phy, end_ts)
+        elif self.directory is None:
             w = IndexWriter(self.geometry, end_phy, end_ts)
         else:
             if self.create is not None:
@@ -173,13 +177,16 @@ class StreamedIndexFile(IndexWriter):
 
     FLUSH_BYTES = 1 << 20            # entries gathered before a write
 
-    def __init__(self, geometry: Geometry, path: Path, prev_end_phy_offset: int = 0, prev_end_timestamp: int = 0):
-        """A new index file at ``path`` (sparse at its full size already)."""
+    def __init__(self, geometry: Geometry, path: Path | None, prev_end_phy_offset: int = 0,
+                 prev_end_timestamp: int = 0):
+        """A new index file at ``path`` (sparse at its full size already; None: ``_write`` is a subclass's)."""
         super().__init__(geometry, prev_end_phy_offset, prev_end_timestamp, buf=bytearray(C.INDEX_HEADER_SIZE))
         self.path = path
         self.slot_buf, self.slot_at = bytearray(C.INDEX_HASH_SLOT_SIZE * geometry.hash_slot_num), 0
-        with named(path):
-            self.fd: int | None = os.open(path, os.O_WRONLY)
+        self.fd: int | None = None
+        if path is not None:
+            with named(path):
+                self.fd = os.open(path, os.O_WRONLY)
         self.pending = bytearray()
         self.pending_at = geometry.entry_pos(self.index_count)
 
@@ -219,10 +226,15 @@ class StreamedIndexFile(IndexWriter):
 
     def close(self) -> None:
         """The pending entries, the header and each page of slots holding a set one, then the file closed."""
+        if self.slot_buf is None:
+            return
+        self._write_held()
+        self.abandon()
+
+    def _write_held(self) -> None:
+        """Write what is held here: the pending entries, the header, each page of slots holding a set one."""
         import numpy as np
 
-        if self.fd is None:
-            return
         self._flush()
         self._write(self.buf, 0)
         per_page = mmap.PAGESIZE // C.INDEX_HASH_SLOT_SIZE
@@ -236,13 +248,104 @@ class StreamedIndexFile(IndexWriter):
         for lo, hi in zip(edges[::2], edges[1::2]):
             lo, hi = max(int(lo), 0) * C.INDEX_HASH_SLOT_SIZE, min(int(hi) * C.INDEX_HASH_SLOT_SIZE, len(self.slot_buf))
             self._write(memoryview(self.slot_buf)[lo:hi], C.INDEX_HEADER_SIZE + lo)
-        self.abandon()
 
     def abandon(self) -> None:
         """Close the file without writing what is held here (after ``close``, or on a change undone)."""
         if self.fd is not None:
             os.close(self.fd)
         self.fd, self.slot_buf, self.pending = None, None, bytearray()
+
+
+class ComparedIndexFile(StreamedIndexFile):
+    """What a ``StreamedIndexFile`` would write, compared with existing files instead (a dry run: nothing is
+    written, no scratch space is needed): each write is read back from each of ``against`` at its place.
+    After ``close``, ``same_as`` holds those that hold exactly the bytes the new file would (the same size,
+    the same bytes where it writes, zeros elsewhere), and ``data`` is the bytes of the pages it would hold
+    (``bounds.file_data``'s figure for it on a file system of page-sized blocks)."""
+
+    def __init__(self, geometry: Geometry, against: list[Path], prev_end_phy_offset: int = 0,
+                 prev_end_timestamp: int = 0):
+        super().__init__(geometry, None, prev_end_phy_offset, prev_end_timestamp)
+        self.fds: dict[Path, int] = {}               # the files not found to differ yet
+        for path in dict.fromkeys(against):
+            with named(path):
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_size == geometry.file_size:
+                self.fds[path] = fd
+            else:
+                os.close(fd)
+        self.written: list[tuple[int, int]] = []
+        self.read_buf = bytearray()
+        self.same_as: set[Path] = set()
+        self.data = 0
+
+    def _write(self, data, pos: int) -> None:
+        view = memoryview(data).cast("B")
+        if not len(view):
+            return
+        self.written.append((pos, pos + len(view)))
+        for path, fd in list(self.fds.items()):
+            if not self._holds(path, fd, pos, view):
+                self._drop(path)
+
+    def _holds(self, path: Path, fd: int, pos: int, view) -> bool:
+        """Whether ``path`` holds ``view``'s bytes at ``pos``."""
+        got, n = self.read_buf, len(view)
+        if len(got) > n:
+            del got[n:]
+        else:
+            got.extend(bytes(n - len(got)))
+        with named(path):                  # (a bytearray compares with memcmp; a memoryview byte by byte)
+            return os.preadv(fd, [got], pos) == n and got == view
+
+    def _drop(self, path: Path) -> None:
+        os.close(self.fds.pop(path))
+
+    def close(self) -> None:
+        """Compare what would be written, and that each file holds only zeros elsewhere; then count the pages."""
+        if self.slot_buf is None:
+            return
+        self._write_held()
+        page, end = mmap.PAGESIZE, self.geometry.file_size
+        spans = list(joined_spans(sorted(self.written)))
+        self.data = sum(hi - lo for lo, hi in joined_spans([(lo // page * page, min(-(-hi // page) * page, end))
+                                                             for lo, hi in spans]))
+        for path, fd in list(self.fds.items()):
+            with named(path):
+                extents = list(data_extents(fd, 0, end))
+            if all(self._holds(path, fd, lo, bytes(hi - lo)) for lo, hi in _outside(extents, spans)):
+                self.same_as.add(path)
+        self.abandon()
+
+    def abandon(self) -> None:
+        for path in list(self.fds):
+            self._drop(path)
+        super().abandon()
+
+
+def _outside(extents: list[tuple[int, int]], spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The parts of ``extents`` that no span covers (both sorted and disjoint), at most 1 MiB each."""
+    first = 0                            # the first span that ends after the extent's start
+    for lo, hi in extents:
+        while first < len(spans) and spans[first][1] <= lo:
+            first += 1
+        at = first
+        while at < len(spans) and spans[at][0] < hi and lo < hi:
+            a, b = spans[at]
+            if a > lo:
+                yield from _pieces(lo, a)
+            lo, at = max(lo, b), at + 1
+        if lo < hi:
+            yield from _pieces(lo, hi)
+
+
+def _pieces(lo: int, hi: int, step: int = 1 << 20) -> Iterator[tuple[int, int]]:
+    for at in range(lo, hi, step):
+        yield at, min(at + step, hi)
 
 
 class ContinuedIndexFile(IndexWriter):
