@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import struct
+import tempfile
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -321,9 +323,11 @@ def test_an_index_plan_compares_as_it_goes_and_tells_what_a_built_index_tells(na
             if not earlier.exists():
                 shutil.copyfile(f, earlier)
     store, before = Store.open(root), snapshot(root)
-    planned, told = PlanSize(), []
-    told = rebuild_index(store, slots=geometry.hash_slot_num, max_entries=geometry.index_num, dry_run=True,
-                         size=planned)[0]
+    planned, nowhere = PlanSize(), work / "not-a-directory"
+    nowhere.write_bytes(b"")
+    with mock.patch.object(tempfile, "tempdir", str(nowhere)):      # no temporary directory to write in
+        told = rebuild_index(store, slots=geometry.hash_slot_num, max_entries=geometry.index_num, dry_run=True,
+                             size=planned)[0]
     assert snapshot(root) == before
     built, size = work / "built", PlanSize()
     built.mkdir()
