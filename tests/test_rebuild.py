@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -12,7 +13,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, index_queries, readback, run, store_path
+from conftest import CLEAN_SETS, DLEDGER_SETS, FEATURE_SETS, FIXTURES, index_queries, readback, run, store_path
 from helpers_maintain import snapshot
 from rmqtool.format.commitlog import Message, encode_message
 from rmqtool.format.hosts import Host
@@ -345,8 +346,73 @@ def _disjoint(points: list[int]) -> list[tuple[int, int]]:
 def test_the_bytes_a_compared_index_file_checks_for_zeros_are_those_it_does_not_write(extents, spans):
     """ComparedIndexFile reads back, to check for zeros, each byte of an existing file's data extents that
     none of its writes covers, and no other."""
-    from rmqtool.store.index_builder import _outside
+    from rmqtool.store.filequeue import uncovered
 
     extents, spans = _disjoint(extents), _disjoint(spans)
-    got = [x for lo, hi in _outside(extents, spans) for x in range(lo, hi)]
+    got = [x for lo, hi in uncovered(extents, spans) for x in range(lo, hi)]
     assert got == [x for lo, hi in extents for x in range(lo, hi) if not any(a <= x < b for a, b in spans)]
+
+
+QUEUE_DAMAGE = st.lists(st.tuples(st.sampled_from(["delete", "flip", "tail", "stale", "extra", "cut", "queue"]),
+                                  st.integers(0, 1 << 30)), max_size=3)
+
+
+@pytest.mark.parametrize("name, which, topic", [("dev-sample", "store", None), ("dev-sample-5x", "store", "TopicA"),
+                                                ("dev-batchcq-5x", "store", None), ("dev-lmq-5x", "store", None),
+                                                ("dev-sample-crash", "recovered-store", None)])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damage=QUEUE_DAMAGE, as_broker=st.sampled_from([None, "4.9.7"]))
+def test_a_queue_plan_compares_as_it_goes_and_tells_what_built_queues_tell(name, which, topic, damage, as_broker,
+                                                                          tmp_path_factory):
+    """rebuild-cq's plan writes no file (each queue file compared with the store's as it would be written): the
+    changes and plan size it tells are those of building every queue file in a directory and comparing it whole,
+    stale units past the commit log's end included, whatever was done to the queue files beforehand."""
+    from rmqtool.ops.dispatch_plan import DispatchPlan
+    from rmqtool.ops.rebuild import _Built, _queue_changes, _tree_changes, dispatch_files, rebuild_consume_queues
+    from rmqtool.store import layout as L
+    from rmqtool.store.metadata import batch_cq_topics
+
+    work = tmp_path_factory.mktemp("cqplan")
+    root = work / "store"
+    shutil.copytree(FIXTURES / name / which, root)
+    files = sorted(p for kind in ("consumequeue", "batchconsumequeue") for p in (root / kind).rglob("*") if p.is_file())
+    for op, n in damage:
+        f = files[n % len(files)]
+        if not f.exists():
+            continue
+        data = bytearray(f.read_bytes())
+        if op == "delete":
+            f.unlink()
+        elif op == "flip" and data:
+            data[n % len(data)] ^= 1 << n % 8
+            f.write_bytes(bytes(data))
+        elif op == "tail" and data:             # a byte set near the end (past the last unit, mostly)
+            data[-1 - n % min(64, len(data))] |= 1
+            f.write_bytes(bytes(data))
+        elif op == "stale" and f.parts[-4] == "consumequeue":    # a unit past the commit log's end after the last
+            end = data.rstrip(b"\0")
+            at = -(-len(end) // 20) * 20
+            if at + 20 <= len(data):
+                data[at:at + 20] = struct.pack(">qiq", (1 << 40) + n % 1000, 100, 0)
+                f.write_bytes(bytes(data))
+        elif op == "extra":                     # a file the rebuild does not make
+            shutil.copyfile(f, f.with_name(str(int(f.name) + (1 << 30)).zfill(len(f.name))))
+        elif op == "cut":
+            os.truncate(f, n % (len(data) + 1))
+        elif op == "queue":
+            shutil.rmtree(f.parent)
+    store, before = Store.open(root), snapshot(root)
+    nowhere = work / "not-a-directory"
+    nowhere.write_bytes(b"")
+    with mock.patch.object(tempfile, "tempdir", str(nowhere)):      # no temporary directory to write in
+        told = rebuild_consume_queues(store, topics=[topic] if topic else (), dry_run=True, as_broker=as_broker)
+    assert snapshot(root) == before
+    built, batch = work / "built", batch_cq_topics(store)
+    plan = DispatchPlan(as_broker)
+    dispatch_files(store, lambda t, qid, is_batch: built / L.queue_dir(t, qid, batch=is_batch),
+                   store.queue_file_sizes(None, None), batch, topics={topic} if topic else None, plan=plan)
+    rels = [L.queue_dir(topic, batch=topic in batch)] if topic else \
+        ["consumequeue"] + (["batchconsumequeue"] if batch or (root / "batchconsumequeue").is_dir() else [])
+    trees = {rel: _Built(built / rel) for rel in rels}
+    assert told.changes == _queue_changes(store, trees, plan.end)
+    assert dataclasses.replace(told.size, why={}) == _tree_changes(store, trees, plan.end)   # (why: misplaced units')

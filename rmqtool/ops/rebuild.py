@@ -30,11 +30,10 @@ from rmqtool.store.broker_model import possible_queue_offset, stale_units_only
 from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
-from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, CqFileWriter, Misplaced, OpenQueueFiles,
-                                        safe_topic_dir, write_run)
+from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, ComparedQueue, CqFileWriter, Misplaced,
+                                        OpenQueueFiles, safe_topic_dir, write_run)
 from rmqtool.store.readable import unread_records_before
 from rmqtool.store.store import Store
-from rmqtool.store.output import ScratchDir
 
 
 @dataclass
@@ -68,8 +67,9 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
                            check: Callable[[PlanSize], None] | None = None) -> RebuildResult:
     """Consume queues (all, or those of ``topics``) rebuilt from the commit log as the broker's dispatch
     writes them: classic and LMQ queues under ``consumequeue/``, BatchCQ topics' queues under
-    ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), counted only (``dry_run``),
-    or built beside the store's directories and swapped in. When one of ``topics`` has no records, nothing
+    ``batchconsumequeue/``. Into ``out`` (<topic>/<queueId>/ for every kind), compared with the store's files
+    as they would be written (``dry_run``: nothing written), or built beside the store's directories and
+    swapped in. When one of ``topics`` has no records, nothing
     changes unless ``allow_empty`` (``result.missing`` names them, ``result.topics`` lists the commit
     log's topics). Every readable record goes at its queue offset (damaged ones listed in
     ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan).
@@ -102,11 +102,10 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
             shutil.rmtree(path)
         path.mkdir(parents=True)
 
-    scratch_dir = ScratchDir("rmqtool-cq-") if dry_run else None        # a dry run builds here
-    scratch = scratch_dir.path if scratch_dir is not None else None
-    directory = _Directories(scratch, out, built, bool(topics))
+    # a dry run writes nothing: each queue's files compared with the store's as they would be written
+    directory = _Compared(store.root) if dry_run else _Directories(out, built, bool(topics))
     written = [out] if out is not None and not dry_run else []         # empty before the rebuild
-    made = [*built.values(), *written, *([scratch] if scratch is not None else [])]
+    made = [*built.values(), *written]
 
     def undo() -> None:
         _clear(written)
@@ -118,7 +117,7 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
 
     def dispatch(place: bool):
         plan = DispatchPlan(as_broker, jobs=jobs)
-        place = place and keeps_walk(store, plan)
+        place = place and not dry_run and keeps_walk(store, plan)
         return plan, dispatch_files(store, directory, sizes, batch, topics=set(topics) or None, plan=plan,
                                     progress=progress, place=place)
 
@@ -134,8 +133,6 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
             raise _NoRecords
     except BaseException as exc:                 # leave nothing half-built behind (``out`` was empty)
         undo()
-        if scratch_dir is not None:
-            scratch_dir.remove(strict=False)
         if isinstance(exc, _NoRecords):
             return result
         raise
@@ -144,13 +141,14 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     result.units = sum((w.write_pos - (getattr(w, "first_created", 0) or 0)) // C.CQ_STORE_UNIT_SIZE
                        for w in writers.values())
     try:
-        if scratch is not None:
-            result.changes = _queue_changes(store, scratch, list(rels.values()), plan.end)
-            result.size = _tree_changes(store, {rel: scratch / rel for rel in rels.values()}, plan.end)
+        if dry_run:
+            trees = {rel: directory.under(rel) for rel in rels.values()}
+            result.changes = _queue_changes(store, trees, plan.end)
+            result.size = _tree_changes(store, trees, plan.end)
         elif out is not None:
             result.size.add_tree(out)
         else:
-            result.size = _tree_changes(store, {rels[key]: path for key, path in built.items()}, plan.end)
+            result.size = _tree_changes(store, {rels[key]: _Built(path) for key, path in built.items()}, plan.end)
         for t, qid, phy, stored, _, _ in result.misplaced:
             result.size.why[f"{t}/{qid}" if out is not None else L.queue_dir(t, qid)] = \
                 f"queue offset {stored} of the record at {phy}"
@@ -159,9 +157,6 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     except BaseException:
         undo()
         raise
-    finally:
-        if scratch_dir is not None:
-            scratch_dir.remove(strict=False)
     if dry_run or out is not None:
         return result
     if all(_same_tree(path, store.root, rels[key], plan.end) for key, path in built.items()):
@@ -177,20 +172,69 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
 
 @dataclass(frozen=True)
 class _Directories:
-    """Where a rebuild puts a queue's files (picklable: worker processes write there too): under
-    ``scratch`` as in a store, under ``out`` as <topic>/<queueId>, else in the built directories."""
+    """Where a rebuild puts a queue's files (picklable: worker processes write there too): under ``out`` as
+    <topic>/<queueId>, else in the built directories."""
 
-    scratch: Path | None
     out: Path | None
     built: dict
     by_topic: bool
 
     def __call__(self, t: str, qid: int, is_batch: bool) -> Path:
-        if self.scratch is not None:
-            return self.scratch / L.queue_dir(t, qid, batch=is_batch)
         if self.out is not None:
             return self.out / t / str(qid)
         return self.built[t] / str(qid) if self.by_topic else self.built[is_batch] / t / str(qid)
+
+
+class _Compared:
+    """A dry run's queues: each one's writes compared with the store's files as they come
+    (``queue_writer.ComparedQueue``), nothing written."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.queues: dict[str, ComparedQueue] = {}
+
+    def __call__(self, t: str, qid: int, is_batch: bool) -> ComparedQueue:
+        rel = L.queue_dir(t, qid, batch=is_batch)
+        if rel not in self.queues:
+            self.queues[rel] = ComparedQueue(self.root / rel)
+        return self.queues[rel]
+
+    def under(self, rel: str) -> "_ComparedTree":
+        """The files compared below the store's directory ``rel``, by their path under it."""
+        return _ComparedTree({f"{q[len(rel) + 1:]}/{name}": f for q, queue in self.queues.items()
+                              if q.startswith(rel + "/") for name, f in queue.files.items()})
+
+
+class _ComparedTree:
+    """A dry run's rebuilt files below one store directory (path under it -> ``ComparedQueueFile``)."""
+
+    def __init__(self, files: dict):
+        self.files = files
+
+    def names(self) -> list[str]:
+        return sorted(self.files)
+
+    def same(self, name: str, theirs: Path, stale_end: int | None) -> bool:
+        return self.files[name].same(stale_end)
+
+    def data(self, name: str) -> tuple[int, int]:
+        return self.files[name].data, self.files[name].size
+
+
+class _Built:
+    """Rebuilt files in a directory (the built directory of one store directory), by their path under it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def names(self) -> list[str]:
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+
+    def same(self, name: str, theirs: Path, stale_end: int | None) -> bool:
+        return _same_file(self.root / name, theirs, stale_end)
+
+    def data(self, name: str) -> tuple[int, int]:
+        return file_data(self.root / name)
 
 
 def _clear(dirs: list[Path]) -> None:
@@ -200,44 +244,52 @@ def _clear(dirs: list[Path]) -> None:
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
-def _same_file(mine: Path, theirs: Path, rel: str, end: int | None) -> bool:
-    """Whether the store's file ``theirs`` (``rel``: its path in the store) is the rebuilt ``mine``: byte
-    for byte, or a classic queue's file whose only other units are those the broker drops on every load
-    (broker_model.stale_units_only: a broker-recovered store's stale unit past the commit log's ``end``)."""
-    return same_content(mine, theirs) or (end is not None and rel.split("/")[0] == L.CONSUMEQUEUE
-                                          and stale_units_only(theirs.read_bytes(), mine.read_bytes(), end))
+def _same_file(mine: Path, theirs: Path, stale_end: int | None) -> bool:
+    """Whether the store's file ``theirs`` is the rebuilt ``mine``: byte for byte, or with ``stale_end`` (a
+    classic queue's file and the commit log's end) one whose only other units are those the broker drops on
+    every load (broker_model.stale_units_only: a broker-recovered store's stale unit past the end)."""
+    return same_content(mine, theirs) or (stale_end is not None
+                                          and stale_units_only(theirs.read_bytes(), mine.read_bytes(), stale_end))
 
 
-def _queue_changes(store: Store, built: Path, rels: list[str], end: int | None) -> list[tuple[str, str, str]]:
-    """(action, queue directory, detail) for each queue whose rebuilt files differ from the store's."""
+def _stale_end(rel: str, end: int | None) -> int | None:
+    """The commit log's end where the stale-unit rule holds for files below ``rel`` (classic queues), else None."""
+    return end if rel.split("/")[0] == L.CONSUMEQUEUE else None
+
+
+def _queue_changes(store: Store, trees: dict, end: int | None) -> list[tuple[str, str, str]]:
+    """(action, queue directory, detail) for each queue whose rebuilt files (``trees``: store directory ->
+    its rebuilt files) differ from the store's."""
     out = []
-    for rel in rels:
-        mine, theirs = built / rel, store.root / rel
-        for q in sorted(_queue_dirs(mine) | _queue_dirs(theirs), key=str):
-            a, b = mine / q, theirs / q
-            files_a = {p.name for p in a.iterdir()} if a.is_dir() else set()
+    for rel, tree in trees.items():
+        theirs, stale_end = store.root / rel, _stale_end(rel, end)
+        mine: dict[Path, set[str]] = {}
+        for name in tree.names():
+            mine.setdefault(Path(name).parent, set()).add(Path(name).name)
+        for q in sorted(set(mine) | _queue_dirs(theirs), key=str):
+            b = theirs / q
+            files_a = mine.get(q, set())
             files_b = {p.name for p in b.iterdir() if p.is_file()} if b.is_dir() else set()
             if not files_a:
                 out.append(("delete_cq", f"{rel}/{q}", "the commit log has no record for this queue"))
-            elif files_a != files_b or not all(_same_file(a / n, b / n, rel, end) for n in files_a):
+            elif files_a != files_b or not all(tree.same(f"{q}/{n}", b / n, stale_end) for n in sorted(files_a)):
                 out.append(("write_cq", f"{rel}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
     return out
 
 
-def _tree_changes(store: Store, built: dict[str, Path], end: int | None) -> PlanSize:
-    """The size of swapping each built directory in for the store's directory it names: files new to the store
-    created, those it changes, the rest of its files deleted."""
+def _tree_changes(store: Store, trees: dict, end: int | None) -> PlanSize:
+    """The size of swapping each store directory's rebuilt files (``trees``) in for the directory: files new to
+    the store created, those it changes, the rest of its files deleted."""
     size = PlanSize()
-    for rel, mine in built.items():
-        theirs = store.root / rel
+    for rel, tree in trees.items():
+        theirs, stale_end = store.root / rel, _stale_end(rel, end)
         have = {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} if theirs.is_dir() else set()
-        for p in (p for p in mine.rglob("*") if p.is_file()):
-            name = p.relative_to(mine)
-            if name in have:
-                size.changed += not _same_file(p, theirs / name, rel, end)
-                have.discard(name)
+        for name in tree.names():
+            if Path(name) in have:
+                size.changed += not tree.same(name, theirs / name, stale_end)
+                have.discard(Path(name))
             else:
-                size.create(f"{rel}/{name}", *file_data(p))
+                size.create(f"{rel}/{name}", *tree.data(name))
         size.deleted += len(have)
     return size
 
@@ -247,7 +299,7 @@ def _same_tree(mine: Path, root: Path, rel: str, end: int | None) -> bool:
     theirs = root / rel
     names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
     return theirs.is_dir() and names == {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} \
-        and all(_same_file(mine / n, theirs / n, rel, end) for n in names)
+        and all(_same_file(mine / n, theirs / n, _stale_end(rel, end)) for n in names)
 
 
 def _queue_dirs(root: Path) -> set[Path]:
@@ -291,8 +343,9 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
         if w is None:
             t, qid = names.names[code]
             safe_topic_dir(t, at)
-            kind = BcqFileWriter if is_batch else CqFileWriter
-            w = writers[code] = kind(sizes[is_batch], directory(t, qid, is_batch))
+            kind, where = BcqFileWriter if is_batch else CqFileWriter, directory(t, qid, is_batch)
+            w = writers[code] = kind(sizes[is_batch], None, where) if isinstance(where, ComparedQueue) else \
+                kind(sizes[is_batch], where)
             if not is_batch and plan is not None and plan.as_broker is None and not is_lmq(t):
                 w.fill_gaps = True           # LMQ offsets are the broker's dispatch, not the record's own
                 w.skipped_before = partial(_skipped_before, plan.damaged, store.commitlog.skipped)

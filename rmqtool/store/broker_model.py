@@ -230,14 +230,20 @@ def stale_units_only(stored: bytes, rebuilt: bytes, end: int) -> bool:
     finds it (rules recover_cq, recover_stale_tail): ConsumeQueue.recover stops at the first unit with
     offset < 0 or size <= 0 and truncateDirtyLogicFiles drops the units from the first whose record starts
     at or after the commit log's ``end``; the bytes stay, and the broker ignores them."""
+    stop = stale_tail(stored, end) if len(stored) == len(rebuilt) else None
+    return stop is not None and stored[:stop] == rebuilt[:stop] and not rebuilt[stop:].strip(b"\0")
+
+
+def stale_tail(stored: bytes, end: int) -> int | None:
+    """Where the units a broker's load keeps end in a consume-queue file (``stale_units_only``: the first unit
+    with offset < 0, size <= 0 or a record at or after ``end``); None where the file is not whole units."""
     import numpy as np
 
-    if len(stored) != len(rebuilt) or len(stored) % C.CQ_STORE_UNIT_SIZE:
-        return False
+    if len(stored) % C.CQ_STORE_UNIT_SIZE:
+        return None
     units = np.frombuffer(stored, [("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
     kept = (units["phy"] >= 0) & (units["size"] > 0) & (units["phy"] < end)
-    stop = (int(np.argmin(kept)) if not kept.all() else len(units)) * C.CQ_STORE_UNIT_SIZE
-    return stored[:stop] == rebuilt[:stop] and not rebuilt[stop:].strip(b"\0")
+    return (int(np.argmin(kept)) if not kept.all() else len(units)) * C.CQ_STORE_UNIT_SIZE
 
 
 # -- recovery and dispatch, per version -------------------------------------------------------------

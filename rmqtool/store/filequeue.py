@@ -161,6 +161,35 @@ def joined_spans(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
         yield cur
 
 
+def uncovered(extents: list[tuple[int, int]], spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The parts of ``extents`` that no span covers (both sorted and disjoint), at most 1 MiB each."""
+    first = 0                            # the first span that ends after the extent's start
+    for lo, hi in extents:
+        while first < len(spans) and spans[first][1] <= lo:
+            first += 1
+        at = first
+        while at < len(spans) and spans[at][0] < hi and lo < hi:
+            a, b = spans[at]
+            if a > lo:
+                yield from _pieces(lo, a)
+            lo, at = max(lo, b), at + 1
+        if lo < hi:
+            yield from _pieces(lo, hi)
+
+
+def _pieces(lo: int, hi: int, step: int = 1 << 20) -> Iterator[tuple[int, int]]:
+    for at in range(lo, hi, step):
+        yield at, min(at + step, hi)
+
+
+def page_bytes(spans: list[tuple[int, int]], size: int) -> int:
+    """The bytes of the pages that writes of ``spans`` (sorted, disjoint) give a sparse file of ``size`` bytes:
+    ``file_data``'s figure for it on a file system of page-sized blocks."""
+    page = mmap.PAGESIZE
+    return sum(hi - lo for lo, hi in joined_spans([(lo // page * page, min(-(-hi // page) * page, size))
+                                                   for lo, hi in spans]))
+
+
 def read_data(path: Path) -> tuple[bytes, int]:
     """A file's bytes up to the end of its last data extent, and its size: the hole a pre-allocated file
     has after its data (the broker's 6,000,000-byte consume-queue files, mostly empty) is not read."""

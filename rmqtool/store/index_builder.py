@@ -1,5 +1,7 @@
 """The index-file builder: IndexService.buildIndex over ``IndexWriter`` (= IndexFile.putKey, one key or
-a column of keys), new files named by the one index-file clock (``index_file_name``).
+a column of keys), new files named by the one index-file clock (``index_file_name``), written as they fill
+(``StreamedIndexFile``), continued in place (``ContinuedIndexFile``) or, for a dry run, compared with the
+store's files instead of written (``ComparedIndexFile``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from rmqtool import constants as C
 from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry, decode_header
 from rmqtool.format.java import index_key_hash
 from rmqtool.store.atomic import copy_sparse, named
-from rmqtool.store.filequeue import data_extents, joined_spans, map_private
+from rmqtool.store.filequeue import data_extents, joined_spans, map_private, page_bytes, uncovered
 
 
 class RecordInfo(NamedTuple):
@@ -310,14 +312,13 @@ class ComparedIndexFile(StreamedIndexFile):
         if self.slot_buf is None:
             return
         self._write_held()
-        page, end = mmap.PAGESIZE, self.geometry.file_size
+        end = self.geometry.file_size
         spans = list(joined_spans(sorted(self.written)))
-        self.data = sum(hi - lo for lo, hi in joined_spans([(lo // page * page, min(-(-hi // page) * page, end))
-                                                             for lo, hi in spans]))
+        self.data = page_bytes(spans, end)
         for path, fd in list(self.fds.items()):
             with named(path):
                 extents = list(data_extents(fd, 0, end))
-            if all(self._holds(path, fd, lo, bytes(hi - lo)) for lo, hi in _outside(extents, spans)):
+            if all(self._holds(path, fd, lo, bytes(hi - lo)) for lo, hi in uncovered(extents, spans)):
                 self.same_as.add(path)
         self.abandon()
 
@@ -325,27 +326,6 @@ class ComparedIndexFile(StreamedIndexFile):
         for path in list(self.fds):
             self._drop(path)
         super().abandon()
-
-
-def _outside(extents: list[tuple[int, int]], spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    """The parts of ``extents`` that no span covers (both sorted and disjoint), at most 1 MiB each."""
-    first = 0                            # the first span that ends after the extent's start
-    for lo, hi in extents:
-        while first < len(spans) and spans[first][1] <= lo:
-            first += 1
-        at = first
-        while at < len(spans) and spans[at][0] < hi and lo < hi:
-            a, b = spans[at]
-            if a > lo:
-                yield from _pieces(lo, a)
-            lo, at = max(lo, b), at + 1
-        if lo < hi:
-            yield from _pieces(lo, hi)
-
-
-def _pieces(lo: int, hi: int, step: int = 1 << 20) -> Iterator[tuple[int, int]]:
-    for at in range(lo, hi, step):
-        yield at, min(at + step, hi)
 
 
 class ContinuedIndexFile(IndexWriter):

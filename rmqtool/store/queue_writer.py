@@ -4,12 +4,14 @@
 files) with recover / truncateDirtyLogicFiles, over files held in memory (repair); ``CqFileWriter``
 streams a queue's units to sparse files or appends them in place (``FileStream``); ``BcqFileWriter`` is
 BatchConsumeQueue.putBatchMessagePositionInfo, streamed the same ways. In place, bytes go through a
-``Sink`` (put/import's transaction): ``create(name, size)`` and ``write_at(name, offset, data)``.
+``Sink`` (put/import's transaction): ``create(name, size)`` and ``write_at(name, offset, data)``; a dry
+run's ``ComparedQueue`` is a sink that writes nothing and compares each file with the store's.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -17,8 +19,10 @@ from rmqtool import constants as C
 from rmqtool.errors import EncodeError, StoreError, UnsafeWrite
 from rmqtool.format.batchcq import BatchCqUnit
 from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
-from rmqtool.store.broker_model import MIN_RECORD_SIZE, expect_logic_offset, first_file_start, possible_queue_offset
-from rmqtool.store.filequeue import first_nonzero
+from rmqtool.store.atomic import named
+from rmqtool.store.broker_model import (MIN_RECORD_SIZE, expect_logic_offset, first_file_start, possible_queue_offset,
+                                         stale_tail)
+from rmqtool.store.filequeue import data_extents, first_nonzero, joined_spans, page_bytes, uncovered
 from rmqtool.store.store import BatchConsumeQueue, ConsumeQueue
 
 if TYPE_CHECKING:
@@ -558,3 +562,94 @@ class BcqFileWriter:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+class ComparedQueue:
+    """A ``Sink`` for a dry run's rebuild of one queue whose directory in the store is ``theirs``: nothing is
+    written; each file's writes are compared with the store's file of the same name as they come
+    (``ComparedQueueFile``)."""
+
+    def __init__(self, theirs: Path):
+        self.theirs = theirs
+        self.files: dict[str, ComparedQueueFile] = {}
+
+    def create(self, name: str, size: int) -> None:
+        self.files[name] = ComparedQueueFile(self.theirs / name, size)
+
+    def write_at(self, name: str, offset: int, data: bytes) -> None:
+        self.files[name].write(offset, data)
+
+
+class ComparedQueueFile:
+    """A queue file a rebuild would write (sparse, ``size`` bytes, written in order by its ``FileStream``),
+    compared with the store's file at ``path`` as it is written: where the two first differ, and where the
+    rebuilt file's last nonzero byte ends, are all ``same`` needs; ``data`` is the bytes of the pages it
+    would hold (``bounds.file_data``'s figure for it)."""
+
+    def __init__(self, path: Path, size: int):
+        self.path, self.size = path, size
+        self.spans: list[tuple[int, int]] = []         # written, in order
+        self.differs_at: int | None = None             # the first byte written that differs from the store's
+        self.nonzero_end = 0
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        self.stored = st is not None and stat.S_ISREG(st.st_mode) and st.st_size == size
+        if not self.stored:
+            self.differs_at = 0
+
+    @property
+    def data(self) -> int:
+        return page_bytes(self.spans, self.size)
+
+    def write(self, pos: int, data: bytes) -> None:
+        if self.spans and pos < self.spans[-1][1]:
+            raise RuntimeError(f"{self.path}: a queue file's bytes compared out of order")
+        self.spans.append((pos, pos + len(data)))
+        if (kept := len(data.rstrip(b"\0"))):
+            self.nonzero_end = pos + kept
+        if self.differs_at is None:
+            theirs = self._read(pos, len(data))
+            if theirs != data:
+                self.differs_at = pos + _first_difference(theirs, data)
+
+    def _read(self, pos: int, n: int) -> bytes:
+        with named(self.path):
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                return os.pread(fd, n, pos)
+            finally:
+                os.close(fd)
+
+    def same(self, stale_end: int | None = None) -> bool:
+        """Whether the store's file holds the rebuilt bytes: byte for byte, or (``stale_end``, a classic queue's)
+        but for the units a broker's load drops past the commit log's end (broker_model.stale_units_only)."""
+        if not self.stored:
+            return False
+        first = self.differs_at
+        with named(self.path):
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                for lo, hi in uncovered(list(data_extents(fd, 0, first if first is not None else self.size)),
+                                        list(joined_spans(self.spans))):
+                    rest = os.pread(fd, hi - lo, lo).lstrip(b"\0")      # where the rebuilt file holds zeros
+                    if rest:
+                        first = hi - len(rest)
+                        break
+                if first is None:
+                    return True
+                if stale_end is None:
+                    return False
+                stop = stale_tail(os.pread(fd, self.size, 0), stale_end)
+            finally:
+                os.close(fd)
+        return stop is not None and first >= stop and self.nonzero_end <= stop
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    import numpy as np
+
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n))
+    return int(diff[0]) if len(diff) else n
