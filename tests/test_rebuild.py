@@ -342,18 +342,19 @@ def _disjoint(points: list[int]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(points[::2], points[1::2])]
 
 
-@given(extents=st.lists(st.integers(0, 300), max_size=12), spans=st.lists(st.integers(0, 300), max_size=12))
-def test_the_bytes_a_compared_index_file_checks_for_zeros_are_those_it_does_not_write(extents, spans):
-    """ComparedIndexFile reads back, to check for zeros, each byte of an existing file's data extents that
-    none of its writes covers, and no other."""
-    from rmqtool.store.filequeue import uncovered
+@given(spans=st.lists(st.integers(0, 300), max_size=12), end=st.integers(0, 320))
+def test_the_bytes_a_compared_file_checks_for_zeros_are_those_it_does_not_write(spans, end):
+    """ComparedIndexFile and ComparedQueueFile check for zeros in the store's file each byte before ``end`` that
+    none of the writes covers, and no other."""
+    from rmqtool.store.filequeue import gaps
 
-    extents, spans = _disjoint(extents), _disjoint(spans)
-    got = [x for lo, hi in uncovered(extents, spans) for x in range(lo, hi)]
-    assert got == [x for lo, hi in extents for x in range(lo, hi) if not any(a <= x < b for a, b in spans)]
+    spans = _disjoint(spans)
+    got = [x for lo, hi in gaps(spans, end) for x in range(lo, hi)]
+    assert got == [x for x in range(end) if not any(a <= x < b for a, b in spans)]
 
 
-QUEUE_DAMAGE = st.lists(st.tuples(st.sampled_from(["delete", "flip", "tail", "stale", "extra", "cut", "queue"]),
+QUEUE_DAMAGE = st.lists(st.tuples(st.sampled_from(["delete", "flip", "tail", "stale", "ghost", "extra", "cut",
+                                                  "queue"]),
                                   st.integers(0, 1 << 30)), max_size=3)
 
 
@@ -394,6 +395,11 @@ def test_a_queue_plan_compares_as_it_goes_and_tells_what_built_queues_tell(name,
             at = -(-len(end) // 20) * 20
             if at + 20 <= len(data):
                 data[at:at + 20] = struct.pack(">qiq", (1 << 40) + n % 1000, 100, 0)
+                f.write_bytes(bytes(data))
+        elif op == "ghost":                     # after the last unit, one the broker would keep (bytes no rebuild writes)
+            at = -(-len(data.rstrip(b"\0")) // 20) * 20
+            if at + 20 <= len(data):
+                data[at:at + 20] = struct.pack(">qiq", n % 1000, 100, 0)
                 f.write_bytes(bytes(data))
         elif op == "extra":                     # a file the rebuild does not make
             shutil.copyfile(f, f.with_name(str(int(f.name) + (1 << 30)).zfill(len(f.name))))

@@ -161,25 +161,18 @@ def joined_spans(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
         yield cur
 
 
-def uncovered(extents: list[tuple[int, int]], spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    """The parts of ``extents`` that no span covers (both sorted and disjoint), at most 1 MiB each."""
-    first = 0                            # the first span that ends after the extent's start
-    for lo, hi in extents:
-        while first < len(spans) and spans[first][1] <= lo:
-            first += 1
-        at = first
-        while at < len(spans) and spans[at][0] < hi and lo < hi:
-            a, b = spans[at]
-            if a > lo:
-                yield from _pieces(lo, a)
-            lo, at = max(lo, b), at + 1
-        if lo < hi:
-            yield from _pieces(lo, hi)
-
-
-def _pieces(lo: int, hi: int, step: int = 1 << 20) -> Iterator[tuple[int, int]]:
-    for at in range(lo, hi, step):
-        yield at, min(at + step, hi)
+def gaps(spans: list[tuple[int, int]], end: int) -> Iterator[tuple[int, int]]:
+    """The parts of [0, ``end``) that no span (sorted, disjoint) covers: what a sparse file written at
+    ``spans`` holds as zeros."""
+    at = 0
+    for lo, hi in spans:
+        if lo >= end:
+            break
+        if lo > at:
+            yield at, lo
+        at = max(at, hi)
+    if at < end:
+        yield at, end
 
 
 def page_bytes(spans: list[tuple[int, int]], size: int) -> int:

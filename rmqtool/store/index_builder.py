@@ -17,7 +17,7 @@ from rmqtool import constants as C
 from rmqtool.format.indexfile import Geometry, IndexWriter, check_geometry, decode_header
 from rmqtool.format.java import index_key_hash
 from rmqtool.store.atomic import copy_sparse, named
-from rmqtool.store.filequeue import data_extents, joined_spans, map_private, page_bytes, uncovered
+from rmqtool.store.filequeue import first_nonzero_at, gaps, joined_spans, map_private, page_bytes
 
 
 class RecordInfo(NamedTuple):
@@ -317,9 +317,8 @@ class ComparedIndexFile(StreamedIndexFile):
         self.data = page_bytes(spans, end)
         for path, fd in list(self.fds.items()):
             with named(path):
-                extents = list(data_extents(fd, 0, end))
-            if all(self._holds(path, fd, lo, bytes(hi - lo)) for lo, hi in uncovered(extents, spans)):
-                self.same_as.add(path)
+                if all(first_nonzero_at(fd, lo, hi) is None for lo, hi in gaps(spans, end)):
+                    self.same_as.add(path)
         self.abandon()
 
     def abandon(self) -> None:

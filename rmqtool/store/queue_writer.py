@@ -22,7 +22,8 @@ from rmqtool.format.consumequeue import FILLER_UNIT, UNIT, valid_prefix
 from rmqtool.store.atomic import named
 from rmqtool.store.broker_model import (MIN_RECORD_SIZE, expect_logic_offset, first_file_start, possible_queue_offset,
                                          stale_tail)
-from rmqtool.store.filequeue import data_extents, first_nonzero, joined_spans, page_bytes, uncovered
+from rmqtool.store.filequeue import (first_difference, first_nonzero, first_nonzero_at, gaps, joined_spans,
+                                     open_random, page_bytes)
 from rmqtool.store.store import BatchConsumeQueue, ConsumeQueue
 
 if TYPE_CHECKING:
@@ -612,11 +613,11 @@ class ComparedQueueFile:
         if self.differs_at is None:
             theirs = self._read(pos, len(data))
             if theirs != data:
-                self.differs_at = pos + _first_difference(theirs, data)
+                self.differs_at = pos + first_difference(theirs, data)
 
     def _read(self, pos: int, n: int) -> bytes:
         with named(self.path):
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = os.open(self.path, os.O_RDONLY)          # (sequential reads: read-ahead welcome)
             try:
                 return os.pread(fd, n, pos)
             finally:
@@ -629,13 +630,12 @@ class ComparedQueueFile:
             return False
         first = self.differs_at
         with named(self.path):
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = open_random(self.path)
             try:
-                for lo, hi in uncovered(list(data_extents(fd, 0, first if first is not None else self.size)),
-                                        list(joined_spans(self.spans))):
-                    rest = os.pread(fd, hi - lo, lo).lstrip(b"\0")      # where the rebuilt file holds zeros
-                    if rest:
-                        first = hi - len(rest)
+                for lo, hi in gaps(list(joined_spans(self.spans)), first if first is not None else self.size):
+                    at = first_nonzero_at(fd, lo, hi)              # where the rebuilt file holds zeros
+                    if at is not None:
+                        first = at
                         break
                 if first is None:
                     return True
@@ -646,10 +646,3 @@ class ComparedQueueFile:
                 os.close(fd)
         return stop is not None and first >= stop and self.nonzero_end <= stop
 
-
-def _first_difference(a: bytes, b: bytes) -> int:
-    import numpy as np
-
-    n = min(len(a), len(b))
-    diff = np.flatnonzero(np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n))
-    return int(diff[0]) if len(diff) else n
