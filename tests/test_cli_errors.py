@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import click
@@ -273,3 +274,87 @@ def test_one_exit_table():
     for code, text in EXIT_STATUS_HELP.items():
         assert f"{int(code)} {text}" in help_text
         assert text in page, text
+
+
+class _FullTempDir:
+    """The system's temporary directory out of data blocks (``what="blocks"``: a write into a file there
+    fails, as the kernel fails it, naming no file) or of inodes once its directories are made (``"files"``:
+    making a file or a link there fails, naming it); elsewhere every call goes through. ``hits`` counts the
+    failed calls."""
+
+    def __init__(self, monkeypatch, root, what: str):
+        import errno
+        import os
+
+        self.hits, root = 0, os.path.realpath(root) + os.sep
+
+        def under(path) -> bool:
+            return os.path.realpath(path).startswith(root)
+
+        def full(*names):
+            self.hits += 1
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), *names)
+
+        def on_fd(real):
+            def call(fd, *args):
+                if under(f"/proc/self/fd/{fd}"):
+                    raise full()
+                return real(fd, *args)
+            return call
+
+        real_open, real_symlink = os.open, os.symlink
+
+        def open_(path, flags, *args, **kw):
+            if flags & os.O_CREAT and under(path) and not os.path.lexists(path):
+                raise full(os.fspath(path))
+            return real_open(path, flags, *args, **kw)
+
+        def symlink(target, link, *args, **kw):
+            if under(link):
+                raise full(os.fspath(target), os.fspath(link))       # as the kernel's: both names
+            return real_symlink(target, link, *args, **kw)
+
+        if what == "blocks":
+            for name in ("pwrite", "write"):
+                monkeypatch.setattr(os, name, on_fd(getattr(os, name)))
+        else:
+            monkeypatch.setattr(os, "open", open_)
+            monkeypatch.setattr(os, "symlink", symlink)
+
+
+@pytest.mark.parametrize("args, name, what", [
+    (["verify"], "dev-lmq-5x", "blocks"), (["verify"], "dev-lmq-5x", "files"),
+    (["verify"], "dev-batchcq-5x", "blocks"), (["verify"], "dev-batchcq-5x", "files"),
+    (["verify"], "dev-rocksdbcq-5x", "files"),
+    (["put", "--topic", "T", "--body", "b"], "dev-sample", "blocks"), (["repair"], "dev-sample-crash", "blocks")])
+def test_a_full_temporary_directory_is_named_not_the_store(args, name, what, store_copy, tmp_path, monkeypatch):
+    """A command that builds files outside the store (verify's batch and LMQ queues, the RocksDB queue's
+    private directory, put's and repair's planned index files) on a full temporary directory: exit 4, one
+    line naming the file there it could not write, never the store (which it leaves as it was), and nothing
+    left behind once the command is over (in-process: once what it raised is let go)."""
+    import gc
+    import tempfile
+
+    from tests.helpers_maintain import snapshot
+
+    if name == "dev-rocksdbcq-5x":
+        pytest.importorskip("rocksdict")
+    store = store_copy(name)
+    if args[0] == "put":                       # no index file to append to: the plan builds a new one
+        for f in (store / "index").iterdir():
+            f.unlink()
+    before = snapshot(store)
+    temp = tmp_path / "systmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    with monkeypatch.context() as m:
+        full = _FullTempDir(m, temp, what)
+        result = run(args[0], store, *args[1:])
+    assert full.hits, "no call into the temporary directory failed"
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("rmqtool: warning: ")]
+    assert result.exit_code == ExitCode.IO_ERROR and result.stdout == "" and len(errors) == 1, result.stderr
+    assert re.fullmatch(f"rmqtool: error: {re.escape(str(temp))}/rmqtool-[^ ]+: No space left on device",
+                        errors[0]), errors
+    del result
+    gc.collect()
+    assert snapshot(store) == before and list(temp.iterdir()) == []

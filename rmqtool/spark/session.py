@@ -8,7 +8,6 @@ registered (other sessions find it by name: ``pyspark_rocketmq``). One session p
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
@@ -86,9 +85,8 @@ def check_java() -> None:
 
 def _scratch() -> Path:
     global _workdir
-    if _workdir is None:          # locked while this process lives: the next one removes it if it was killed
-        _workdir = ScratchDir("rmqtool-spark-")
-        atexit.register(_workdir.remove, strict=False)
+    if _workdir is None:          # locked while this process lives, removed when it exits (a killed
+        _workdir = ScratchDir("rmqtool-spark-")     # one's goes with the next process's)
     return _workdir.path
 
 

@@ -19,6 +19,7 @@ import shutil
 import stat
 import tempfile
 import warnings
+import weakref
 from pathlib import Path
 from typing import Iterator
 
@@ -143,12 +144,15 @@ class ScratchDir:
     files built outside a store. This process holds a lock (flock) on it until ``remove()``, so that the next
     one made with the same prefix removes it if this process was killed: the leftovers of the same user,
     unlocked and unchanged for ``STALE_SECONDS`` (one made that instant, not yet locked, is not taken for
-    one). As a context manager it gives its path and is removed at the end."""
+    one). As a context manager it gives its path and is removed at the end. One its holder drops without
+    ``remove()`` (an error on the way) goes when it is collected or, at the latest, when this process exits
+    (never at a forked worker's exit)."""
 
     def __init__(self, prefix: str, directory: str | os.PathLike | None = None):
         parent = os.fspath(directory) if directory is not None else tempfile.gettempdir()
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        self._dropped = weakref.finalize(self, _remove_dropped, str(self.path), self._fd, os.getpid())
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -162,6 +166,7 @@ class ScratchDir:
         not go; not ``strict``: what would not go is left for the next sweep."""
         if self._fd is None:
             return
+        self._dropped.detach()
         try:
             if strict:
                 from rmqtool.store.atomic import remove_scratch
@@ -177,6 +182,12 @@ class ScratchDir:
 
     def __exit__(self, exc_type, *exc) -> None:
         self.remove(strict=exc_type is None)          # an error on the way out is not hidden by another
+
+
+def _remove_dropped(path: str, fd: int, pid: int) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
 
 
 @contextlib.contextmanager

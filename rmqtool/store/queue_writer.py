@@ -330,9 +330,10 @@ class FileStream:
             fd = os.open(self._path[1], os.O_WRONLY)
             try:
                 data, at = memoryview(self.pending), self.pos - self.start
-                while data:
-                    n = os.pwrite(fd, data, at)
-                    data, at = data[n:], at + n
+                with named(self._path[1]):
+                    while data:
+                        n = os.pwrite(fd, data, at)
+                        data, at = data[n:], at + n
             finally:
                 os.close(fd)
         self.pos += len(self.pending)
@@ -343,10 +344,12 @@ def _open_sized(directory: Path, start: int, file_size: int) -> int:
     """The queue file starting at ``start``, opened for writing; created sparse at full size where missing,
     never truncated (worker processes write other units of the same files)."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / C.offset_to_file_name(start), os.O_WRONLY | os.O_CREAT, 0o666)
+    path = directory / C.offset_to_file_name(start)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o666)
     try:
-        if os.fstat(fd).st_size < file_size:
-            os.ftruncate(fd, file_size)
+        with named(path):
+            if os.fstat(fd).st_size < file_size:
+                os.ftruncate(fd, file_size)
     except BaseException:
         os.close(fd)
         raise
@@ -388,9 +391,10 @@ def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndar
         try:
             chunk = data[:start + file_size - at]
             data = data[len(chunk):]
-            while chunk:
-                n = os.pwrite(fd, chunk, at - start)
-                chunk, at = chunk[n:], at + n
+            with named(path):
+                while chunk:
+                    n = os.pwrite(fd, chunk, at - start)
+                    chunk, at = chunk[n:], at + n
         finally:
             if kept is not None and (path in kept or len(kept) < kept.limit):
                 kept[path] = fd

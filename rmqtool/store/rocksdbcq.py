@@ -132,16 +132,26 @@ def open_read_only(path: Path, what: str):
     try:
         for name in os.listdir(path):
             if name != "LOCK":
-                os.symlink(os.path.abspath(os.path.join(path, name)), shadow.path / name)
+                _link(os.path.abspath(os.path.join(path, name)), shadow.path / name)
         families = Rdict.list_cf(str(shadow.path), Options(raw_mode=True))
         db = Rdict(str(shadow.path), options=Options(raw_mode=True),
                    column_families={name: Options(raw_mode=True) for name in families if name != "default"},
                    access_type=AccessType.read_only())
+    except OSError:
+        shadow.remove(strict=False)
+        raise
     except Exception as exc:        # rocksdict raises plain Exception for RocksDB errors
         shadow.remove(strict=False)
         raise StoreError(f"cannot open {what}: {first_line(exc).replace(str(shadow.path), str(path))}",
                          path=str(path)) from None
     return db, families, shadow
+
+
+def _link(target: str, link: Path) -> None:
+    try:
+        os.symlink(target, link)
+    except OSError as exc:     # named by the link that could not be made (a full temporary directory), not the store
+        raise OSError(exc.errno, exc.strerror, str(link)) from None
 
 
 def close_read_only(db, shadow: ScratchDir) -> None:
