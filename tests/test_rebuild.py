@@ -369,7 +369,7 @@ def test_a_queue_plan_compares_as_it_goes_and_tells_what_built_queues_tell(name,
     changes and plan size it tells are those of building every queue file in a directory and comparing it whole,
     stale units past the commit log's end included, whatever was done to the queue files beforehand."""
     from rmqtool.ops.dispatch_plan import DispatchPlan
-    from rmqtool.ops.rebuild import _Built, _queue_changes, _tree_changes, dispatch_files, rebuild_consume_queues
+    from rmqtool.ops.rebuild import _Built, _changes, dispatch_files, rebuild_consume_queues
     from rmqtool.store import layout as L
     from rmqtool.store.metadata import batch_cq_topics
 
@@ -420,5 +420,6 @@ def test_a_queue_plan_compares_as_it_goes_and_tells_what_built_queues_tell(name,
     rels = [L.queue_dir(topic, batch=topic in batch)] if topic else \
         ["consumequeue"] + (["batchconsumequeue"] if batch or (root / "batchconsumequeue").is_dir() else [])
     trees = {rel: _Built(built / rel) for rel in rels}
-    assert told.changes == _queue_changes(store, trees, plan.end)
-    assert dataclasses.replace(told.size, why={}) == _tree_changes(store, trees, plan.end)   # (why: misplaced units')
+    changes, size = _changes(store, trees, plan.end)
+    assert told.changes == changes
+    assert dataclasses.replace(told.size, why={}) == size             # (why: misplaced units')

@@ -347,6 +347,74 @@ def test_rebuild_cq_run_a_worker_misplaced_is_rebuilt_by_one_process(generated, 
     assert not (root / ("consumequeue" + BUILD)).exists()
 
 
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["flip", "zero", "delete", "cut", "extra", "queue"]),
+                          st.integers(0, 1 << 20)), max_size=4))
+def test_rebuild_cq_plan_workers_compare_their_queue_runs(generated, damage):
+    """A plan (dry run) with --jobs 2: the workers compare their queue runs with the store's files where they
+    walk them (runs across two queue files among them) and this process takes what they found in order;
+    the plan tells exactly the changes, size and counts of the plan one process makes, on queues damaged
+    every way, and writes nothing."""
+    from helpers_maintain import snapshot
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / "store"
+        shutil.copytree(generated, root)
+        files = sorted(p for p in (root / "consumequeue").rglob("0*") if p.is_file())
+        for op, n in damage:
+            f = files[n % len(files)]
+            if not f.exists():
+                continue
+            data = bytearray(f.read_bytes())
+            if op == "flip":
+                data[n % len(data)] ^= 1 << n % 8
+            elif op == "zero":
+                data[n % len(data):] = bytes(len(data) - n % len(data))
+            elif op == "cut":
+                del data[n % len(data):]
+            elif op == "extra":
+                f.with_name(f"{int(f.name) + 20 * 50 * 8:020d}").write_bytes(bytes(data))
+            if op == "delete":
+                f.unlink()
+            elif op == "queue":
+                shutil.rmtree(f.parent)
+            else:
+                f.write_bytes(bytes(data))
+        before = snapshot(root)
+        one = rebuild_consume_queues(Store.open(root), dry_run=True, jobs=1)
+        with pytest.MonkeyPatch.context() as m:
+            runs = _placed_runs(m)
+            two = rebuild_consume_queues(Store.open(root), dry_run=True, jobs=2)
+        assert runs and all(ok for ok, *_ in runs)
+        assert any(at // size != (end - 1) // size for _, at, end, size in runs)
+        assert dataclasses.asdict(two) == dataclasses.asdict(one)
+        assert snapshot(root) == before
+
+
+def test_rebuild_cq_plan_a_worker_misplaced_is_compared_by_one_process(generated, tmp_path, monkeypatch):
+    """The plan of the store whose later file repeats an older queue offset (above): a worker's run is
+    refused, the plan starts again in one process and tells what one process tells."""
+    from rmqtool.format.commitlog import decode_entry, encode_message
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    root = tmp_path / "store"
+    shutil.copytree(generated, root)
+    first = (root / "commitlog" / f"{0:020d}").read_bytes()
+    pos, msg = 0, None
+    while msg is None or msg.queue_offset < 3:
+        msg = decode_entry(first, pos)
+        pos += len(encode_message(msg))
+    start = 6 * 65536
+    raw = encode_message(dataclasses.replace(msg, physical_offset=start))
+    (root / "commitlog" / f"{start:020d}").write_bytes(raw + bytes(65536 - len(raw)))
+    one = rebuild_consume_queues(Store.open(root), dry_run=True, jobs=1)
+    runs = _placed_runs(monkeypatch)
+    two = rebuild_consume_queues(Store.open(root), dry_run=True, jobs=2)
+    assert [at for ok, at, *_ in runs if not ok] == [msg.queue_offset * 20]
+    assert dataclasses.asdict(two) == dataclasses.asdict(one) and one.misplaced
+
+
 def _killed_rebuild(root: Path, delay: float) -> bool:
     """``rebuild-cq --jobs 2`` of ``root`` in a forked child SIGKILLed after ``delay`` s; whether it was."""
     pid = os.fork()

@@ -123,8 +123,10 @@ class FileFacts:
     findings: list[Finding] = field(default_factory=list)
     damaged: list[tuple[int, int, str]] = field(default_factory=list)   # salvage: (offset, bytes skipped, kind)
     # queue runs the walking process wrote already (rebuild.place_runs): (queue code, queue offset, units,
-    # first unit's physical offset, its end, the last unit's end) per row
+    # first unit's physical offset, its end, the last unit's end) per row; in a dry run, compared instead:
+    # (row of ``placed``, then queue_writer.compare_run's part) per queue file each run falls in
     placed: np.ndarray | None = None
+    compared: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.columns["offset"])

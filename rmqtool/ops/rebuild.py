@@ -8,6 +8,7 @@ what is swapped in. The files are written by the store's writers (``rmqtool.stor
 
 from __future__ import annotations
 
+import os
 import shutil
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from rmqtool.store.filequeue import same_content
 from rmqtool.store.index_builder import IndexBuilder
 from rmqtool.store.metadata import batch_cq_topics
 from rmqtool.store.queue_writer import (UNIT_DTYPE, BcqFileWriter, ComparedQueue, CqFileWriter, Misplaced,
-                                        OpenQueueFiles, safe_topic_dir, write_run)
+                                        OpenQueueFiles, compare_run, safe_topic_dir, write_run)
 from rmqtool.store.readable import unread_records_before
 from rmqtool.store.store import Store
 
@@ -74,9 +75,9 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
     log's topics). Every readable record goes at its queue offset (damaged ones listed in
     ``result.damaged``), or as a broker of version ``as_broker`` dispatches them (rmqtool.ops.dispatch_plan).
     ``jobs``: worker processes for the walk; where each unit goes at its queue offset (not ``as_broker``,
-    no DLedger), they write the queue runs that go on where their queue stands, this process the rest
-    (dispatch_files' ``place``). ``check`` sees the plan's size before anything is swapped in (and, with
-    ``out``, before the rebuild returns; what it raises leaves ``out`` empty): store.bounds."""
+    no DLedger), they write (a dry run: compare) the queue runs that go on where their queue stands, this
+    process the rest (dispatch_files' ``place``). ``check`` sees the plan's size before anything is swapped
+    in (and, with ``out``, before the rebuild returns; what it raises leaves ``out`` empty): store.bounds."""
     if store.consumequeue_is_rocksdb and out is None:
         from rmqtool.store.rocksdbcq import read_only_error
         raise read_only_error(store.consumequeue_dir)
@@ -102,8 +103,6 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
             shutil.rmtree(path)
         path.mkdir(parents=True)
 
-    # a dry run writes nothing: each queue's files compared with the store's as they would be written
-    directory = _Compared(store.root) if dry_run else _Directories(out, built, bool(topics))
     written = [out] if out is not None and not dry_run else []         # empty before the rebuild
     made = [*built.values(), *written]
 
@@ -117,16 +116,17 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
 
     def dispatch(place: bool):
         plan = DispatchPlan(as_broker, jobs=jobs)
-        place = place and not dry_run and keeps_walk(store, plan)
-        return plan, dispatch_files(store, directory, sizes, batch, topics=set(topics) or None, plan=plan,
-                                    progress=progress, place=place)
+        # a dry run writes nothing: each queue's files compared with the store's as they would be written
+        directory = _Compared(store.root) if dry_run else _Directories(out, built, bool(topics))
+        return plan, directory, dispatch_files(store, directory, sizes, batch, topics=set(topics) or None,
+                                               plan=plan, progress=progress, place=place and keeps_walk(store, plan))
 
     try:
         try:
-            plan, (writers, result.topics) = dispatch(True)
+            plan, directory, (writers, result.topics) = dispatch(True)
         except Misplaced:                        # a worker's run is not where one process puts it
             _clear(made)
-            plan, (writers, result.topics) = dispatch(False)
+            plan, directory, (writers, result.topics) = dispatch(False)
         result.damaged, result.cut = plan.damaged, plan.cut
         result.missing = [t for t in topics if not any(wt == t for wt, _ in writers)]
         if result.missing and not allow_empty:
@@ -142,13 +142,12 @@ def rebuild_consume_queues(store: Store, *, topics: Sequence[str] = (), out: Pat
                        for w in writers.values())
     try:
         if dry_run:
-            trees = {rel: directory.under(rel) for rel in rels.values()}
-            result.changes = _queue_changes(store, trees, plan.end)
-            result.size = _tree_changes(store, trees, plan.end)
+            result.changes, result.size = _changes(store, {rel: directory.under(rel) for rel in rels.values()},
+                                                   plan.end)
         elif out is not None:
             result.size.add_tree(out)
         else:
-            result.size = _tree_changes(store, {rels[key]: _Built(path) for key, path in built.items()}, plan.end)
+            _, result.size = _changes(store, {rels[key]: _Built(path) for key, path in built.items()}, plan.end)
         for t, qid, phy, stored, _, _ in result.misplaced:
             result.size.why[f"{t}/{qid}" if out is not None else L.queue_dir(t, qid)] = \
                 f"queue offset {stored} of the record at {phy}"
@@ -184,14 +183,23 @@ class _Directories:
             return self.out / t / str(qid)
         return self.built[t] / str(qid) if self.by_topic else self.built[is_batch] / t / str(qid)
 
+    def run(self, t: str, qid: int, file_size: int, queue_offset: int, units: np.ndarray) -> list:
+        """A worker's run of a classic queue written at its place (``place_runs``)."""
+        write_run(self(t, qid, False), file_size, queue_offset, units, _KEPT)
+        return []
+
 
 class _Compared:
     """A dry run's queues: each one's writes compared with the store's files as they come
-    (``queue_writer.ComparedQueue``), nothing written."""
+    (``queue_writer.ComparedQueue``), nothing written; a worker's runs are compared where it walks
+    (``run``) and taken here in order (``ComparedQueue.took``)."""
 
     def __init__(self, root: Path):
         self.root = root
         self.queues: dict[str, ComparedQueue] = {}
+
+    def run(self, t: str, qid: int, file_size: int, queue_offset: int, units: np.ndarray) -> list:
+        return compare_run(self.root / L.queue_dir(t, qid), file_size, queue_offset, units)
 
     def __call__(self, t: str, qid: int, is_batch: bool) -> ComparedQueue:
         rel = L.queue_dir(t, qid, batch=is_batch)
@@ -257,41 +265,45 @@ def _stale_end(rel: str, end: int | None) -> int | None:
     return end if rel.split("/")[0] == L.CONSUMEQUEUE else None
 
 
-def _queue_changes(store: Store, trees: dict, end: int | None) -> list[tuple[str, str, str]]:
-    """(action, queue directory, detail) for each queue whose rebuilt files (``trees``: store directory ->
-    its rebuilt files) differ from the store's."""
-    out = []
+def _changes(store: Store, trees: dict, end: int | None) -> tuple[list[tuple[str, str, str]], PlanSize]:
+    """What swapping each store directory's rebuilt files (``trees``: store directory -> its rebuilt files) in
+    for the directory changes: (action, queue directory, detail) for each queue whose files differ, and the
+    size (files new to the store created, those it changes, the rest of its files deleted). Each directory
+    listed once, each file compared once."""
+    out, size = [], PlanSize()
     for rel, tree in trees.items():
         theirs, stale_end = store.root / rel, _stale_end(rel, end)
-        mine: dict[Path, set[str]] = {}
-        for name in tree.names():
-            mine.setdefault(Path(name).parent, set()).add(Path(name).name)
-        for q in sorted(set(mine) | _queue_dirs(theirs), key=str):
-            b = theirs / q
-            files_a = mine.get(q, set())
-            files_b = {p.name for p in b.iterdir() if p.is_file()} if b.is_dir() else set()
+        have, mine = _files_below(theirs), tree.names()
+        same = {name: tree.same(name, theirs / name, stale_end) for name in mine if name in have}
+        queues: dict[str, tuple[set[str], set[str]]] = {}
+        for names, side in ((mine, 0), (have, 1)):
+            for name in names:
+                q, _, file = name.rpartition("/")
+                queues.setdefault(q, (set(), set()))[side].add(file)
+        for q, (files_a, files_b) in sorted(queues.items()):
             if not files_a:
                 out.append(("delete_cq", f"{rel}/{q}", "the commit log has no record for this queue"))
-            elif files_a != files_b or not all(tree.same(f"{q}/{n}", b / n, stale_end) for n in sorted(files_a)):
+            elif files_a != files_b or not all(same[f"{q}/{n}"] for n in files_a):
                 out.append(("write_cq", f"{rel}/{q}", f"{len(files_a)} file(s) differ from the rebuilt ones"))
-    return out
-
-
-def _tree_changes(store: Store, trees: dict, end: int | None) -> PlanSize:
-    """The size of swapping each store directory's rebuilt files (``trees``) in for the directory: files new to
-    the store created, those it changes, the rest of its files deleted."""
-    size = PlanSize()
-    for rel, tree in trees.items():
-        theirs, stale_end = store.root / rel, _stale_end(rel, end)
-        have = {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} if theirs.is_dir() else set()
-        for name in tree.names():
-            if Path(name) in have:
-                size.changed += not tree.same(name, theirs / name, stale_end)
-                have.discard(Path(name))
+        for name in mine:
+            if name in have:
+                size.changed += not same[name]
             else:
                 size.create(f"{rel}/{name}", *tree.data(name))
-        size.deleted += len(have)
-    return size
+        size.deleted += len(have.difference(mine))
+    return out, size
+
+
+def _files_below(root: Path) -> set[str]:
+    """The files below ``root`` by their path under it ('/'-separated; symbolic links to directories not
+    followed)."""
+    found = set()
+    for top, _, files in os.walk(root):
+        under = os.path.relpath(top, root)
+        for name in files:
+            if os.path.isfile(os.path.join(top, name)):
+                found.add(name if under == "." else f"{under}/{name}")
+    return found
 
 
 def _same_tree(mine: Path, root: Path, rel: str, end: int | None) -> bool:
@@ -300,11 +312,6 @@ def _same_tree(mine: Path, root: Path, rel: str, end: int | None) -> bool:
     names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
     return theirs.is_dir() and names == {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} \
         and all(_same_file(mine / n, theirs / n, _stale_end(rel, end)) for n in names)
-
-
-def _queue_dirs(root: Path) -> set[Path]:
-    """The directories holding files below ``root``, relative to it (the queues of a tree)."""
-    return {p.parent.relative_to(root) for p in root.rglob("*") if p.is_file()} if root.is_dir() else set()
 
 
 class _NoRecords(Exception):
@@ -322,10 +329,11 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
     run put as one block. ``directory(topic, queue_id, is_batch)`` says where a queue's files go.
     ``plan``: the records of ``rmqtool.ops.dispatch_plan`` (default: those up to the first invalid one),
     each unit at its queue offset unless ``plan.as_broker``.
-    ``place`` (a plan that ``keeps_walk``; ``directory`` picklable): worker processes that walk files write
-    their queue runs whose units go at their queue offsets themselves (``place_runs``), this process takes
-    them in order (CqFileWriter.placed); when one would not go where ``put_many`` puts it, ``Misplaced``
-    is raised (the files are then not the rebuild's: start again without ``place``).
+    ``place`` (a plan that ``keeps_walk``; ``directory`` picklable, with ``run``): worker processes that walk
+    files write their queue runs whose units go at their queue offsets themselves (``place_runs``; a dry
+    run's compare them), this process takes them in order (CqFileWriter.placed); when one would not go where
+    ``put_many`` puts it, ``Misplaced`` is raised (the files are then not the rebuild's: start again without
+    ``place``).
     Returns the writers by queue and the topics of the records seen."""
     from rmqtool.format.dispatch import is_lmq
 
@@ -355,9 +363,17 @@ def dispatch_files(store: Store, directory, sizes: tuple[int, int], batch_topics
         for facts in records:
             skip = None
             if facts.placed is not None:
-                for code, offset, count, phy, first_end, last_end in facts.placed.tolist():
+                parts = iter(facts.compared.tolist())
+                part = next(parts, None)
+                for i, (code, offset, count, phy, first_end, last_end) in enumerate(facts.placed.tolist()):
                     if not writer(code, False, phy).placed(offset, count, first_end, last_end):
                         raise Misplaced
+                    while part is not None and part[0] == i:     # a dry run's: compared where it was walked
+                        _, start, pos, n, differs, nonzero_end = part
+                        directory(*names.names[code], False).took(C.offset_to_file_name(start), sizes[0], pos, n,
+                                                                  None if differs < 0 else differs,
+                                                                  None if nonzero_end < 0 else nonzero_end)
+                        part = next(parts, None)
                 skip = facts.placed[:, 0]
             for is_batch, first, phy, size, tags, offset, rest in queue_runs(facts, names, batch_topics, topics, skip):
                 for code in np.flatnonzero(first[1:] > first[:-1]).tolist():
@@ -425,17 +441,18 @@ def _codes(names: QueueNames, topics: set[str]) -> list[int]:
 def place_runs(facts: FileFacts, names: QueueNames, *, directory, file_size: int, batch_topics: set[str],
                topics: set[str] | None) -> FileFacts:
     """In a worker process, after its walk of one file: each classic and LMQ queue's run of the file
-    whose queue offsets step by one and whose ends rise written at its queue offsets (``write_run``), as
-    ``put_many`` writes it when the run goes on where the queue stands (``CqFileWriter.placed`` checks
-    that in order). Returned: the facts of the records with units left to put (batch units, broken
-    runs), ``placed`` naming the runs written. Topics are checked (safe_topic_dir) as ``dispatch_files``
+    whose queue offsets step by one and whose ends rise written at its queue offsets (``directory.run``:
+    ``write_run``, a dry run's ``compare_run``), as ``put_many`` writes it when the run goes on where the
+    queue stands (``CqFileWriter.placed`` checks that in order). Returned: the facts of the records with
+    units left to put (batch units, broken runs), ``placed`` naming the runs written, ``compared`` a dry
+    run's comparisons. Topics are checked (safe_topic_dir) as ``dispatch_files``
     checks them, in the same order, before anything is written. LMQ queues are left to the caller:
     ConsumeQueue.putMessagePositionInfo appends an LMQ unit at its queue's end whatever offset it asked
     for (a gap in INNER_MULTI_QUEUE_OFFSET is not kept), so their places need the queue's whole past."""
     from rmqtool.format.dispatch import is_lmq
 
     keep = np.zeros(len(facts), bool)
-    placed = []
+    placed, compared = [], []
     for is_batch, first, phy, size, _, offset, rest in queue_runs(facts, names, batch_topics, topics):
         if is_batch:                       # put by the caller
             keep |= np.isin(facts.columns["queue"], _codes(names, batch_topics))
@@ -451,11 +468,13 @@ def place_runs(facts: FileFacts, names: QueueNames, *, directory, file_size: int
                 # an LMQ unit goes where its queue stands, gap or not; an impossible offset where the caller says
                 keep[rec[lo:hi]] = True
                 continue
-            write_run(directory(t, qid, False), file_size, int(offset[lo]), units[lo:hi], _KEPT)
+            compared += [(len(placed), *part) for part in directory.run(t, qid, file_size, int(offset[lo]),
+                                                                         units[lo:hi])]
             placed.append((code, int(offset[lo]), hi - lo, int(phy[lo]), int(phy[lo]) + int(size[lo]),
                            int(phy[hi - 1]) + int(size[hi - 1])))
     out = facts.select(keep)
     out.placed = np.array(placed, np.int64).reshape(-1, 6)
+    out.compared = np.array(compared, np.int64).reshape(-1, 6)
     return out
 
 

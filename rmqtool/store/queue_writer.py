@@ -402,6 +402,46 @@ def write_run(directory: Path, file_size: int, queue_offset: int, units: np.ndar
                 os.close(fd)
 
 
+def compare_run(directory: Path, file_size: int, queue_offset: int, units: np.ndarray) -> list[tuple[int, ...]]:
+    """``write_run`` for a dry run: the run's bytes compared with the store's queue files under ``directory``,
+    nothing written. For each file the run falls in: (its start, the place in it, the bytes' length, then
+    what ``ComparedQueueFile.take`` records of them: the first that differs from the store's and the end of
+    the last nonzero one, -1 for none)."""
+    data, at, parts = memoryview(units).cast("B"), queue_offset * C.CQ_STORE_UNIT_SIZE, []
+    while data:
+        start = at - at % file_size
+        mine = bytes(data[:start + file_size - at])         # (bytes compare with memcmp, a memoryview by byte)
+        data = data[len(mine):]
+        differs = _differs_at(os.path.join(directory, C.offset_to_file_name(start)), at - start, mine)
+        nonzero_end = _nonzero_end(at - start, mine)
+        parts.append((start, at - start, len(mine), -1 if differs is None else differs,
+                      -1 if nonzero_end is None else nonzero_end))
+        at += len(mine)
+    return parts
+
+
+def _differs_at(path: str | Path, pos: int, mine: bytes) -> int | None:
+    """The first byte of ``mine``, to be written at ``pos`` of the file at ``path``, that differs from the
+    file's there (a missing file's: from zeros); None: none."""
+    try:
+        with named(path):
+            fd = os.open(path, os.O_RDONLY)               # (sequential reads: read-ahead welcome)
+            try:
+                theirs = os.pread(fd, len(mine), pos)
+            finally:
+                os.close(fd)
+    except (FileNotFoundError, IsADirectoryError):
+        theirs = b""
+    at = first_difference(theirs, mine) if theirs != mine else None
+    return None if at is None else pos + at
+
+
+def _nonzero_end(pos: int, mine: bytes) -> int | None:
+    """The end of the last nonzero byte of ``mine`` written at ``pos`` (None: none)."""
+    kept = len(mine.rstrip(b"\0"))
+    return pos + kept if kept else None
+
+
 class CqFileWriter(CqWriter):
     """A CqWriter for a new queue whose units stream into files (``FileStream``): memory is one small
     buffer, whatever the queue's size."""
@@ -584,6 +624,12 @@ class ComparedQueue:
     def write_at(self, name: str, offset: int, data: bytes) -> None:
         self.files[name].write(offset, data)
 
+    def took(self, name: str, size: int, pos: int, n: int, differs_at: int | None, nonzero_end: int | None) -> None:
+        """Bytes another process compared (``compare_run``), in their place in the order of the writes."""
+        if name not in self.files:
+            self.create(name, size)
+        self.files[name].take(pos, n, differs_at, nonzero_end)
+
 
 class ComparedQueueFile:
     """A queue file a rebuild would write (sparse, ``size`` bytes, written in order by its ``FileStream``),
@@ -609,23 +655,19 @@ class ComparedQueueFile:
         return page_bytes(self.spans, self.size)
 
     def write(self, pos: int, data: bytes) -> None:
+        self.take(pos, len(data), _differs_at(self.path, pos, data) if self.differs_at is None else None,
+                  _nonzero_end(pos, data))
+
+    def take(self, pos: int, n: int, differs_at: int | None, nonzero_end: int | None) -> None:
+        """``n`` bytes at ``pos`` compared: the first of them that differs from the store's file, the end of
+        their last nonzero byte (None: none)."""
         if self.spans and pos < self.spans[-1][1]:
             raise RuntimeError(f"{self.path}: a queue file's bytes compared out of order")
-        self.spans.append((pos, pos + len(data)))
-        if (kept := len(data.rstrip(b"\0"))):
-            self.nonzero_end = pos + kept
+        self.spans.append((pos, pos + n))
+        if nonzero_end is not None:
+            self.nonzero_end = nonzero_end
         if self.differs_at is None:
-            theirs = self._read(pos, len(data))
-            if theirs != data:
-                self.differs_at = pos + first_difference(theirs, data)
-
-    def _read(self, pos: int, n: int) -> bytes:
-        with named(self.path):
-            fd = os.open(self.path, os.O_RDONLY)          # (sequential reads: read-ahead welcome)
-            try:
-                return os.pread(fd, n, pos)
-            finally:
-                os.close(fd)
+            self.differs_at = differs_at
 
     def same(self, stale_end: int | None = None) -> bool:
         """Whether the store's file holds the rebuilt bytes: byte for byte, or (``stale_end``, a classic queue's)

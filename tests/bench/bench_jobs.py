@@ -56,6 +56,7 @@ COMMANDS = {               # name: command line after "rmqtool", with {store} an
     "export-jsonl": ["export", "{store}", "--to", "{out}/out.jsonl"],
     "grep": ["grep", "{store}", "--key", "no-such-key"],
     "rebuild-cq": ["rebuild-cq", "{store}", "--out", "{out}/cq"],
+    "rebuild-cq-plan": ["rebuild-cq", "{store}"],
     "rebuild-index": ["rebuild-index", "{store}"],
 }
 # runs rmqtool's command line in this process, then prints [exit status, own CPU s, workers' CPU s, own CPU s
