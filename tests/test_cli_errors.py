@@ -358,3 +358,41 @@ def test_a_full_temporary_directory_is_named_not_the_store(args, name, what, sto
     del result
     gc.collect()
     assert snapshot(store) == before and list(temp.iterdir()) == []
+
+
+def test_import_from_stdin_on_a_full_temporary_directory_names_it(store_copy, tmp_path, monkeypatch):
+    """import reads stdin twice, through a copy in the temporary directory: when that directory is full,
+    the line names it (the copy has no name of its own), not the store, which is left as it was."""
+    import errno
+    import tempfile
+    import threading
+
+    from tests.helpers_maintain import snapshot
+
+    rows = run("cat-commitlog", FIXTURES / "dev-sample" / "store", "-f", "jsonl", "-n", "20").stdout.encode()
+    store = store_copy("dev-sample")
+    before, temp = snapshot(store), tmp_path / "systmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    real = tempfile.TemporaryFile
+
+    class Full:                                     # a write fails as on a full disk: naming no file
+        def __init__(self, *args, **kw):
+            self._file = real(*args, **kw)
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __getattr__(self, name):
+            return getattr(self._file, name)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", Full)
+    read, write = os.pipe()                         # stdin that cannot seek, as a shell pipe's
+    feeder = threading.Thread(target=lambda: (os.write(write, rows), os.close(write)))
+    feeder.start()
+    with open(read, "rb") as stdin:
+        result = run("import", store, "-", input=stdin)
+    feeder.join()
+    assert_error(result, ExitCode.IO_ERROR, f"rmqtool: error: {temp}: No space left on device (the copy of "
+                 "stdin import reads twice)")
+    assert snapshot(store) == before

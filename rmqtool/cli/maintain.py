@@ -908,8 +908,15 @@ def _rereadable(file):
     if file.seekable():
         return file
     copy = tempfile.TemporaryFile("w+", encoding="utf-8")
-    for chunk in iter(lambda: file.read(1 << 20), ""):
-        copy.write(chunk)
+    try:
+        for chunk in iter(lambda: file.read(1 << 20), ""):
+            copy.write(chunk)
+        copy.flush()
+    except OSError as exc:          # a full temporary directory: named, not the store (the copy has no name)
+        with contextlib.suppress(OSError):
+            copy.close()
+        raise OSError(exc.errno, f"{exc.strerror} (the copy of stdin import reads twice)",
+                      tempfile.gettempdir()) from None
     return copy
 
 
