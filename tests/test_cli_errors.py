@@ -396,3 +396,24 @@ def test_import_from_stdin_on_a_full_temporary_directory_names_it(store_copy, tm
     assert_error(result, ExitCode.IO_ERROR, f"rmqtool: error: {temp}: No space left on device (the copy of "
                  "stdin import reads twice)")
     assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("args", [["cat-commitlog", "{}", "-f", "jsonl"], ["stats", "{}"],
+                                  ["cat-cq", "{}", "TopicA", "0"], ["grep", "{}", "-f", "csv"]], ids=lambda a: a[0])
+def test_a_full_disk_under_standard_output_is_named(args):
+    """Output redirected to a full disk (/dev/full: every write fails with ENOSPC): exit 4 and one line
+    naming standard output, not the store the command read."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    store = FIXTURES / "dev-sample" / "store"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "rmqtool", *_args(args, store)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              timeout=120)
+    assert (proc.returncode, proc.stderr) == (ExitCode.IO_ERROR,
+                                              "rmqtool: error: standard output: No space left on device\n")

@@ -136,12 +136,13 @@ WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 def _path_argument(command: click.Command, ctx: click.Context, writing: bool = False) -> str | None:
     """The command's first path argument (its store, file or directory), as given; ``writing``: its output
-    when it was given one."""
+    when it was given one, standard output when it was given none (a store is written only under
+    ``_store(write=True)``, whose errors name what they hit, and files outside it name themselves)."""
     from rmqtool.cli.options import OUTPUTS
 
     outputs = ctx.meta.get(OUTPUTS, [])
-    if writing and len(outputs) == 1:
-        return outputs[0]
+    if writing and len(outputs) <= 1:
+        return outputs[0] if outputs else "standard output"
     for param in command.params:
         value = ctx.params.get(param.name)
         if isinstance(param, click.Argument) and isinstance(param.type, (click.Path, click.File)) and value:
