@@ -322,14 +322,11 @@ def test_a_rebuild_cq_worker_keeps_its_queue_files_open(tmp_path):
             os.close(fd)
 
 
-def test_rebuild_cq_run_a_worker_misplaced_is_rebuilt_by_one_process(generated, tmp_path, monkeypatch):
-    """A record repeating an older queue offset of its queue, alone in a later file: its worker writes it
-    at that offset, where one process drops it as a repeat; the rebuild starts again with the queues
-    written here, and the store gets the bytes one process writes (built in place, swapped in)."""
+def _repeating(generated, root: Path) -> int:
+    """A copy of ``generated`` at ``root`` with a seventh file holding one record alone that repeats an older
+    queue offset of its queue; returns that unit's byte place in the queue."""
     from rmqtool.format.commitlog import decode_entry, encode_message
-    from rmqtool.ops.rebuild import rebuild_consume_queues
 
-    root = tmp_path / "store"
     shutil.copytree(generated, root)
     first = (root / "commitlog" / f"{0:020d}").read_bytes()
     pos, msg = 0, None
@@ -339,10 +336,21 @@ def test_rebuild_cq_run_a_worker_misplaced_is_rebuilt_by_one_process(generated, 
     start = 6 * 65536
     raw = encode_message(dataclasses.replace(msg, physical_offset=start))
     (root / "commitlog" / f"{start:020d}").write_bytes(raw + bytes(65536 - len(raw)))
+    return msg.queue_offset * 20
+
+
+def test_rebuild_cq_run_a_worker_misplaced_is_rebuilt_by_one_process(generated, tmp_path, monkeypatch):
+    """A record repeating an older queue offset of its queue, alone in a later file: its worker writes it
+    at that offset, where one process drops it as a repeat; the rebuild starts again with the queues
+    written here, and the store gets the bytes one process writes (built in place, swapped in)."""
+    from rmqtool.ops.rebuild import rebuild_consume_queues
+
+    root = tmp_path / "store"
+    at = _repeating(generated, root)
     rebuild_consume_queues(Store.open(root), out=tmp_path / "one", jobs=1)
     runs = _placed_runs(monkeypatch)
     rebuild_consume_queues(Store.open(root), jobs=2)
-    assert [at for ok, at, *_ in runs if not ok] == [msg.queue_offset * 20]
+    assert [place for ok, place, *_ in runs if not ok] == [at]
     assert _tree(root / "consumequeue") == _tree(tmp_path / "one")
     assert not (root / ("consumequeue" + BUILD)).exists()
 
@@ -395,23 +403,14 @@ def test_rebuild_cq_plan_workers_compare_their_queue_runs(generated, damage):
 def test_rebuild_cq_plan_a_worker_misplaced_is_compared_by_one_process(generated, tmp_path, monkeypatch):
     """The plan of the store whose later file repeats an older queue offset (above): a worker's run is
     refused, the plan starts again in one process and tells what one process tells."""
-    from rmqtool.format.commitlog import decode_entry, encode_message
     from rmqtool.ops.rebuild import rebuild_consume_queues
 
     root = tmp_path / "store"
-    shutil.copytree(generated, root)
-    first = (root / "commitlog" / f"{0:020d}").read_bytes()
-    pos, msg = 0, None
-    while msg is None or msg.queue_offset < 3:
-        msg = decode_entry(first, pos)
-        pos += len(encode_message(msg))
-    start = 6 * 65536
-    raw = encode_message(dataclasses.replace(msg, physical_offset=start))
-    (root / "commitlog" / f"{start:020d}").write_bytes(raw + bytes(65536 - len(raw)))
+    at = _repeating(generated, root)
     one = rebuild_consume_queues(Store.open(root), dry_run=True, jobs=1)
     runs = _placed_runs(monkeypatch)
     two = rebuild_consume_queues(Store.open(root), dry_run=True, jobs=2)
-    assert [at for ok, at, *_ in runs if not ok] == [msg.queue_offset * 20]
+    assert [place for ok, place, *_ in runs if not ok] == [at]
     assert dataclasses.asdict(two) == dataclasses.asdict(one) and one.misplaced
 
 
