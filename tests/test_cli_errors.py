@@ -360,6 +360,23 @@ def test_a_full_temporary_directory_is_named_not_the_store(args, name, what, sto
     assert snapshot(store) == before and list(temp.iterdir()) == []
 
 
+def test_a_remote_file_copied_into_a_full_temporary_directory_is_named(tmp_path, monkeypatch):
+    """A store read through a URI (here file://) is copied file by file into the temporary directory: when
+    that is full, the line names the copy it could not write, not a read of the remote file."""
+    import tempfile
+
+    temp = tmp_path / "systmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    with monkeypatch.context() as m:
+        full = _FullTempDir(m, temp, "blocks")
+        result = run("stats", f"file://{FIXTURES / 'dev-sample' / 'store'}")
+    assert full.hits
+    assert result.exit_code == ExitCode.IO_ERROR and result.stdout == "", result.stderr
+    assert re.fullmatch(f"rmqtool: error: {re.escape(str(temp))}/rmqtool-remote-[^ ]+/0+: No space left on "
+                        "device\n", result.stderr), result.stderr
+
+
 def test_import_from_stdin_on_a_full_temporary_directory_names_it(store_copy, tmp_path, monkeypatch):
     """import reads stdin twice, through a copy in the temporary directory: when that directory is full,
     the line names it (the copy has no name of its own), not the store, which is left as it was."""

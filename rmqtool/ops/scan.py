@@ -14,7 +14,6 @@ import fnmatch
 import glob
 import os
 import posixpath
-import shutil
 import stat
 import urllib.parse
 from dataclasses import dataclass, replace
@@ -304,11 +303,29 @@ def _copies(f: StoreFile, fsys, listing) -> Iterator[str]:
     with ScratchDir("rmqtool-remote-") as tmp:
         try:
             for source, name in listing():
-                with fsys.open_input_stream(source) as src, open(os.path.join(tmp, name), "wb") as dst:
-                    shutil.copyfileobj(src, dst, _COPY_CHUNK)
+                with fsys.open_input_stream(source) as src:
+                    _copy(src, os.path.join(tmp, name))
         except OSError as exc:
+            if exc.filename is not None and os.path.dirname(exc.filename) == str(tmp):
+                raise                   # the copy, not the read, failed (a full temporary directory): named
             raise StoreError(f"cannot read: {exc}", path=f.shown) from None
         yield tmp
+
+
+def _copy(src, target: str) -> None:
+    """``src`` (a stream) into a new file at ``target``; an error writing it names ``target``."""
+    from rmqtool.store.atomic import named
+
+    with named(target):
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        while chunk := src.read(_COPY_CHUNK):
+            with named(target):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def read_bytes(f: StoreFile):
