@@ -434,3 +434,14 @@ def test_a_full_disk_under_standard_output_is_named(args):
                               timeout=120)
     assert (proc.returncode, proc.stderr) == (ExitCode.IO_ERROR,
                                               "rmqtool: error: standard output: No space left on device\n")
+
+
+@pytest.mark.parametrize("args", [["export", "{}", "--to", "-"], ["rebuild-cq", "{}", "--out", "-"],
+                                  ["generate", "-"]], ids=lambda a: a[0])
+def test_a_dash_for_an_output_is_a_usage_error(args, tmp_path, monkeypatch):
+    """'-' where a command writes files (export's --to, rebuild-cq's --out, a new store) is not taken for a
+    file or directory named '-' in the working directory: a usage error, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    result = run(*_args(args, FIXTURES / "dev-sample" / "store"))
+    assert result.exit_code == ExitCode.USAGE and "'-' is not standard output here: give a path" in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -151,6 +151,10 @@ def output_path(what: str) -> Callable:
     refuse to load the store, or read the output as its own files. URIs (s3://...) pass. The path is
     noted as one of the command's outputs (``OUTPUTS``)."""
     def check(ctx, _param, value):
+        if value is not None and str(value) == "-":         # not a file named '-' in the working directory
+            raise click.BadParameter("'-' is not standard output here: give a path"
+                                     + (" (cat-commitlog -f jsonl or csv writes records to standard output)"
+                                        if what == "--to" else ""))
         if value is not None and "://" not in str(value):
             from rmqtool.store.recognition import refuse_inside_data_dir
             refuse_inside_data_dir(value, what)
