@@ -236,7 +236,7 @@ class _Built:
         self.root = root
 
     def names(self) -> list[str]:
-        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+        return sorted(_files_below(self.root))
 
     def same(self, name: str, theirs: Path, stale_end: int | None) -> bool:
         return _same_file(self.root / name, theirs, stale_end)
@@ -309,8 +309,8 @@ def _files_below(root: Path) -> set[str]:
 def _same_tree(mine: Path, root: Path, rel: str, end: int | None) -> bool:
     """Whether the store's directory ``rel`` (under ``root``) holds the files under ``mine`` (``_same_file``)."""
     theirs = root / rel
-    names = {p.relative_to(mine) for p in mine.rglob("*") if p.is_file()}
-    return theirs.is_dir() and names == {p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file()} \
+    names = _files_below(mine)
+    return theirs.is_dir() and names == _files_below(theirs) \
         and all(_same_file(mine / n, theirs / n, _stale_end(rel, end)) for n in names)
 
 
