@@ -603,7 +603,8 @@ def test_process_map_workers_die_with_this_process(tmp_path):
         finally:
             os._exit(1)
     deadline = time.monotonic() + 60
-    while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
+    # both writing: each file holds a byte (one that exists may be made but not yet written)
+    while not all(os.path.exists(p) and os.path.getsize(p) > 0 for p in paths) and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
